@@ -1,0 +1,209 @@
+package cas
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+)
+
+// Batch collects the chunks of one commit. Put writes each chunk's object unless
+// the store already has it; Sync makes the new objects' directory entries durable;
+// Tx.CommitBatch then adds their index rows in the commit's transaction.
+//
+// Put may be called from many goroutines at once.
+type Batch struct {
+	s *Store
+
+	mu    sync.Mutex
+	added map[ID]ChunkInfo     // chunks to index at commit
+	dirs  map[string]struct{} // directories whose entries changed
+}
+
+// flight is an object being written by some batch; other batches putting the
+// same chunk wait for it instead of writing it twice.
+type flight struct {
+	done chan struct{}
+	info ChunkInfo
+	err  error
+}
+
+// NewBatch starts a batch.
+func (s *Store) NewBatch() *Batch {
+	return &Batch{s: s, added: map[ID]ChunkInfo{}, dirs: map[string]struct{}{}}
+}
+
+// Put stores data as a chunk and returns its reference. When the chunk is
+// already indexed nothing is written. data is not retained.
+func (b *Batch) Put(ctx context.Context, data []byte) (ChunkRef, error) {
+	if b.s.readOnly {
+		return ChunkRef{}, errors.New("store is open read-only")
+	}
+	if len(data) > maxChunkSize {
+		return ChunkRef{}, fmt.Errorf("chunk of %d bytes is over the %d limit", len(data), maxChunkSize)
+	}
+	id := Sum(data)
+	ref := ChunkRef{ID: id, Len: uint32(len(data))}
+
+	var indexed bool
+	if err := b.s.View(func(tx *Tx) error {
+		_, ok, err := tx.Chunk(id)
+		indexed = ok
+		return err
+	}); err != nil {
+		return ref, err
+	}
+	if indexed {
+		return ref, nil
+	}
+
+	s := b.s
+	s.flightMu.Lock()
+	if f, ok := s.flights[id]; ok {
+		s.flightMu.Unlock()
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return ref, ctx.Err()
+		}
+		if f.err != nil {
+			return ref, f.err
+		}
+		b.note(id, f.info, nil)
+		return ref, nil
+	}
+	f := &flight{done: make(chan struct{})}
+	s.flights[id] = f
+	s.flightMu.Unlock()
+
+	var dirs []string
+	f.info, dirs, f.err = s.writeObject(id, data)
+
+	s.flightMu.Lock()
+	delete(s.flights, id)
+	s.flightMu.Unlock()
+	close(f.done)
+
+	if f.err != nil {
+		return ref, f.err
+	}
+	b.note(id, f.info, dirs)
+	return ref, nil
+}
+
+func (b *Batch) note(id ID, info ChunkInfo, dirs []string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.added[id] = info
+	for _, d := range dirs {
+		b.dirs[d] = struct{}{}
+	}
+}
+
+// Sync fsyncs the directories whose entries this batch's objects changed. Each
+// object file itself was fdatasync'd before it was renamed into place.
+func (b *Batch) Sync() error {
+	b.mu.Lock()
+	dirs := make([]string, 0, len(b.dirs))
+	for d := range b.dirs {
+		dirs = append(dirs, d)
+	}
+	b.dirs = map[string]struct{}{}
+	b.mu.Unlock()
+	for _, d := range dirs {
+		if err := syncDir(d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CommitBatch adds the index rows of b's chunks. Call it after b.Sync, inside the
+// transaction that commits the manifests naming them.
+func (t *Tx) CommitBatch(b *Batch) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for id, info := range b.added {
+		if err := t.putChunk(id, info); err != nil {
+			return fmt.Errorf("index chunk %v: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// writeObject encodes data and publishes it as chunk id's object file: written
+// under a temporary name, fdatasync'd, renamed into place. It returns the
+// directories whose entries changed (to fsync before the commit). An object that
+// already exists is kept if it verifies, and replaced otherwise.
+func (s *Store) writeObject(id ID, data []byte) (ChunkInfo, []string, error) {
+	path := s.objectPath(id)
+	if _, err := os.Stat(path); err == nil {
+		if info, err := s.VerifyObject(id); err == nil {
+			return info, nil, nil
+		}
+	}
+	dirs, err := s.makeObjectDir(filepath.Dir(path))
+	if err != nil {
+		return ChunkInfo{}, nil, err
+	}
+	obj, codec := s.codecs.encodeObject(data)
+	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return ChunkInfo{}, nil, fmt.Errorf("write chunk %v: %w", id, err)
+	}
+	tmp := f.Name()
+	fail := func(err error) (ChunkInfo, []string, error) {
+		f.Close()
+		os.Remove(tmp)
+		return ChunkInfo{}, nil, fmt.Errorf("write chunk %v: %w", id, err)
+	}
+	if _, err := f.Write(obj); err != nil {
+		return fail(err)
+	}
+	if err := fdatasync(f); err != nil {
+		return fail(err)
+	}
+	if err := f.Close(); err != nil {
+		return fail(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return ChunkInfo{}, nil, fmt.Errorf("write chunk %v: %w", id, err)
+	}
+	dirs = append(dirs, filepath.Dir(path))
+	return ChunkInfo{RawLen: uint32(len(data)), StoredLen: uint32(len(obj)), Codec: codec}, dirs, nil
+}
+
+// makeObjectDir creates objects/ab/cd as needed. It returns the directories
+// whose entries must be durable before an object in dir is named by the catalog:
+// dir's two ancestors, whether this call created dir or a concurrent batch did
+// (syncing an unchanged directory is cheap; Batch.Sync does each once).
+func (s *Store) makeObjectDir(dir string) ([]string, error) {
+	parent := filepath.Dir(dir)
+	deps := []string{filepath.Dir(parent), parent}
+	if _, ok := s.madeDirs.Load(dir); ok {
+		return deps, nil
+	}
+	for _, d := range []string{parent, dir} {
+		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("create object directory: %w", err)
+		}
+	}
+	s.madeDirs.Store(dir, struct{}{})
+	return deps, nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	return nil
+}

@@ -1,0 +1,401 @@
+package cas
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Catalog schema: one bbolt database with these buckets.
+//
+//	meta       config and counters: "format", "chunk_size", "next_ino", and the stats counters
+//	nodes      ino (u64 BE) → node record
+//	dirents    parent ino (u64 BE) ‖ name → child ino (u64 BE)
+//	manifests  ino (u64 BE) → manifest of the file's committed content
+//	chunks     chunk ID → chunk record (raw length, stored length, codec)
+var (
+	bucketMeta      = []byte("meta")
+	bucketNodes     = []byte("nodes")
+	bucketDirents   = []byte("dirents")
+	bucketManifests = []byte("manifests")
+	bucketChunks    = []byte("chunks")
+)
+
+var allBuckets = [][]byte{bucketMeta, bucketNodes, bucketDirents, bucketManifests, bucketChunks}
+
+// Meta keys.
+var (
+	keyFormat    = []byte("format")
+	keyChunkSize = []byte("chunk_size")
+	keyNextIno   = []byte("next_ino")
+	keyFiles     = []byte("files")
+	keyDirs      = []byte("dirs")
+	keyLogical   = []byte("logical_bytes")
+	keyChunks    = []byte("chunks")
+	keyUnique    = []byte("unique_bytes")
+	keyStored    = []byte("stored_bytes")
+)
+
+// FormatVersion is the catalog format this code writes. A store with a larger
+// number is refused (ErrNewerFormat).
+const FormatVersion = 1
+
+// Reserved inode numbers. Numbers below FirstIno are never allocated, so the
+// caller may use them for virtual nodes.
+const (
+	RootIno  uint64 = 1
+	FirstIno uint64 = 16
+)
+
+// Node is the catalog record of one namespace entry: a directory, a regular file
+// (whose content is the manifest stored under the same Ino) or a symlink.
+type Node struct {
+	Ino    uint64
+	Mode   uint32 // type and permission bits, as in stat(2)
+	UID    uint32
+	GID    uint32
+	Size   int64 // regular files: committed size; symlinks: len(Target)
+	Atime  int64 // nanoseconds since the epoch
+	Mtime  int64
+	Ctime  int64
+	Target string // symlink target
+}
+
+const nodeRecordVersion = 1
+
+func (n *Node) marshal() []byte {
+	b := make([]byte, 0, 61+len(n.Target))
+	b = append(b, nodeRecordVersion)
+	b = binary.LittleEndian.AppendUint32(b, n.Mode)
+	b = binary.LittleEndian.AppendUint32(b, n.UID)
+	b = binary.LittleEndian.AppendUint32(b, n.GID)
+	b = binary.LittleEndian.AppendUint64(b, uint64(n.Size))
+	b = binary.LittleEndian.AppendUint64(b, uint64(n.Atime))
+	b = binary.LittleEndian.AppendUint64(b, uint64(n.Mtime))
+	b = binary.LittleEndian.AppendUint64(b, uint64(n.Ctime))
+	b = append(b, n.Target...)
+	return b
+}
+
+func unmarshalNode(ino uint64, b []byte) (Node, error) {
+	const fixed = 1 + 4*3 + 8*4
+	if len(b) < fixed || b[0] != nodeRecordVersion {
+		return Node{}, fmt.Errorf("node %d: bad record (%d bytes)", ino, len(b))
+	}
+	n := Node{Ino: ino}
+	n.Mode = binary.LittleEndian.Uint32(b[1:])
+	n.UID = binary.LittleEndian.Uint32(b[5:])
+	n.GID = binary.LittleEndian.Uint32(b[9:])
+	n.Size = int64(binary.LittleEndian.Uint64(b[13:]))
+	n.Atime = int64(binary.LittleEndian.Uint64(b[21:]))
+	n.Mtime = int64(binary.LittleEndian.Uint64(b[29:]))
+	n.Ctime = int64(binary.LittleEndian.Uint64(b[37:]))
+	n.Target = string(b[fixed:])
+	return n, nil
+}
+
+// IsDir, IsRegular and IsSymlink report the node's type.
+func (n *Node) IsDir() bool     { return n.Mode&0o170000 == 0o040000 }
+func (n *Node) IsRegular() bool { return n.Mode&0o170000 == 0o100000 }
+func (n *Node) IsSymlink() bool { return n.Mode&0o170000 == 0o120000 }
+
+// ChunkRef is one entry of a manifest: Len raw bytes of chunk ID.
+type ChunkRef struct {
+	ID  ID
+	Len uint32
+}
+
+// Manifest is a file's committed content: its chunks in file order. Extra holds
+// format-specific data (a tensor index) that cas stores but does not interpret.
+type Manifest struct {
+	Chunks []ChunkRef
+	Extra  []byte
+}
+
+// Size is the file size the manifest describes.
+func (m *Manifest) Size() int64 {
+	var s int64
+	for _, c := range m.Chunks {
+		s += int64(c.Len)
+	}
+	return s
+}
+
+const manifestVersion = 1
+
+func (m *Manifest) marshal() []byte {
+	b := make([]byte, 0, 1+10+len(m.Chunks)*(IDSize+5)+10+len(m.Extra))
+	b = append(b, manifestVersion)
+	b = binary.AppendUvarint(b, uint64(len(m.Chunks)))
+	for _, c := range m.Chunks {
+		b = binary.AppendUvarint(b, uint64(c.Len))
+		b = append(b, c.ID[:]...)
+	}
+	b = binary.AppendUvarint(b, uint64(len(m.Extra)))
+	b = append(b, m.Extra...)
+	return b
+}
+
+func unmarshalManifest(b []byte) (*Manifest, error) {
+	if len(b) < 1 || b[0] != manifestVersion {
+		return nil, errors.New("bad manifest version")
+	}
+	r := bytes.NewReader(b[1:])
+	n, err := binary.ReadUvarint(r)
+	if err != nil {
+		return nil, fmt.Errorf("manifest chunk count: %w", err)
+	}
+	if n > uint64(len(b))/(IDSize+1) {
+		return nil, fmt.Errorf("manifest claims %d chunks in %d bytes", n, len(b))
+	}
+	m := &Manifest{Chunks: make([]ChunkRef, n)}
+	for i := range m.Chunks {
+		l, err := binary.ReadUvarint(r)
+		if err != nil || l > maxChunkSize {
+			return nil, fmt.Errorf("manifest chunk %d: bad length", i)
+		}
+		m.Chunks[i].Len = uint32(l)
+		if _, err := r.Read(m.Chunks[i].ID[:]); err != nil {
+			return nil, fmt.Errorf("manifest chunk %d: %w", i, err)
+		}
+	}
+	el, err := binary.ReadUvarint(r)
+	if err != nil || el > uint64(r.Len()) {
+		return nil, errors.New("manifest extra: bad length")
+	}
+	if el > 0 {
+		m.Extra = make([]byte, el)
+		_, _ = r.Read(m.Extra) // length checked above
+	}
+	return m, nil
+}
+
+// ChunkInfo is the chunk index record of one stored chunk.
+type ChunkInfo struct {
+	RawLen    uint32
+	StoredLen uint32 // size of the object file, header included
+	Codec     Codec
+}
+
+func (c ChunkInfo) marshal() []byte {
+	b := make([]byte, 0, 10)
+	b = append(b, 1)
+	b = binary.LittleEndian.AppendUint32(b, c.RawLen)
+	b = binary.LittleEndian.AppendUint32(b, c.StoredLen)
+	return append(b, byte(c.Codec))
+}
+
+func unmarshalChunkInfo(b []byte) (ChunkInfo, error) {
+	if len(b) != 10 || b[0] != 1 {
+		return ChunkInfo{}, errors.New("bad chunk record")
+	}
+	return ChunkInfo{
+		RawLen:    binary.LittleEndian.Uint32(b[1:]),
+		StoredLen: binary.LittleEndian.Uint32(b[5:]),
+		Codec:     Codec(b[9]),
+	}, nil
+}
+
+func u64key(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
+
+func direntKey(parent uint64, name string) []byte {
+	return append(u64key(parent), name...)
+}
+
+// Tx is a catalog transaction. It is valid only inside the function passed to
+// Store.View or Store.Update; values it returns are copies the caller owns.
+type Tx struct {
+	tx *bolt.Tx
+}
+
+func (t *Tx) b(name []byte) *bolt.Bucket { return t.tx.Bucket(name) }
+
+func (t *Tx) counter(key []byte) int64 {
+	v := t.b(bucketMeta).Get(key)
+	if len(v) != 8 {
+		return 0
+	}
+	return int64(binary.BigEndian.Uint64(v))
+}
+
+func (t *Tx) addCounter(key []byte, delta int64) error {
+	if delta == 0 {
+		return nil
+	}
+	return t.b(bucketMeta).Put(key, u64key(uint64(t.counter(key)+delta)))
+}
+
+// Node returns the node record of ino.
+func (t *Tx) Node(ino uint64) (Node, bool, error) {
+	v := t.b(bucketNodes).Get(u64key(ino))
+	if v == nil {
+		return Node{}, false, nil
+	}
+	n, err := unmarshalNode(ino, v)
+	return n, err == nil, err
+}
+
+// PutNode writes n, keeping the file and directory counters right.
+func (t *Tx) PutNode(n Node) error {
+	old, had, err := t.Node(n.Ino)
+	if err != nil {
+		return err
+	}
+	if err := t.countNode(old, had, -1); err != nil {
+		return err
+	}
+	if err := t.countNode(n, true, +1); err != nil {
+		return err
+	}
+	return t.b(bucketNodes).Put(u64key(n.Ino), n.marshal())
+}
+
+func (t *Tx) countNode(n Node, exists bool, sign int64) error {
+	switch {
+	case !exists:
+		return nil
+	case n.IsRegular():
+		if err := t.addCounter(keyFiles, sign); err != nil {
+			return err
+		}
+		return t.addCounter(keyLogical, sign*n.Size)
+	case n.IsDir():
+		return t.addCounter(keyDirs, sign)
+	}
+	return nil
+}
+
+// DeleteNode removes ino's node record and manifest (not its directory entry).
+func (t *Tx) DeleteNode(ino uint64) error {
+	old, had, err := t.Node(ino)
+	if err != nil || !had {
+		return err
+	}
+	if err := t.countNode(old, true, -1); err != nil {
+		return err
+	}
+	if err := t.b(bucketManifests).Delete(u64key(ino)); err != nil {
+		return err
+	}
+	return t.b(bucketNodes).Delete(u64key(ino))
+}
+
+// Lookup returns the child ino named name in directory parent.
+func (t *Tx) Lookup(parent uint64, name string) (uint64, bool) {
+	v := t.b(bucketDirents).Get(direntKey(parent, name))
+	if len(v) != 8 {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(v), true
+}
+
+// Link sets the directory entry parent/name to ino, replacing any previous one.
+func (t *Tx) Link(parent uint64, name string, ino uint64) error {
+	return t.b(bucketDirents).Put(direntKey(parent, name), u64key(ino))
+}
+
+// Unlink removes the directory entry parent/name.
+func (t *Tx) Unlink(parent uint64, name string) error {
+	return t.b(bucketDirents).Delete(direntKey(parent, name))
+}
+
+// Children calls fn for each entry of directory parent, in name order.
+func (t *Tx) Children(parent uint64, fn func(name string, ino uint64) error) error {
+	prefix := u64key(parent)
+	c := t.b(bucketDirents).Cursor()
+	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		if len(v) != 8 {
+			return fmt.Errorf("dirent %d/%q: bad record", parent, k[8:])
+		}
+		if err := fn(string(k[8:]), binary.BigEndian.Uint64(v)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Manifest returns the committed manifest of file ino.
+func (t *Tx) Manifest(ino uint64) (*Manifest, bool, error) {
+	v := t.b(bucketManifests).Get(u64key(ino))
+	if v == nil {
+		return nil, false, nil
+	}
+	m, err := unmarshalManifest(v)
+	if err != nil {
+		return nil, false, fmt.Errorf("manifest of %d: %w", ino, err)
+	}
+	return m, true, nil
+}
+
+// PutManifest stores m as the content of file ino. Every chunk it names must be
+// in the chunk index or in a Batch committed by the same transaction.
+func (t *Tx) PutManifest(ino uint64, m *Manifest) error {
+	return t.b(bucketManifests).Put(u64key(ino), m.marshal())
+}
+
+// ForEachManifest calls fn for every manifest in the catalog.
+func (t *Tx) ForEachManifest(fn func(ino uint64, m *Manifest) error) error {
+	return t.b(bucketManifests).ForEach(func(k, v []byte) error {
+		m, err := unmarshalManifest(v)
+		if err != nil {
+			return fmt.Errorf("manifest of %d: %w", binary.BigEndian.Uint64(k), err)
+		}
+		return fn(binary.BigEndian.Uint64(k), m)
+	})
+}
+
+// Chunk returns the index record of chunk id.
+func (t *Tx) Chunk(id ID) (ChunkInfo, bool, error) {
+	v := t.b(bucketChunks).Get(id[:])
+	if v == nil {
+		return ChunkInfo{}, false, nil
+	}
+	c, err := unmarshalChunkInfo(v)
+	if err != nil {
+		return c, false, fmt.Errorf("chunk %v: %w", id, err)
+	}
+	return c, true, nil
+}
+
+// putChunk adds chunk id to the index unless it is there already.
+func (t *Tx) putChunk(id ID, c ChunkInfo) error {
+	b := t.b(bucketChunks)
+	if b.Get(id[:]) != nil {
+		return nil
+	}
+	if err := b.Put(id[:], c.marshal()); err != nil {
+		return err
+	}
+	if err := t.addCounter(keyChunks, 1); err != nil {
+		return err
+	}
+	if err := t.addCounter(keyUnique, int64(c.RawLen)); err != nil {
+		return err
+	}
+	return t.addCounter(keyStored, int64(c.StoredLen))
+}
+
+// Counts are the catalog's counters.
+type Counts struct {
+	Files        int64 `json:"files"`
+	Dirs         int64 `json:"dirs"`
+	LogicalBytes int64 `json:"logical_bytes"`
+	UniqueBytes  int64 `json:"unique_bytes"`
+	StoredBytes  int64 `json:"stored_bytes"`
+	Chunks       int64 `json:"chunks"`
+}
+
+// Counts returns the catalog's counters.
+func (t *Tx) Counts() Counts {
+	return Counts{
+		Files:        t.counter(keyFiles),
+		Dirs:         t.counter(keyDirs),
+		LogicalBytes: t.counter(keyLogical),
+		UniqueBytes:  t.counter(keyUnique),
+		StoredBytes:  t.counter(keyStored),
+		Chunks:       t.counter(keyChunks),
+	}
+}

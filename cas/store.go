@@ -1,0 +1,352 @@
+package cas
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// DefaultChunkSize is the largest chunk a new store cuts files into.
+const DefaultChunkSize = 1 << 20
+
+// DefaultCacheSize is the default budget of the decoded-chunk cache.
+const DefaultCacheSize = 256 << 20
+
+// Names inside a store directory.
+const (
+	catalogName = "catalog.db"
+	objectsName = "objects"
+	spoolName   = "spool"
+)
+
+// lockTimeout is how long Open waits for another process's lock on the catalog.
+const lockTimeout = 200 * time.Millisecond
+
+// inoBlock is how many inode numbers are reserved in the catalog at a time, so
+// creating a file needs no transaction of its own.
+const inoBlock = 1024
+
+// Options configure Open.
+type Options struct {
+	// CacheSize bounds the bytes of decoded chunks kept in memory (default 256 MiB).
+	CacheSize int64
+	// ChunkSize is the largest chunk of a store being created (default 1 MiB).
+	// An existing store keeps the chunk size it was created with.
+	ChunkSize int
+	// ReadOnly opens the catalog without the exclusive lock and without touching
+	// the spool; writes fail.
+	ReadOnly bool
+}
+
+// Store is an open chunk store. Its methods are safe for concurrent use.
+type Store struct {
+	dir       string
+	db        *bolt.DB
+	codecs    *codecs
+	cache     *cache
+	chunkSize int
+	readOnly  bool
+
+	inoMu    sync.Mutex
+	nextIno  uint64 // next number to hand out
+	inoLimit uint64 // first number not reserved in the catalog
+
+	flightMu sync.Mutex
+	flights  map[ID]*flight // objects being written right now
+
+	madeDirs sync.Map // object directories known to exist
+
+	storeReadBytes atomic.Int64
+}
+
+// Open opens the store in dir, creating it (and dir) when dir holds no store.
+// It fails with ErrLocked when another process has the store open, with
+// ErrNewerFormat when a newer ckptfs wrote it, and with ErrNotStore when dir is a
+// non-empty directory that holds no catalog.
+func Open(dir string, opts Options) (*Store, error) {
+	if opts.CacheSize <= 0 {
+		opts.CacheSize = DefaultCacheSize
+	}
+	if opts.ChunkSize <= 0 {
+		opts.ChunkSize = DefaultChunkSize
+	}
+	if opts.ChunkSize > maxChunkSize {
+		return nil, fmt.Errorf("chunk size %d is over the %d limit", opts.ChunkSize, maxChunkSize)
+	}
+	catalog := filepath.Join(dir, catalogName)
+	_, statErr := os.Stat(catalog)
+	exists := statErr == nil
+	if opts.ReadOnly && !exists {
+		return nil, fmt.Errorf("open store %s: %w (no %s)", dir, ErrNotStore, catalogName)
+	}
+	if !opts.ReadOnly {
+		if !exists {
+			if err := checkEmptyOrMissing(dir); err != nil {
+				return nil, err
+			}
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return nil, fmt.Errorf("create store %s: %w", dir, err)
+			}
+		}
+		if err := probeWritable(dir); err != nil {
+			return nil, err
+		}
+	}
+	db, err := bolt.Open(catalog, 0o644, &bolt.Options{
+		Timeout:        lockTimeout,
+		ReadOnly:       opts.ReadOnly,
+		NoFreelistSync: true,
+	})
+	if errors.Is(err, bolt.ErrTimeout) {
+		return nil, fmt.Errorf("open store %s: %w", dir, ErrLocked)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open catalog %s: %w", catalog, err)
+	}
+	s := &Store{dir: dir, db: db, readOnly: opts.ReadOnly, flights: map[ID]*flight{}}
+	if err := s.init(opts.ChunkSize); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if s.codecs, err = newCodecs(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	s.cache = newCache(opts.CacheSize)
+	if !opts.ReadOnly {
+		if err := s.resetSpool(); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+func checkEmptyOrMissing(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("store %s: %w", dir, err)
+	}
+	if len(ents) > 0 {
+		return fmt.Errorf("store %s: %w: the directory is not empty and has no %s", dir, ErrNotStore, catalogName)
+	}
+	return nil
+}
+
+// probeWritable creates and removes a file in dir. Permission bits do not stop
+// root, so asking access(2) would not tell; a read-only filesystem would.
+func probeWritable(dir string) error {
+	f, err := os.CreateTemp(dir, ".probe-*")
+	if err != nil {
+		return fmt.Errorf("store directory %s is not writable: %w", dir, err)
+	}
+	name := f.Name()
+	f.Close()
+	if err := os.Remove(name); err != nil {
+		return fmt.Errorf("store directory %s is not writable: %w", dir, err)
+	}
+	return nil
+}
+
+// init creates the buckets of a new catalog, or checks an existing one's version.
+func (s *Store) init(chunkSize int) error {
+	check := func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		if meta == nil {
+			return fmt.Errorf("catalog %s: %w: no meta bucket", s.dir, ErrNotStore)
+		}
+		v := meta.Get(keyFormat)
+		if len(v) != 4 {
+			return fmt.Errorf("catalog %s: %w: no format version", s.dir, ErrNotStore)
+		}
+		if f := binary.BigEndian.Uint32(v); f > FormatVersion {
+			return fmt.Errorf("store %s has format %d, this ckptfs reads up to %d: %w", s.dir, f, FormatVersion, ErrNewerFormat)
+		}
+		cs := meta.Get(keyChunkSize)
+		if len(cs) != 4 {
+			return fmt.Errorf("catalog %s: %w: no chunk size", s.dir, ErrNotStore)
+		}
+		s.chunkSize = int(binary.BigEndian.Uint32(cs))
+		return nil
+	}
+	if s.readOnly {
+		return s.db.View(check)
+	}
+	return s.db.Update(func(tx *bolt.Tx) error {
+		if tx.Bucket(bucketMeta) == nil {
+			for _, name := range allBuckets {
+				if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+					return err
+				}
+			}
+			meta := tx.Bucket(bucketMeta)
+			if err := meta.Put(keyFormat, binary.BigEndian.AppendUint32(nil, FormatVersion)); err != nil {
+				return err
+			}
+			if err := meta.Put(keyChunkSize, binary.BigEndian.AppendUint32(nil, uint32(chunkSize))); err != nil {
+				return err
+			}
+			if err := meta.Put(keyNextIno, u64key(FirstIno)); err != nil {
+				return err
+			}
+			now := time.Now().UnixNano()
+			t := &Tx{tx: tx}
+			if err := t.PutNode(Node{Ino: RootIno, Mode: syscall.S_IFDIR | 0o755, Atime: now, Mtime: now, Ctime: now}); err != nil {
+				return err
+			}
+		}
+		return check(tx)
+	})
+}
+
+func (s *Store) resetSpool() error {
+	spool := s.SpoolDir()
+	if err := os.RemoveAll(spool); err != nil {
+		return fmt.Errorf("empty spool %s: %w", spool, err)
+	}
+	if err := os.MkdirAll(spool, 0o700); err != nil {
+		return fmt.Errorf("create spool %s: %w", spool, err)
+	}
+	return os.MkdirAll(filepath.Join(s.dir, objectsName), 0o755)
+}
+
+// Close releases the store. Reads and writes in flight must have finished.
+func (s *Store) Close() error {
+	if s.codecs != nil {
+		s.codecs.close()
+	}
+	return s.db.Close()
+}
+
+// Dir returns the store directory.
+func (s *Store) Dir() string { return s.dir }
+
+// SpoolDir is where the caller stages files being written. It is emptied by Open.
+func (s *Store) SpoolDir() string { return filepath.Join(s.dir, spoolName) }
+
+// ChunkSize is the largest chunk this store cuts files into.
+func (s *Store) ChunkSize() int { return s.chunkSize }
+
+// View runs fn in a read-only catalog transaction.
+func (s *Store) View(fn func(*Tx) error) error {
+	return s.db.View(func(tx *bolt.Tx) error { return fn(&Tx{tx: tx}) })
+}
+
+// Update runs fn in a read-write catalog transaction, committed (and durable)
+// when fn returns nil and rolled back otherwise. Do no slow I/O inside fn.
+func (s *Store) Update(fn func(*Tx) error) error {
+	return s.db.Update(func(tx *bolt.Tx) error { return fn(&Tx{tx: tx}) })
+}
+
+// AllocIno returns an inode number never handed out before in this store.
+func (s *Store) AllocIno() (uint64, error) {
+	s.inoMu.Lock()
+	defer s.inoMu.Unlock()
+	if s.nextIno == s.inoLimit {
+		err := s.db.Update(func(tx *bolt.Tx) error {
+			meta := tx.Bucket(bucketMeta)
+			next := FirstIno
+			if v := meta.Get(keyNextIno); len(v) == 8 {
+				next = binary.BigEndian.Uint64(v)
+			}
+			s.nextIno, s.inoLimit = next, next+inoBlock
+			return meta.Put(keyNextIno, u64key(s.inoLimit))
+		})
+		if err != nil {
+			return 0, fmt.Errorf("reserve inode numbers: %w", err)
+		}
+	}
+	ino := s.nextIno
+	s.nextIno++
+	return ino, nil
+}
+
+// Stats are the store's statistics.
+type Stats struct {
+	Counts
+	StoreReadBytes int64 `json:"store_read_bytes"`
+	ChunkSize      int   `json:"chunk_size"`
+	FormatVersion  int   `json:"format_version"`
+	CacheBytes     int64 `json:"cache_bytes"`
+}
+
+// Stats returns the catalog counters and this process's read counters.
+func (s *Store) Stats() (Stats, error) {
+	st := Stats{
+		StoreReadBytes: s.storeReadBytes.Load(),
+		ChunkSize:      s.chunkSize,
+		FormatVersion:  FormatVersion,
+		CacheBytes:     s.cache.bytes(),
+	}
+	err := s.View(func(tx *Tx) error {
+		st.Counts = tx.Counts()
+		return nil
+	})
+	return st, err
+}
+
+func (s *Store) objectPath(id ID) string {
+	return filepath.Join(s.dir, objectsName, objectRelPath(id))
+}
+
+// ReadChunk returns the raw bytes of ref's chunk, from the cache or loaded and
+// verified from its object. The returned slice is shared: never modify it.
+func (s *Store) ReadChunk(ctx context.Context, ref ChunkRef) ([]byte, error) {
+	data, err := s.cache.get(ref.ID, func() ([]byte, error) {
+		return s.loadChunk(ref.ID)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(data) != int(ref.Len) {
+		return nil, fmt.Errorf("chunk %v: %w: %d bytes, manifest says %d", ref.ID, ErrCorrupt, len(data), ref.Len)
+	}
+	return data, nil
+}
+
+// loadChunk reads, verifies and decodes chunk id from its object file.
+func (s *Store) loadChunk(id ID) ([]byte, error) {
+	obj, err := os.ReadFile(s.objectPath(id))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("chunk %v: %w", id, ErrMissing)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read chunk %v: %w", id, err)
+	}
+	raw, err := s.codecs.decodeObject(id, obj)
+	if err != nil {
+		return nil, err
+	}
+	s.storeReadBytes.Add(int64(len(raw)))
+	return raw, nil
+}
+
+// VerifyObject reads and fully verifies chunk id's object, bypassing the cache.
+func (s *Store) VerifyObject(id ID) (ChunkInfo, error) {
+	obj, err := os.ReadFile(s.objectPath(id))
+	if errors.Is(err, fs.ErrNotExist) {
+		return ChunkInfo{}, fmt.Errorf("chunk %v: %w", id, ErrMissing)
+	}
+	if err != nil {
+		return ChunkInfo{}, fmt.Errorf("read chunk %v: %w", id, err)
+	}
+	raw, err := s.codecs.decodeObject(id, obj)
+	if err != nil {
+		return ChunkInfo{}, err
+	}
+	h, _ := parseObjectHeader(obj) // decodeObject parsed it already
+	return ChunkInfo{RawLen: uint32(len(raw)), StoredLen: uint32(len(obj)), Codec: h.codec}, nil
+}

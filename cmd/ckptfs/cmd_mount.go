@@ -1,0 +1,151 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/ckptfs/ckptfs/cas"
+	"github.com/ckptfs/ckptfs/fusefs"
+)
+
+func runMount(ctx context.Context, c command, args []string, stdout, stderr io.Writer) error {
+	fl := newFlags(c, stderr)
+	cacheSize := byteSize(cas.DefaultCacheSize)
+	fl.Var(&cacheSize, "cache-size", "memory for decoded chunks (e.g. 256MiB, 1GiB)")
+	readAhead := fl.Int("readahead-kb", fusefs.DefaultReadAheadKB, "kernel readahead of the mount in KiB (0: kernel default)")
+	debug := fl.Bool("debug", false, "log every FUSE request to stderr")
+	pos, err := parseArgs(fl, args, 2)
+	if err != nil {
+		return err
+	}
+	storeDir, mnt := pos[0], pos[1]
+
+	// Check the mountpoint before touching the store, so a failure changes nothing.
+	mnt, err = checkMountpoint(mnt)
+	if err != nil {
+		return err
+	}
+	store, err := cas.Open(storeDir, cas.Options{CacheSize: int64(cacheSize)})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+
+	logger := log.New(stderr, "ckptfs: ", log.LstdFlags)
+	fsys, err := fusefs.New(store, logger)
+	if err != nil {
+		return err
+	}
+	srv, err := fusefs.Mount(fsys, mnt, fusefs.MountOptions{ReadAheadKB: *readAhead, Debug: *debug})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "ckptfs: serving %s at %s (Ctrl-C to unmount)\n", store.Dir(), mnt)
+
+	served := make(chan struct{})
+	go func() {
+		srv.Wait()
+		close(served)
+	}()
+	select {
+	case <-ctx.Done():
+		if err := srv.Unmount(); err != nil {
+			// Files are still open: detach the mount; the kernel lets go when they close.
+			logger.Printf("unmount: %v; detaching lazily", err)
+			if err := syscall.Unmount(mnt, syscall.MNT_DETACH); err != nil {
+				return fmt.Errorf("unmount %s: %w", mnt, err)
+			}
+		}
+		<-served
+	case <-served: // unmounted from outside (umount)
+	}
+	if err := fsys.CommitAll(context.Background()); err != nil {
+		return fmt.Errorf("commit at unmount: %w", err)
+	}
+	fmt.Fprintf(stdout, "ckptfs: unmounted %s\n", mnt)
+	return nil
+}
+
+// checkMountpoint returns the absolute mountpoint after checking that it is a
+// directory nobody has mounted on. A stale FUSE mount left by a dead daemon
+// ("transport endpoint is not connected") is detached first.
+func checkMountpoint(mnt string) (string, error) {
+	abs, err := filepath.Abs(mnt)
+	if err != nil {
+		return "", err
+	}
+	st, err := os.Stat(abs)
+	if errors.Is(err, syscall.ENOTCONN) {
+		if err := syscall.Unmount(abs, syscall.MNT_DETACH); err != nil {
+			return "", fmt.Errorf("mountpoint %s: clearing the stale mount of a dead daemon: %w", abs, err)
+		}
+		st, err = os.Stat(abs)
+	}
+	if errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("mountpoint %s does not exist", abs)
+	}
+	if err != nil {
+		return "", fmt.Errorf("mountpoint %s: %w", abs, err)
+	}
+	if !st.IsDir() {
+		return "", fmt.Errorf("mountpoint %s is not a directory", abs)
+	}
+	mounted, err := isMountpoint(abs)
+	if err != nil {
+		return "", err
+	}
+	if mounted {
+		return "", fmt.Errorf("mountpoint %s is busy: something is already mounted there", abs)
+	}
+	return abs, nil
+}
+
+// isMountpoint reports whether path is the mount point of a mount in this
+// process's namespace (/proc/self/mountinfo, field 5, octal-escaped).
+func isMountpoint(path string) (bool, error) {
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return false, err
+	}
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 && unescapeMountinfo(fields[4]) == real {
+			return true, nil
+		}
+	}
+	return false, sc.Err()
+}
+
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			var v byte
+			if _, err := fmt.Sscanf(s[i+1:i+4], "%03o", &v); err == nil {
+				b.WriteByte(v)
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}

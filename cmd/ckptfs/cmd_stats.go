@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"text/tabwriter"
+
+	"github.com/ckptfs/ckptfs/cas"
+)
+
+func runStats(ctx context.Context, c command, args []string, stdout, stderr io.Writer) error {
+	fl := newFlags(c, stderr)
+	asJSON := fl.Bool("json", false, "print JSON")
+	pos, err := parseArgs(fl, args, 1)
+	if err != nil {
+		return err
+	}
+	stats, err := readStats(pos[0])
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(stats)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
+	for _, k := range sortedKeys(stats) {
+		v := stats[k]
+		if n, ok := v.(float64); ok && (k == "logical_bytes" || k == "unique_bytes" || k == "stored_bytes" || k == "store_read_bytes" || k == "cache_bytes") {
+			fmt.Fprintf(tw, "%s\t%.0f\t(%s)\n", k, n, formatBytes(int64(n)))
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%v\n", k, v)
+	}
+	if u, ok := stats["unique_bytes"].(float64); ok && u > 0 {
+		if l, ok := stats["logical_bytes"].(float64); ok {
+			fmt.Fprintf(tw, "dedup ratio\t%.2fx\t(logical / unique)\n", l/u)
+		}
+		if s, ok := stats["stored_bytes"].(float64); ok {
+			fmt.Fprintf(tw, "compression\t%.3f\t(stored / unique)\n", s/u)
+		}
+	}
+	return tw.Flush()
+}
+
+// readStats reads PATH/.ckptfs/stats.json of a mount, or opens an unmounted
+// store read-only.
+func readStats(path string) (map[string]any, error) {
+	data, err := os.ReadFile(filepath.Join(path, ".ckptfs", "stats.json"))
+	if err == nil {
+		var m map[string]any
+		if err := json.Unmarshal(data, &m); err != nil {
+			return nil, fmt.Errorf("%s: bad stats.json: %w", path, err)
+		}
+		return m, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	store, err := cas.Open(path, cas.Options{ReadOnly: true})
+	if errors.Is(err, cas.ErrLocked) {
+		return nil, fmt.Errorf("%w: run stats on its mountpoint instead", err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s is neither a ckptfs mountpoint nor a store: %w", path, err)
+	}
+	defer store.Close()
+	st, err := store.Stats()
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(st)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	return m, json.Unmarshal(b, &m)
+}

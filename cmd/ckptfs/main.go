@@ -1,0 +1,185 @@
+// Command ckptfs mounts a content-addressed checkpoint store as a filesystem and
+// inspects stores.
+//
+// Exit status: 0 on success, 1 on any error, 2 on a usage error.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// command is one subcommand.
+type command struct {
+	name    string
+	usage   string // arguments, after the command name
+	summary string
+	run     func(ctx context.Context, c command, args []string, stdout, stderr io.Writer) error
+}
+
+// commands lists the subcommands, for dispatch and the top-level help.
+var commands = []command{
+	{"mount", "[flags] STORE MOUNTPOINT", "mount STORE (created if missing) at MOUNTPOINT, in the foreground", runMount},
+	{"stats", "[flags] PATH", "print the statistics of a mountpoint or an unmounted store", runStats},
+}
+
+// errUsage marks a usage error (exit status 2); the flag set has printed help.
+var errUsage = errors.New("usage error")
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		printUsage(stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands {
+		if c.name != args[0] {
+			continue
+		}
+		err := c.run(ctx, c, args[1:], stdout, stderr)
+		switch {
+		case err == nil:
+			return 0
+		case errors.Is(err, flag.ErrHelp):
+			return 0
+		case errors.Is(err, errUsage):
+			return 2
+		}
+		fmt.Fprintf(stderr, "ckptfs %s: %v\n", c.name, err)
+		return 1
+	}
+	fmt.Fprintf(stderr, "ckptfs: unknown command %q\n\n", args[0])
+	printUsage(stderr)
+	return 2
+}
+
+func printUsage(w io.Writer) {
+	fmt.Fprintln(w, "ckptfs: a deduplicating filesystem for ML checkpoints")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Usage: ckptfs COMMAND [flags] ARGS  (ckptfs COMMAND --help for details)")
+	fmt.Fprintln(w)
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+}
+
+// newFlags returns a flag set for command c whose help names its arguments.
+func newFlags(c command, stderr io.Writer) *flag.FlagSet {
+	fl := flag.NewFlagSet(c.name, flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	fl.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: ckptfs %s %s\n\n%s.\n", c.name, c.usage, c.summary)
+		var any bool
+		fl.VisitAll(func(*flag.Flag) { any = true })
+		if any {
+			fmt.Fprintln(stderr, "\nFlags:")
+			fl.PrintDefaults()
+		}
+	}
+	return fl
+}
+
+// parseArgs parses args (flags may come before or after the positional
+// arguments) and checks that there are want positional arguments.
+func parseArgs(fl *flag.FlagSet, args []string, want int) ([]string, error) {
+	var pos []string
+	for {
+		if err := fl.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, errUsage
+		}
+		args = fl.Args()
+		if len(args) == 0 {
+			break
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+	if len(pos) != want {
+		fmt.Fprintf(fl.Output(), "ckptfs %s: want %d argument(s), got %d\n\n", fl.Name(), want, len(pos))
+		fl.Usage()
+		return nil, errUsage
+	}
+	return pos, nil
+}
+
+// byteSize is a flag value like 256MiB, 1G or 1048576.
+type byteSize int64
+
+func (b *byteSize) String() string { return formatBytes(int64(*b)) }
+
+func (b *byteSize) Set(s string) error {
+	v, err := parseBytes(s)
+	if err != nil {
+		return err
+	}
+	*b = byteSize(v)
+	return nil
+}
+
+func parseBytes(s string) (int64, error) {
+	units := map[string]int64{
+		"": 1, "b": 1,
+		"k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10,
+		"m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
+		"g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30,
+		"t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40,
+	}
+	t := strings.TrimSpace(strings.ToLower(s))
+	i := strings.IndexFunc(t, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
+	num, unit := t, ""
+	if i >= 0 {
+		num, unit = t[:i], strings.TrimSpace(t[i:])
+	}
+	mult, ok := units[unit]
+	if !ok || num == "" {
+		return 0, fmt.Errorf("bad size %q (want e.g. 256MiB, 1GiB, 1048576)", s)
+	}
+	f, err := strconv.ParseFloat(num, 64)
+	if err != nil || f < 0 {
+		return 0, fmt.Errorf("bad size %q (want e.g. 256MiB, 1GiB, 1048576)", s)
+	}
+	return int64(f * float64(mult)), nil
+}
+
+func formatBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// sortedKeys returns m's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}

@@ -1,0 +1,574 @@
+package fusefs
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/ckptfs/ckptfs/cas"
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// dirNode is a directory. All its state is guarded by fsys.nsMu.
+type dirNode struct {
+	nodeBase
+	loaded bool // children read from the catalog into the inode tree
+}
+
+var (
+	_ fs.NodeLookuper  = (*dirNode)(nil)
+	_ fs.NodeReaddirer = (*dirNode)(nil)
+	_ fs.NodeMkdirer   = (*dirNode)(nil)
+	_ fs.NodeCreater   = (*dirNode)(nil)
+	_ fs.NodeSymlinker = (*dirNode)(nil)
+	_ fs.NodeUnlinker  = (*dirNode)(nil)
+	_ fs.NodeRmdirer   = (*dirNode)(nil)
+	_ fs.NodeRenamer   = (*dirNode)(nil)
+	_ fs.NodeLinker    = (*dirNode)(nil)
+	_ fs.NodeGetattrer = (*dirNode)(nil)
+	_ fs.NodeSetattrer = (*dirNode)(nil)
+	_ fs.NodeStatfser  = (*dirNode)(nil)
+	_ fs.NodeFsyncer   = (*dirNode)(nil)
+	_ fs.NodeOnAdder   = (*dirNode)(nil)
+)
+
+// OnAdd adds the virtual .ckptfs directory under the root.
+func (d *dirNode) OnAdd(ctx context.Context) {
+	if !d.IsRoot() {
+		return
+	}
+	ctl := &ctlDir{fsys: d.fsys}
+	ctlInode := d.NewPersistentInode(ctx, ctl, fs.StableAttr{Mode: syscall.S_IFDIR, Ino: ctlIno})
+	d.AddChild(ctlName, ctlInode, false)
+	stats := d.NewPersistentInode(ctx, &statsFile{fsys: d.fsys}, fs.StableAttr{Mode: syscall.S_IFREG, Ino: statsIno})
+	ctlInode.AddChild(statsName, stats, false)
+}
+
+// load reads d's children from the catalog into the inode tree. nsMu held.
+func (d *dirNode) load(ctx context.Context) error {
+	if d.loaded {
+		return nil
+	}
+	type entry struct {
+		name string
+		rec  cas.Node
+	}
+	var ents []entry
+	err := d.fsys.store.View(func(tx *cas.Tx) error {
+		return tx.Children(d.attr.Ino, func(name string, ino uint64) error {
+			rec, ok, err := tx.Node(ino)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return fmt.Errorf("directory %d entry %q names missing node %d", d.attr.Ino, name, ino)
+			}
+			ents = append(ents, entry{name, rec})
+			return nil
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("load directory %d: %w", d.attr.Ino, err)
+	}
+	for _, e := range ents {
+		if d.GetChild(e.name) != nil {
+			continue
+		}
+		child := d.fsys.nodeFor(e.rec, d.attr.Ino, e.name)
+		d.AddChild(e.name, d.NewPersistentInode(ctx, child, fs.StableAttr{Mode: e.rec.Mode & syscall.S_IFMT, Ino: e.rec.Ino}), false)
+	}
+	d.loaded = true
+	return nil
+}
+
+// nodeFor builds the node of a catalog record found at parent/name.
+func (f *FS) nodeFor(rec cas.Node, parent uint64, name string) fs.InodeEmbedder {
+	switch {
+	case rec.IsDir():
+		return &dirNode{nodeBase: nodeBase{fsys: f, attr: rec}}
+	case rec.IsSymlink():
+		return &symlinkNode{nodeBase: nodeBase{fsys: f, attr: rec}}
+	default:
+		return &fileNode{nodeBase: nodeBase{fsys: f, attr: rec}, persisted: true, parent: parent, name: name, committedSize: rec.Size}
+	}
+}
+
+func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if len(name) > maxNameLen {
+		return nil, syscall.ENAMETOOLONG
+	}
+	d.fsys.nsMu.Lock()
+	err := d.load(ctx)
+	child := d.GetChild(name)
+	d.fsys.nsMu.Unlock()
+	if err != nil {
+		return nil, d.fsys.toErrno("lookup", err)
+	}
+	if child == nil {
+		return nil, syscall.ENOENT
+	}
+	if ga, ok := child.Operations().(fs.NodeGetattrer); ok {
+		var a fuse.AttrOut
+		if errno := ga.Getattr(ctx, nil, &a); errno != 0 {
+			return nil, errno
+		}
+		out.Attr = a.Attr
+	}
+	return child, 0
+}
+
+func (d *dirNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
+	d.fsys.nsMu.Lock()
+	defer d.fsys.nsMu.Unlock()
+	if err := d.load(ctx); err != nil {
+		return nil, d.fsys.toErrno("readdir", err)
+	}
+	children := d.Children()
+	ents := make([]fuse.DirEntry, 0, len(children))
+	for name, ch := range children {
+		ents = append(ents, fuse.DirEntry{Name: name, Mode: ch.StableAttr().Mode, Ino: ch.StableAttr().Ino})
+	}
+	return fs.NewListDirStream(ents), 0
+}
+
+func (d *dirNode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	d.fsys.nsMu.Lock()
+	defer d.fsys.nsMu.Unlock()
+	fillAttr(&out.Attr, &d.attr, 2)
+	return 0
+}
+
+func (d *dirNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if _, ok := in.GetSize(); ok {
+		return syscall.EISDIR
+	}
+	d.fsys.nsMu.Lock()
+	defer d.fsys.nsMu.Unlock()
+	rec := d.attr
+	applySetattr(&rec, in, time.Now().UnixNano())
+	if err := d.fsys.store.Update(func(tx *cas.Tx) error { return tx.PutNode(rec) }); err != nil {
+		return d.fsys.toErrno("setattr", err)
+	}
+	d.attr = rec
+	fillAttr(&out.Attr, &d.attr, 2)
+	return 0
+}
+
+// Fsync of a directory: every namespace change is already durable.
+func (d *dirNode) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall.Errno {
+	return 0
+}
+
+func (d *dirNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(d.fsys.store.Dir(), &st); err != nil {
+		return fs.ToErrno(err)
+	}
+	out.Blocks = st.Blocks
+	out.Bfree = st.Bfree
+	out.Bavail = st.Bavail
+	out.Files = st.Files
+	out.Ffree = st.Ffree
+	out.Bsize = uint32(st.Bsize)
+	out.Frsize = uint32(st.Frsize)
+	out.NameLen = maxNameLen
+	return 0
+}
+
+// touch sets d's mtime and ctime to now (nsMu held); the caller persists d.attr.
+func (d *dirNode) touch(now int64) {
+	d.attr.Mtime, d.attr.Ctime = now, now
+}
+
+// addNode persists a new directory or symlink record at d/name.
+func (d *dirNode) addNode(ctx context.Context, name string, rec cas.Node) (*fs.Inode, syscall.Errno) {
+	if len(name) > maxNameLen {
+		return nil, syscall.ENAMETOOLONG
+	}
+	d.fsys.nsMu.Lock()
+	defer d.fsys.nsMu.Unlock()
+	if err := d.load(ctx); err != nil {
+		return nil, d.fsys.toErrno("create", err)
+	}
+	if d.GetChild(name) != nil {
+		return nil, syscall.EEXIST
+	}
+	ino, err := d.fsys.store.AllocIno()
+	if err != nil {
+		return nil, d.fsys.toErrno("create", err)
+	}
+	rec.Ino = ino
+	rec.UID, rec.GID = callerOwner(ctx)
+	now := time.Now().UnixNano()
+	rec.Atime, rec.Mtime, rec.Ctime = now, now, now
+	parent := d.attr
+	parent.Mtime, parent.Ctime = now, now
+	err = d.fsys.store.Update(func(tx *cas.Tx) error {
+		if err := tx.PutNode(rec); err != nil {
+			return err
+		}
+		if err := tx.PutNode(parent); err != nil {
+			return err
+		}
+		return tx.Link(d.attr.Ino, name, ino)
+	})
+	if err != nil {
+		return nil, d.fsys.toErrno("create", err)
+	}
+	d.attr = parent
+	child := d.fsys.nodeFor(rec, d.attr.Ino, name)
+	if dn, ok := child.(*dirNode); ok {
+		dn.loaded = true // new and empty
+	}
+	return d.NewPersistentInode(ctx, child, fs.StableAttr{Mode: rec.Mode & syscall.S_IFMT, Ino: ino}), 0
+}
+
+func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ch, errno := d.addNode(ctx, name, cas.Node{Mode: syscall.S_IFDIR | mode&0o7777})
+	if errno != 0 {
+		return nil, errno
+	}
+	d.fsys.nsMu.Lock()
+	fillAttr(&out.Attr, &ch.Operations().(*dirNode).attr, 2)
+	d.fsys.nsMu.Unlock()
+	return ch, 0
+}
+
+func (d *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ch, errno := d.addNode(ctx, name, cas.Node{Mode: syscall.S_IFLNK | 0o777, Target: target, Size: int64(len(target))})
+	if errno != 0 {
+		return nil, errno
+	}
+	d.fsys.nsMu.Lock()
+	fillAttr(&out.Attr, &ch.Operations().(*symlinkNode).attr, 1)
+	d.fsys.nsMu.Unlock()
+	return ch, 0
+}
+
+func (d *dirNode) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	return nil, syscall.EPERM
+}
+
+// Create makes a new, empty, uncommitted file: it enters the catalog at its
+// first commit (the close of this handle at the latest).
+func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	if len(name) > maxNameLen {
+		return nil, nil, 0, syscall.ENAMETOOLONG
+	}
+	d.fsys.nsMu.Lock()
+	defer d.fsys.nsMu.Unlock()
+	if err := d.load(ctx); err != nil {
+		return nil, nil, 0, d.fsys.toErrno("create", err)
+	}
+	if d.GetChild(name) != nil {
+		return nil, nil, 0, syscall.EEXIST
+	}
+	ino, err := d.fsys.store.AllocIno()
+	if err != nil {
+		return nil, nil, 0, d.fsys.toErrno("create", err)
+	}
+	now := time.Now().UnixNano()
+	uid, gid := callerOwner(ctx)
+	n := &fileNode{
+		nodeBase: nodeBase{fsys: d.fsys, attr: cas.Node{
+			Ino: ino, Mode: syscall.S_IFREG | mode&0o7777, UID: uid, GID: gid,
+			Atime: now, Mtime: now, Ctime: now,
+		}},
+		parent:   d.attr.Ino,
+		name:     name,
+		manifest: &cas.Manifest{},
+		dirty:    true, // an empty new file is content to commit too
+	}
+	d.touch(now)
+	inode := d.NewPersistentInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFREG, Ino: ino})
+	fh, fuseFlags := n.openHandle(flags)
+	fillAttr(&out.Attr, &n.attr, 1)
+	return inode, fh, fuseFlags, 0
+}
+
+func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
+	d.fsys.nsMu.Lock()
+	defer d.fsys.nsMu.Unlock()
+	if err := d.load(ctx); err != nil {
+		return d.fsys.toErrno("unlink", err)
+	}
+	child := d.GetChild(name)
+	if child == nil {
+		return syscall.ENOENT
+	}
+	if child.IsDir() {
+		return syscall.EISDIR
+	}
+	if _, ok := child.Operations().(*statsFile); ok {
+		return syscall.EROFS
+	}
+	now := time.Now().UnixNano()
+	parent := d.attr
+	parent.Mtime, parent.Ctime = now, now
+	err := d.fsys.store.Update(func(tx *cas.Tx) error {
+		if err := removeEntry(tx, d.attr.Ino, name, child.Operations()); err != nil {
+			return err
+		}
+		return tx.PutNode(parent)
+	})
+	if err != nil {
+		return d.fsys.toErrno("unlink", err)
+	}
+	d.attr = parent
+	detach(child.Operations())
+	return 0
+}
+
+func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
+	d.fsys.nsMu.Lock()
+	defer d.fsys.nsMu.Unlock()
+	if err := d.load(ctx); err != nil {
+		return d.fsys.toErrno("rmdir", err)
+	}
+	child := d.GetChild(name)
+	if child == nil {
+		return syscall.ENOENT
+	}
+	cd, ok := child.Operations().(*dirNode)
+	if !ok {
+		if _, ctl := child.Operations().(*ctlDir); ctl {
+			return syscall.EROFS
+		}
+		return syscall.ENOTDIR
+	}
+	if err := cd.load(ctx); err != nil {
+		return d.fsys.toErrno("rmdir", err)
+	}
+	if len(cd.Children()) > 0 {
+		return syscall.ENOTEMPTY
+	}
+	now := time.Now().UnixNano()
+	parent := d.attr
+	parent.Mtime, parent.Ctime = now, now
+	err := d.fsys.store.Update(func(tx *cas.Tx) error {
+		if err := removeEntry(tx, d.attr.Ino, name, cd); err != nil {
+			return err
+		}
+		return tx.PutNode(parent)
+	})
+	if err != nil {
+		return d.fsys.toErrno("rmdir", err)
+	}
+	d.attr = parent
+	return 0
+}
+
+// removeEntry deletes from the catalog what the entry parent/name holds for
+// node n: its record if it is persisted, or the committed file it shadows.
+// nsMu held.
+func removeEntry(tx *cas.Tx, parent uint64, name string, n fs.InodeEmbedder) error {
+	var ino uint64
+	switch n := n.(type) {
+	case *fileNode:
+		if n.persisted {
+			ino = n.attr.Ino
+		} else {
+			ino = n.shadow
+		}
+	case *dirNode:
+		ino = n.attr.Ino
+	case *symlinkNode:
+		ino = n.attr.Ino
+	}
+	if ino == 0 {
+		return nil
+	}
+	if err := tx.Unlink(parent, name); err != nil {
+		return err
+	}
+	return tx.DeleteNode(ino)
+}
+
+// detach marks a node that no longer has a name (nsMu held).
+func detach(n fs.InodeEmbedder) {
+	if f, ok := n.(*fileNode); ok {
+		f.persisted = false
+		f.shadow = 0
+		f.unlinked.Store(true)
+	}
+}
+
+func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	if len(newName) > maxNameLen {
+		return syscall.ENAMETOOLONG
+	}
+	if flags&^uint32(renameNoReplace) != 0 {
+		return syscall.EINVAL // RENAME_EXCHANGE and RENAME_WHITEOUT are not supported
+	}
+	np, ok := newParent.(*dirNode)
+	if !ok {
+		return syscall.EROFS // into .ckptfs
+	}
+	d.fsys.nsMu.Lock()
+	defer d.fsys.nsMu.Unlock()
+	if err := d.load(ctx); err != nil {
+		return d.fsys.toErrno("rename", err)
+	}
+	if err := np.load(ctx); err != nil {
+		return d.fsys.toErrno("rename", err)
+	}
+	srcInode := d.GetChild(name)
+	if srcInode == nil {
+		return syscall.ENOENT
+	}
+	src := srcInode.Operations()
+	switch src.(type) {
+	case *ctlDir, *statsFile:
+		return syscall.EROFS
+	}
+	dstInode := np.GetChild(newName)
+	var dst fs.InodeEmbedder
+	if dstInode != nil {
+		if dstInode == srcInode {
+			return 0
+		}
+		if flags&renameNoReplace != 0 {
+			return syscall.EEXIST
+		}
+		dst = dstInode.Operations()
+		switch dst := dst.(type) {
+		case *ctlDir, *statsFile:
+			return syscall.EROFS
+		case *dirNode:
+			if !srcInode.IsDir() {
+				return syscall.EISDIR
+			}
+			if err := dst.load(ctx); err != nil {
+				return d.fsys.toErrno("rename", err)
+			}
+			if len(dst.Children()) > 0 {
+				return syscall.ENOTEMPTY
+			}
+		default:
+			if srcInode.IsDir() {
+				return syscall.ENOTDIR
+			}
+		}
+	}
+
+	now := time.Now().UnixNano()
+	oldParent, newParentRec := d.attr, np.attr
+	oldParent.Mtime, oldParent.Ctime = now, now
+	newParentRec.Mtime, newParentRec.Ctime = now, now
+
+	srcFile, _ := src.(*fileNode)
+	dstFile, _ := dst.(*fileNode)
+	// What the catalog will hold at the destination once the renamed file commits
+	// (only for a source that is not in the catalog yet).
+	var newShadow uint64
+	err := d.fsys.store.Update(func(tx *cas.Tx) error {
+		if srcFile != nil && !srcFile.persisted {
+			// Not in the catalog yet: the old name loses what it shadowed, and
+			// the destination's committed content stays until the source commits.
+			if srcFile.shadow != 0 {
+				if err := tx.Unlink(d.attr.Ino, name); err != nil {
+					return err
+				}
+				if err := tx.DeleteNode(srcFile.shadow); err != nil {
+					return err
+				}
+			}
+			switch {
+			case dstFile != nil && !dstFile.persisted:
+				newShadow = dstFile.shadow
+			case dst != nil:
+				newShadow = inoOf(dst)
+			}
+		} else {
+			if dst != nil {
+				if err := removeEntry(tx, np.attr.Ino, newName, dst); err != nil {
+					return err
+				}
+			}
+			if err := tx.Unlink(d.attr.Ino, name); err != nil {
+				return err
+			}
+			if err := tx.Link(np.attr.Ino, newName, inoOf(src)); err != nil {
+				return err
+			}
+		}
+		if err := tx.PutNode(oldParent); err != nil {
+			return err
+		}
+		if np != d {
+			return tx.PutNode(newParentRec)
+		}
+		return nil
+	})
+	if err != nil {
+		return d.fsys.toErrno("rename", err)
+	}
+	d.attr = oldParent
+	if np != d {
+		np.attr = newParentRec
+	}
+	if dst != nil {
+		detach(dst)
+	}
+	if srcFile != nil {
+		srcFile.parent, srcFile.name = np.attr.Ino, newName
+		if !srcFile.persisted {
+			srcFile.shadow = newShadow
+		}
+	}
+	return 0
+}
+
+func inoOf(n fs.InodeEmbedder) uint64 {
+	switch n := n.(type) {
+	case *fileNode:
+		return n.attr.Ino // immutable after creation
+	case *dirNode:
+		return n.attr.Ino
+	case *symlinkNode:
+		return n.attr.Ino
+	}
+	return 0
+}
+
+// symlinkNode is a symbolic link; its state is guarded by fsys.nsMu.
+type symlinkNode struct {
+	nodeBase
+}
+
+var (
+	_ fs.NodeReadlinker = (*symlinkNode)(nil)
+	_ fs.NodeGetattrer  = (*symlinkNode)(nil)
+	_ fs.NodeSetattrer  = (*symlinkNode)(nil)
+)
+
+func (s *symlinkNode) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	s.fsys.nsMu.Lock()
+	defer s.fsys.nsMu.Unlock()
+	return []byte(s.attr.Target), 0
+}
+
+func (s *symlinkNode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	s.fsys.nsMu.Lock()
+	defer s.fsys.nsMu.Unlock()
+	fillAttr(&out.Attr, &s.attr, 1)
+	return 0
+}
+
+func (s *symlinkNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if _, ok := in.GetSize(); ok {
+		return syscall.EINVAL
+	}
+	s.fsys.nsMu.Lock()
+	defer s.fsys.nsMu.Unlock()
+	rec := s.attr
+	applySetattr(&rec, in, time.Now().UnixNano())
+	if err := s.fsys.store.Update(func(tx *cas.Tx) error { return tx.PutNode(rec) }); err != nil {
+		return s.fsys.toErrno("setattr", err)
+	}
+	s.attr = rec
+	fillAttr(&out.Attr, &s.attr, 1)
+	return 0
+}

@@ -1,0 +1,52 @@
+// Package fusefs serves a cas.Store as a FUSE filesystem: the go-fuse node tree,
+// open handles, write staging, commit on close, and reads assembled from chunks.
+//
+// # Namespace
+//
+// Every directory, regular file and symlink the catalog holds becomes a persistent
+// go-fuse inode when its parent directory is first looked up or listed (the whole
+// directory is loaded at once), so inode numbers are the catalog's and stay stable
+// across remounts. mkdir, rmdir, unlink, rename, symlink, chmod, chown and utimens
+// are durable when they return: each is one catalog transaction. The virtual
+// directory .ckptfs (inode 2) holds stats.json (inode 3), regenerated on every
+// open; nothing under it can be written (EROFS). Hard links are refused (EPERM).
+//
+// # Writes and commit
+//
+// A file's new content is staged in a spool file (STORE/spool) and becomes the
+// committed content when a FLUSH (close of any descriptor), an fsync, or the last
+// RELEASE finds it dirty: the spool is cut into chunks of at most the store's chunk
+// size, new chunks are written and made durable, and the manifest, the node record
+// and the directory entry are put in one catalog transaction. Only then does
+// close(2) return, and commit errors surface from close or fsync (the kernel
+// ignores RELEASE's result). A crash before that leaves the previous version (or
+// no file, if it was new): a file created or renamed into place before its first
+// commit is kept out of the catalog, and a committed file it replaced by rename
+// (the "shadow") stays in the catalog until the replacing file commits.
+//
+// Write handles use FOPEN_DIRECT_IO (no page-cache copy; 1 MiB requests). Writing
+// to a committed file first copies its committed content into the spool unless the
+// first change is a truncation to zero (open with O_TRUNC), which is the common case.
+//
+// # Versions, inodes and the page cache
+//
+// Each kernel inode has one content at a time, as in any POSIX filesystem: a process
+// that overwrites a file in place (open with O_TRUNC) truncates it for every reader
+// of that inode. Writing a new version under a new name and renaming it over the old
+// one (what safetensors, torch.distributed.checkpoint and most checkpoint writers
+// do) gives the new version a new inode: readers of the old one, mmap included, keep
+// reading the old bytes, which stay in memory (the manifest) and in the store (GC
+// marks from manifests; the daemon's open files count as roots) until they close.
+// Read handles get FOPEN_KEEP_CACHE while the file's content is unchanged since the
+// last open for reading; after a change the next open drops the kernel's cached
+// pages.
+//
+// # Locking
+//
+// FS.nsMu guards the namespace: directory children and attributes, and each file's
+// location, shadow and persisted flag. file.mu guards a file's content state
+// (spool, manifest, size, dirty) and its attributes. The only nesting is
+// file.mu → nsMu (commit, chmod of a file); namespace operations never take a
+// file's mutex, so they never wait for a commit's chunking. Catalog transactions
+// are short and never span a call into the kernel.
+package fusefs

@@ -1,0 +1,500 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/ckptfs/ckptfs/cas"
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sync/errgroup"
+)
+
+// fileNode is a regular file: its committed manifest and, while it is being
+// changed, a spool file holding its whole new content.
+type fileNode struct {
+	nodeBase
+
+	// Guarded by fsys.nsMu.
+	persisted bool   // the catalog has this node's record and directory entry
+	parent    uint64 // where the file lives (for its commit's directory entry)
+	name      string
+	shadow    uint64 // committed node at parent/name this file replaces at its first commit
+
+	unlinked atomic.Bool // no name any more; commits keep it out of the catalog
+
+	commitMu sync.Mutex // one commit of this file at a time
+
+	mu            sync.RWMutex // guards what follows, and attr
+	manifest      *cas.Manifest
+	offsets       []int64 // offsets[i] = file offset of manifest.Chunks[i]
+	committedSize int64
+	spool         *os.File // non-nil while content is staged
+	dirty         bool     // content or size changed since the last commit
+	writers       int      // open handles that may write
+	handles       int      // all open handles
+	gen           uint64   // bumped by every content change
+	cachedGen     uint64   // gen when a read handle last got the kernel's cached pages
+}
+
+var (
+	_ fs.NodeOpener    = (*fileNode)(nil)
+	_ fs.NodeReader    = (*fileNode)(nil)
+	_ fs.NodeWriter    = (*fileNode)(nil)
+	_ fs.NodeFlusher   = (*fileNode)(nil)
+	_ fs.NodeFsyncer   = (*fileNode)(nil)
+	_ fs.NodeReleaser  = (*fileNode)(nil)
+	_ fs.NodeGetattrer = (*fileNode)(nil)
+	_ fs.NodeSetattrer = (*fileNode)(nil)
+	_ fs.NodeLseeker   = (*fileNode)(nil)
+	_ fs.NodeAllocater = (*fileNode)(nil)
+)
+
+// handle is an open file description.
+type handle struct {
+	write bool
+}
+
+func isWrite(flags uint32) bool {
+	return flags&syscall.O_ACCMODE != syscall.O_RDONLY
+}
+
+// openHandle registers a new handle (mu or nsMu not needed: it takes mu).
+func (n *fileNode) openHandle(flags uint32) (*handle, uint32) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	h := &handle{write: isWrite(flags)}
+	n.handles++
+	n.fsys.trackOpen(n, 1)
+	if h.write {
+		n.writers++
+		// No page-cache copy of written bytes, and requests of MaxWrite.
+		return h, fuse.FOPEN_DIRECT_IO
+	}
+	if n.spool == nil && n.cachedGen == n.gen {
+		return h, fuse.FOPEN_KEEP_CACHE
+	}
+	n.cachedGen = n.gen
+	return h, 0
+}
+
+func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if err := n.loadManifest(); err != nil {
+		return nil, 0, n.fsys.toErrno("open", err)
+	}
+	h, fuseFlags := n.openHandle(flags)
+	return h, fuseFlags, 0
+}
+
+// loadManifest reads the committed manifest from the catalog if it is not in
+// memory yet.
+func (n *fileNode) loadManifest() error {
+	n.mu.RLock()
+	have := n.manifest != nil
+	n.mu.RUnlock()
+	if have {
+		return nil
+	}
+	var m *cas.Manifest
+	err := n.fsys.store.View(func(tx *cas.Tx) error {
+		var ok bool
+		var err error
+		m, ok, err = tx.Manifest(n.attr.Ino)
+		if err == nil && !ok {
+			m = &cas.Manifest{}
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.manifest == nil {
+		n.setManifest(m)
+		if n.committedSize != n.manifest.Size() {
+			return fmt.Errorf("file %d: manifest holds %d bytes, node record says %d", n.attr.Ino, n.manifest.Size(), n.committedSize)
+		}
+	}
+	return nil
+}
+
+// setManifest installs m as the committed content (mu held).
+func (n *fileNode) setManifest(m *cas.Manifest) {
+	n.manifest = m
+	n.offsets = make([]int64, len(m.Chunks))
+	var off int64
+	for i, c := range m.Chunks {
+		n.offsets[i] = off
+		off += int64(c.Len)
+	}
+	n.committedSize = off
+}
+
+func (n *fileNode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	n.fillAttr(&out.Attr)
+	return 0
+}
+
+func (n *fileNode) fillAttr(out *fuse.Attr) {
+	nlink := uint32(1)
+	if n.unlinked.Load() {
+		nlink = 0
+	}
+	fillAttr(out, &n.attr, nlink)
+}
+
+func (n *fileNode) Read(ctx context.Context, f fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	n.mu.RLock()
+	if n.spool != nil {
+		defer n.mu.RUnlock()
+		end := min(off+int64(len(dest)), n.attr.Size)
+		if off >= end {
+			return fuse.ReadResultData(nil), 0
+		}
+		k, err := n.spool.ReadAt(dest[:end-off], off)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return nil, n.fsys.toErrno("read staged", err)
+		}
+		// A sparse spool reads short at a hole past its end: the rest is zeros.
+		clear(dest[k : end-off])
+		return fuse.ReadResultData(dest[:end-off]), 0
+	}
+	m, offsets := n.manifest, n.offsets
+	n.mu.RUnlock()
+	if m == nil {
+		return nil, syscall.EIO // Open loads it
+	}
+	vecs, err := n.readChunks(ctx, m, offsets, off, len(dest))
+	if err != nil {
+		return nil, n.fsys.toErrno("read", err)
+	}
+	return fuse.ReadResultVector(vecs), 0
+}
+
+// readChunks returns the bytes [off, off+size) of manifest m (clipped at its end)
+// as slices of cached chunks. Chunks not cached are loaded in parallel.
+func (n *fileNode) readChunks(ctx context.Context, m *cas.Manifest, offsets []int64, off int64, size int) ([][]byte, error) {
+	total := m.Size()
+	end := min(off+int64(size), total)
+	if off >= end {
+		return nil, nil
+	}
+	first := sort.Search(len(offsets), func(i int) bool { return offsets[i] > off }) - 1
+	last := sort.Search(len(offsets), func(i int) bool { return offsets[i] >= end }) - 1
+	chunks := make([][]byte, last-first+1)
+	load := func(i int) error {
+		data, err := n.fsys.store.ReadChunk(ctx, m.Chunks[first+i])
+		chunks[i] = data
+		return err
+	}
+	if len(chunks) == 1 {
+		if err := load(0); err != nil {
+			return nil, err
+		}
+	} else {
+		var g errgroup.Group
+		for i := range chunks {
+			g.Go(func() error { return load(i) })
+		}
+		if err := g.Wait(); err != nil {
+			return nil, err
+		}
+	}
+	vecs := make([][]byte, 0, len(chunks))
+	for i, data := range chunks {
+		start := offsets[first+i]
+		lo := max(off-start, 0)
+		hi := min(end-start, int64(len(data)))
+		vecs = append(vecs, data[lo:hi])
+	}
+	return vecs, nil
+}
+
+// stage makes sure the spool holds the file's whole content, copying the
+// committed content when keep > 0 (its first keep bytes). mu held.
+func (n *fileNode) stage(ctx context.Context, keep int64) error {
+	if n.spool != nil {
+		return nil
+	}
+	f, err := os.CreateTemp(n.fsys.store.SpoolDir(), fmt.Sprintf("%d-*", n.attr.Ino))
+	if err != nil {
+		return fmt.Errorf("create spool file: %w", err)
+	}
+	// The spool is private to this process: unlink it now so a crash leaves nothing.
+	if err := os.Remove(f.Name()); err != nil {
+		f.Close()
+		return fmt.Errorf("create spool file: %w", err)
+	}
+	keep = min(keep, n.committedSize)
+	for off := int64(0); off < keep; {
+		vecs, err := n.readChunks(ctx, n.manifest, n.offsets, off, 4<<20)
+		if err != nil {
+			f.Close()
+			return fmt.Errorf("copy committed content to spool: %w", err)
+		}
+		for _, v := range vecs {
+			v = v[:min(int64(len(v)), keep-off)]
+			if _, err := f.WriteAt(v, off); err != nil {
+				f.Close()
+				return fmt.Errorf("copy committed content to spool: %w", err)
+			}
+			off += int64(len(v))
+		}
+	}
+	n.spool = f
+	n.attr.Size = keep
+	return nil
+}
+
+func (n *fileNode) Write(ctx context.Context, f fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.stage(ctx, n.attr.Size); err != nil {
+		return 0, n.fsys.toErrno("write", err)
+	}
+	k, err := n.spool.WriteAt(data, off)
+	if end := off + int64(k); end > n.attr.Size {
+		n.attr.Size = end
+	}
+	if k > 0 {
+		n.changed()
+	}
+	if err != nil {
+		return uint32(k), n.fsys.toErrno("write", err)
+	}
+	return uint32(k), 0
+}
+
+// changed records a content change (mu held).
+func (n *fileNode) changed() {
+	n.dirty = true
+	n.gen++
+	now := time.Now().UnixNano()
+	n.attr.Mtime, n.attr.Ctime = now, now
+}
+
+// resize sets the staged size (mu held).
+func (n *fileNode) resize(ctx context.Context, size int64) error {
+	if size < 0 {
+		return syscall.EINVAL
+	}
+	if err := n.stage(ctx, size); err != nil {
+		return err
+	}
+	if err := n.spool.Truncate(size); err != nil {
+		return fmt.Errorf("truncate spool: %w", err)
+	}
+	n.attr.Size = size
+	n.changed()
+	return nil
+}
+
+func (n *fileNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if err := n.loadManifest(); err != nil {
+		return n.fsys.toErrno("setattr", err)
+	}
+	size, resize := in.GetSize()
+	n.mu.Lock()
+	if resize {
+		if err := n.resize(ctx, int64(size)); err != nil {
+			n.mu.Unlock()
+			return n.fsys.toErrno("truncate", err)
+		}
+	}
+	rec := n.attr
+	applySetattr(&rec, in, time.Now().UnixNano())
+	n.attr = rec
+	rec.Size = n.committedSize
+	n.mu.Unlock()
+
+	if resize && f == nil {
+		// truncate(2) by path: no close will follow, so this is the commit.
+		if err := n.commit(ctx); err != nil {
+			return n.fsys.toErrno("truncate", err)
+		}
+	} else if !resize {
+		n.fsys.nsMu.Lock()
+		persisted := n.persisted
+		var err error
+		if persisted {
+			err = n.fsys.store.Update(func(tx *cas.Tx) error { return tx.PutNode(rec) })
+		}
+		n.fsys.nsMu.Unlock()
+		if err != nil {
+			return n.fsys.toErrno("setattr", err)
+		}
+	}
+	return n.Getattr(ctx, f, out)
+}
+
+func (n *fileNode) Allocate(ctx context.Context, f fs.FileHandle, off uint64, size uint64, mode uint32) syscall.Errno {
+	const keepSize = 0x1 // FALLOC_FL_KEEP_SIZE
+	if mode&^keepSize != 0 {
+		return syscall.EOPNOTSUPP
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	end := int64(off + size)
+	if mode&keepSize != 0 || end <= n.attr.Size {
+		return 0 // nothing to reserve: the store allocates at commit
+	}
+	if err := n.resize(ctx, end); err != nil {
+		return n.fsys.toErrno("fallocate", err)
+	}
+	return 0
+}
+
+func (n *fileNode) Lseek(ctx context.Context, f fs.FileHandle, off uint64, whence uint32) (uint64, syscall.Errno) {
+	const seekData, seekHole = 3, 4
+	n.mu.RLock()
+	size := uint64(n.attr.Size)
+	n.mu.RUnlock()
+	switch whence {
+	case seekData:
+		if off >= size {
+			return 0, syscall.ENXIO
+		}
+		return off, 0
+	case seekHole:
+		if off > size {
+			return 0, syscall.ENXIO
+		}
+		return size, 0
+	}
+	return 0, syscall.EINVAL
+}
+
+func (n *fileNode) Flush(ctx context.Context, f fs.FileHandle) syscall.Errno {
+	return n.fsys.toErrno("commit", n.commit(context.WithoutCancel(ctx)))
+}
+
+func (n *fileNode) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall.Errno {
+	return n.fsys.toErrno("commit", n.commit(context.WithoutCancel(ctx)))
+}
+
+func (n *fileNode) Release(ctx context.Context, f fs.FileHandle) syscall.Errno {
+	h, _ := f.(*handle)
+	// The kernel ignores RELEASE's result: commit errors were reported by FLUSH;
+	// one here (content written after the last FLUSH) can only be logged.
+	if err := n.commit(context.WithoutCancel(ctx)); err != nil {
+		n.fsys.log.Printf("commit at release of %q: %v", n.name, err)
+	}
+	n.mu.Lock()
+	n.handles--
+	if h != nil && h.write {
+		n.writers--
+	}
+	if n.writers == 0 && !n.dirty && n.spool != nil {
+		n.spool.Close()
+		n.spool = nil
+	}
+	n.mu.Unlock()
+	n.fsys.trackOpen(n, -1)
+	return 0
+}
+
+// commit makes the staged content the committed content, if there is any.
+func (n *fileNode) commit(ctx context.Context) error {
+	n.commitMu.Lock()
+	defer n.commitMu.Unlock()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.dirty {
+		return nil
+	}
+	m := &cas.Manifest{}
+	batch := n.fsys.store.NewBatch()
+	if n.spool != nil && n.attr.Size > 0 {
+		refs, err := n.putChunks(ctx, batch)
+		if err != nil {
+			return err
+		}
+		m.Chunks = refs
+	}
+	if err := batch.Sync(); err != nil {
+		return err
+	}
+	rec := n.attr
+	rec.Size = m.Size()
+
+	n.fsys.nsMu.Lock()
+	unlinked := n.unlinked.Load()
+	var err error
+	if !unlinked {
+		err = n.fsys.store.Update(func(tx *cas.Tx) error {
+			if err := tx.CommitBatch(batch); err != nil {
+				return err
+			}
+			if !n.persisted {
+				if n.shadow != 0 {
+					if err := tx.DeleteNode(n.shadow); err != nil {
+						return err
+					}
+				}
+				if err := tx.Link(n.parent, n.name, rec.Ino); err != nil {
+					return err
+				}
+			}
+			if err := tx.PutManifest(rec.Ino, m); err != nil {
+				return err
+			}
+			return tx.PutNode(rec)
+		})
+		if err == nil {
+			n.persisted, n.shadow = true, 0
+		}
+	}
+	n.fsys.nsMu.Unlock()
+	if err != nil {
+		return fmt.Errorf("commit %q: %w", n.name, err)
+	}
+	n.setManifest(m)
+	n.dirty = false
+	if n.writers == 0 && n.spool != nil {
+		n.spool.Close()
+		n.spool = nil
+	}
+	return nil
+}
+
+// putChunks cuts the spool into chunks and stores them, in parallel. mu held.
+func (n *fileNode) putChunks(ctx context.Context, batch *cas.Batch) ([]cas.ChunkRef, error) {
+	size := n.attr.Size
+	cs := int64(n.fsys.store.ChunkSize())
+	refs := make([]cas.ChunkRef, (size+cs-1)/cs)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(putWorkers)
+	for i := range refs {
+		g.Go(func() error {
+			off := int64(i) * cs
+			buf := make([]byte, min(cs, size-off))
+			k, err := n.spool.ReadAt(buf, off)
+			if err != nil && !errors.Is(err, io.EOF) {
+				return fmt.Errorf("read spool: %w", err)
+			}
+			clear(buf[k:]) // a hole at the end of a sparse file
+			ref, err := batch.Put(gctx, buf)
+			refs[i] = ref
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return refs, nil
+}
+
+// putWorkers is how many chunks one commit hashes, encodes and writes at once:
+// enough to keep both cores and the disk busy.
+const putWorkers = 4

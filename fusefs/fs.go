@@ -1,0 +1,211 @@
+package fusefs
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/ckptfs/ckptfs/cas"
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// Inode numbers of the virtual nodes (below cas.FirstIno, never allocated).
+const (
+	ctlIno   uint64 = 2
+	statsIno uint64 = 3
+)
+
+// Names the filesystem reserves.
+const (
+	ctlName   = ".ckptfs"
+	statsName = "stats.json"
+	runsName  = "runs"
+)
+
+// maxNameLen is the longest directory entry name, as on ext4.
+const maxNameLen = 255
+
+// FS is one mounted store's filesystem state.
+type FS struct {
+	store *cas.Store
+	log   *log.Logger
+
+	nsMu sync.Mutex // guards the namespace; see the package doc
+
+	root *dirNode
+
+	// openFiles tracks files with open handles or uncommitted content, so that
+	// callers (gc) can see manifests that the catalog no longer names.
+	openMu    sync.Mutex
+	openFiles map[*fileNode]int
+}
+
+// New returns the filesystem of store. It creates runs/ when the store's root is
+// empty (a fresh store). logger receives errors that cannot be returned to a
+// caller (a commit at RELEASE); nil discards them.
+func New(store *cas.Store, logger *log.Logger) (*FS, error) {
+	if logger == nil {
+		logger = log.New(discard{}, "", 0)
+	}
+	f := &FS{store: store, log: logger, openFiles: map[*fileNode]int{}}
+	// Taken before the transaction: AllocIno may run a transaction of its own.
+	runsIno, err := store.AllocIno()
+	if err != nil {
+		return nil, err
+	}
+	var rootRec cas.Node
+	err = store.Update(func(tx *cas.Tx) error {
+		rec, ok, err := tx.Node(cas.RootIno)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("catalog has no root directory")
+		}
+		rootRec = rec
+		empty := true
+		if err := tx.Children(cas.RootIno, func(string, uint64) error { empty = false; return nil }); err != nil {
+			return err
+		}
+		if !empty {
+			return nil
+		}
+		now := time.Now().UnixNano()
+		if err := tx.PutNode(cas.Node{Ino: runsIno, Mode: syscall.S_IFDIR | 0o755, Atime: now, Mtime: now, Ctime: now}); err != nil {
+			return err
+		}
+		return tx.Link(cas.RootIno, runsName, runsIno)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("load root: %w", err)
+	}
+	f.root = &dirNode{nodeBase: nodeBase{fsys: f, attr: rootRec}}
+	return f, nil
+}
+
+// Root returns the root node, for fs.Mount.
+func (f *FS) Root() fs.InodeEmbedder { return f.root }
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// nodeBase is what every node of the tree has.
+type nodeBase struct {
+	fs.Inode
+	fsys *FS
+	attr cas.Node // dirs, symlinks: guarded by fsys.nsMu; files: by file.mu
+}
+
+func fillAttr(out *fuse.Attr, n *cas.Node, nlink uint32) {
+	out.Ino = n.Ino
+	out.Mode = n.Mode
+	out.Size = uint64(n.Size)
+	out.Blocks = (uint64(n.Size) + 511) / 512
+	out.Blksize = 1 << 20
+	out.Nlink = nlink
+	out.Owner = fuse.Owner{Uid: n.UID, Gid: n.GID}
+	setTime := func(ns int64) (uint64, uint32) { return uint64(ns / 1e9), uint32(ns % 1e9) }
+	out.Atime, out.Atimensec = setTime(n.Atime)
+	out.Mtime, out.Mtimensec = setTime(n.Mtime)
+	out.Ctime, out.Ctimensec = setTime(n.Ctime)
+}
+
+// applySetattr applies the mode, owner and time changes of in to n.
+func applySetattr(n *cas.Node, in *fuse.SetAttrIn, now int64) {
+	if m, ok := in.GetMode(); ok {
+		n.Mode = n.Mode&syscall.S_IFMT | m&^uint32(syscall.S_IFMT)
+	}
+	if uid, ok := in.GetUID(); ok {
+		n.UID = uid
+	}
+	if gid, ok := in.GetGID(); ok {
+		n.GID = gid
+	}
+	if t, ok := in.GetATime(); ok {
+		n.Atime = t.UnixNano()
+	}
+	if t, ok := in.GetMTime(); ok {
+		n.Mtime = t.UnixNano()
+	}
+	n.Ctime = now
+}
+
+func callerOwner(ctx context.Context) (uint32, uint32) {
+	if c, ok := ctx.(*fuse.Context); ok {
+		return c.Uid, c.Gid
+	}
+	return 0, 0
+}
+
+// toErrno maps an internal error to the errno the kernel gets, logging the
+// detail (the kernel keeps only the number).
+func (f *FS) toErrno(op string, err error) syscall.Errno {
+	if err == nil {
+		return 0
+	}
+	if errno, ok := err.(syscall.Errno); ok {
+		return errno
+	}
+	f.log.Printf("%s: %v", op, err)
+	errno := fs.ToErrno(err)
+	if errno == syscall.ENOSYS || errno == 0 {
+		return syscall.EIO
+	}
+	return errno
+}
+
+func (f *FS) trackOpen(n *fileNode, delta int) {
+	f.openMu.Lock()
+	defer f.openMu.Unlock()
+	f.openFiles[n] += delta
+	if f.openFiles[n] <= 0 {
+		delete(f.openFiles, n)
+	}
+}
+
+// LiveManifests returns the manifests of files that are open (or staged) now,
+// including unlinked or replaced ones the catalog no longer names. A garbage
+// collector running beside the mount must treat their chunks as reachable.
+func (f *FS) LiveManifests() []*cas.Manifest {
+	f.openMu.Lock()
+	nodes := make([]*fileNode, 0, len(f.openFiles))
+	for n := range f.openFiles {
+		nodes = append(nodes, n)
+	}
+	f.openMu.Unlock()
+	var ms []*cas.Manifest
+	for _, n := range nodes {
+		n.mu.RLock()
+		if n.manifest != nil {
+			ms = append(ms, n.manifest)
+		}
+		n.mu.RUnlock()
+	}
+	return ms
+}
+
+// Stats returns the store's statistics.
+func (f *FS) Stats() (cas.Stats, error) { return f.store.Stats() }
+
+// CommitAll commits every file with uncommitted content (used at unmount, after
+// the kernel has let go of the mount).
+func (f *FS) CommitAll(ctx context.Context) error {
+	f.openMu.Lock()
+	nodes := make([]*fileNode, 0, len(f.openFiles))
+	for n := range f.openFiles {
+		nodes = append(nodes, n)
+	}
+	f.openMu.Unlock()
+	var first error
+	for _, n := range nodes {
+		if err := n.commit(ctx); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
