@@ -19,7 +19,7 @@ type Batch struct {
 	s *Store
 
 	mu    sync.Mutex
-	added map[ID]ChunkInfo     // chunks to index at commit
+	added map[ID]ChunkInfo    // chunks to index at commit
 	dirs  map[string]struct{} // directories whose entries changed
 }
 

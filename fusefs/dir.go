@@ -22,6 +22,7 @@ var (
 	_ fs.NodeReaddirer = (*dirNode)(nil)
 	_ fs.NodeMkdirer   = (*dirNode)(nil)
 	_ fs.NodeCreater   = (*dirNode)(nil)
+	_ fs.NodeTmpfiler  = (*dirNode)(nil)
 	_ fs.NodeSymlinker = (*dirNode)(nil)
 	_ fs.NodeUnlinker  = (*dirNode)(nil)
 	_ fs.NodeRmdirer   = (*dirNode)(nil)
@@ -285,6 +286,29 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	inode := d.NewPersistentInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFREG, Ino: ino})
 	fh, fuseFlags := n.openHandle(flags)
 	fillAttr(&out.Attr, &n.attr, 1)
+	return inode, fh, fuseFlags, 0
+}
+
+// Tmpfile makes a file in no directory (O_TMPFILE). It lives in memory and the
+// spool only: with hard links refused it can never get a name.
+func (d *dirNode) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	ino, err := d.fsys.store.AllocIno()
+	if err != nil {
+		return nil, nil, 0, d.fsys.toErrno("tmpfile", err)
+	}
+	now := time.Now().UnixNano()
+	uid, gid := callerOwner(ctx)
+	n := &fileNode{
+		nodeBase: nodeBase{fsys: d.fsys, attr: cas.Node{
+			Ino: ino, Mode: syscall.S_IFREG | mode&0o7777, UID: uid, GID: gid,
+			Atime: now, Mtime: now, Ctime: now,
+		}},
+		manifest: &cas.Manifest{},
+	}
+	n.unlinked.Store(true)
+	inode := d.NewInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFREG, Ino: ino})
+	fh, fuseFlags := n.openHandle(flags)
+	fillAttr(&out.Attr, &n.attr, 0)
 	return inode, fh, fuseFlags, 0
 }
 

@@ -1,0 +1,246 @@
+package fusefs
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/ckptfs/ckptfs/cas"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// TestMain doubles as a client program: tests that must not mmap the mount from
+// the serving process re-run the test binary with CKPTFS_TEST_CLIENT set.
+func TestMain(m *testing.M) {
+	if mode := os.Getenv("CKPTFS_TEST_CLIENT"); mode != "" {
+		os.Exit(runClient(mode, os.Args[len(os.Args)-1]))
+	}
+	os.Exit(m.Run())
+}
+
+// runClient implements the subprocess clients:
+//
+//	mmap-hold: open and mmap PATH (MAP_PRIVATE), touch the first page, print
+//	           "ready", wait for a line on stdin, then print the sha256 of the
+//	           whole mapping and of a read(2) through the same descriptor.
+//	lock-try:  try a write lock on PATH with F_SETLK and print the result.
+func runClient(mode, path string) int {
+	switch mode {
+	case "lock-try":
+		f, err := os.OpenFile(path, os.O_RDWR, 0)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		lk := syscall.Flock_t{Type: syscall.F_WRLCK}
+		switch err := syscall.FcntlFlock(f.Fd(), syscall.F_SETLK, &lk); err {
+		case nil:
+			fmt.Println("locked")
+		case syscall.EAGAIN, syscall.EACCES:
+			fmt.Println("EAGAIN")
+		default:
+			fmt.Println(err)
+		}
+		return 0
+	case "mmap-hold":
+		f, err := os.Open(path)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		st, err := f.Stat()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		mem, err := syscall.Mmap(int(f.Fd()), 0, int(st.Size()), syscall.PROT_READ, syscall.MAP_PRIVATE)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "mmap:", err)
+			return 1
+		}
+		_ = mem[0]
+		fmt.Println("ready")
+		if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+			fmt.Fprintln(os.Stderr, "stdin:", err)
+			return 1
+		}
+		viaRead, err := io.ReadAll(io.NewSectionReader(f, 0, st.Size()))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "read:", err)
+			return 1
+		}
+		fmt.Println(sha(mem), sha(viaRead))
+		return 0
+	}
+	fmt.Fprintln(os.Stderr, "unknown client mode", mode)
+	return 2
+}
+
+func sha(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+// testMount is a store mounted in this process.
+type testMount struct {
+	t     testing.TB
+	store string
+	dir   string // mountpoint
+	srv   *fuse.Server
+	fsys  *FS
+	cas   *cas.Store
+}
+
+// mountStore mounts the store in storeDir (created if missing) on a fresh
+// mountpoint and unmounts it when the test ends.
+func mountStore(t testing.TB, storeDir string) *testMount {
+	t.Helper()
+	m := &testMount{t: t, store: storeDir, dir: t.TempDir()}
+	m.mount()
+	t.Cleanup(m.unmount)
+	return m
+}
+
+func newMount(t testing.TB) *testMount {
+	return mountStore(t, filepath.Join(t.TempDir(), "store"))
+}
+
+func (m *testMount) mount() {
+	m.t.Helper()
+	s, err := cas.Open(m.store, cas.Options{CacheSize: 64 << 20})
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	fsys, err := New(s, log.New(os.Stderr, "ckptfs: ", 0))
+	if err != nil {
+		s.Close()
+		m.t.Fatal(err)
+	}
+	srv, err := Mount(fsys, m.dir, MountOptions{ReadAheadKB: DefaultReadAheadKB})
+	if err != nil {
+		s.Close()
+		m.t.Fatal(err)
+	}
+	m.srv, m.fsys, m.cas = srv, fsys, s
+}
+
+func (m *testMount) unmount() {
+	if m.srv == nil {
+		return
+	}
+	if err := m.srv.Unmount(); err != nil {
+		m.t.Errorf("unmount: %v", err)
+		syscall.Unmount(m.dir, syscall.MNT_DETACH)
+	}
+	m.srv.Wait()
+	if err := m.fsys.CommitAll(context.Background()); err != nil {
+		m.t.Errorf("commit at unmount: %v", err)
+	}
+	if err := m.cas.Close(); err != nil {
+		m.t.Errorf("close store: %v", err)
+	}
+	m.srv = nil
+}
+
+func (m *testMount) remount() {
+	m.t.Helper()
+	m.unmount()
+	m.mount()
+}
+
+func (m *testMount) path(p string) string { return filepath.Join(m.dir, p) }
+
+func (m *testMount) stats() cas.Stats {
+	m.t.Helper()
+	data, err := os.ReadFile(m.path(".ckptfs/stats.json"))
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	var st cas.Stats
+	if err := json.Unmarshal(data, &st); err != nil {
+		m.t.Fatalf("stats.json: %v\n%s", err, data)
+	}
+	return st
+}
+
+// randBytes returns n deterministic pseudo-random bytes.
+func randBytes(seed uint64, n int) []byte {
+	b := make([]byte, n)
+	x := seed*0x9E3779B97F4A7C15 + 1
+	for i := 0; i < n; i += 8 {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		for j := 0; j < 8 && i+j < n; j++ {
+			b[i+j] = byte(x >> (8 * j))
+		}
+	}
+	return b
+}
+
+func mustWrite(t testing.TB, path string, data []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustEqualFile(t testing.TB, path string, want []byte) {
+	t.Helper()
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("%s: content differs: got %d bytes (sha %s), want %d bytes (sha %s)", path, len(got), sha(got)[:12], len(want), sha(want)[:12])
+	}
+}
+
+// startClient runs the test binary as a client process.
+func startClient(t *testing.T, mode, path string) (*exec.Cmd, io.WriteCloser, *bytes.Buffer, func() string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$", path)
+	cmd.Env = append(os.Environ(), "CKPTFS_TEST_CLIENT="+mode)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	buf := make([]byte, 4096)
+	var acc []byte
+	readLine := func() string {
+		for !bytes.Contains(acc, []byte("\n")) {
+			k, err := stdout.Read(buf)
+			acc = append(acc, buf[:k]...)
+			if err != nil {
+				t.Fatalf("client %s: %v (stderr: %s)", mode, err, stderr.String())
+			}
+		}
+		i := bytes.IndexByte(acc, '\n')
+		line := string(acc[:i])
+		acc = acc[i+1:]
+		return strings.TrimSpace(line)
+	}
+	return cmd, stdin, &stderr, readLine
+}
