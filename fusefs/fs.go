@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"sync"
@@ -143,20 +144,21 @@ func callerOwner(ctx context.Context) (uint32, uint32) {
 }
 
 // toErrno maps an internal error to the errno the kernel gets, logging the
-// detail (the kernel keeps only the number).
+// detail (the kernel keeps only the number). A wrapped errno (ENOSPC from a
+// full disk, say) is kept; anything else, a corrupt chunk included, is EIO.
 func (f *FS) toErrno(op string, err error) syscall.Errno {
 	if err == nil {
 		return 0
 	}
-	if errno, ok := err.(syscall.Errno); ok {
+	var errno syscall.Errno
+	if errors.As(err, &errno) && errno != 0 {
+		if _, bare := err.(syscall.Errno); !bare {
+			f.log.Printf("%s: %v", op, err)
+		}
 		return errno
 	}
 	f.log.Printf("%s: %v", op, err)
-	errno := fs.ToErrno(err)
-	if errno == syscall.ENOSYS || errno == 0 {
-		return syscall.EIO
-	}
-	return errno
+	return syscall.EIO
 }
 
 func (f *FS) trackOpen(n *fileNode, delta int) {

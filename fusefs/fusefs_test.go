@@ -529,3 +529,47 @@ func TestFsyncAndUnlinkedOpenFile(t *testing.T) {
 		t.Fatalf("unlinked file back after remount: %v", err)
 	}
 }
+
+// TestCorruptChunkGivesEIO: a damaged object fails reads of its range with EIO,
+// never wrong bytes, while the rest of the file and other files read fine.
+func TestCorruptChunkGivesEIO(t *testing.T) {
+	m := newMount(t)
+	cs := cas.DefaultChunkSize
+	data := randBytes(9, 3*cs)
+	mustWrite(t, m.path("runs/victim"), data)
+	mustWrite(t, m.path("runs/other"), randBytes(10, cs))
+	chunk := data[cs : 2*cs]
+	id := cas.Sum(chunk).String()
+	obj := filepath.Join(m.store, "objects", id[:2], id[2:4], id[4:])
+	m.unmount()
+	raw, err := os.ReadFile(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw[len(raw)/2] ^= 1
+	if err := os.WriteFile(obj, raw, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	m.mount()
+	f, err := os.Open(m.path("runs/victim"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 4096)
+	if _, err := f.ReadAt(buf, int64(cs)+10); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("read of the damaged chunk: %v, want EIO", err)
+	}
+	if _, err := f.ReadAt(buf, 0); err != nil || !bytesEqual(buf, data[:4096]) {
+		t.Fatalf("read before the damaged chunk: %v", err)
+	}
+	if _, err := f.ReadAt(buf, int64(2*cs)); err != nil || !bytesEqual(buf, data[2*cs:2*cs+4096]) {
+		t.Fatalf("read after the damaged chunk: %v", err)
+	}
+	if _, err := os.ReadFile(m.path("runs/victim")); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("whole-file read: %v, want EIO", err)
+	}
+	mustEqualFile(t, m.path("runs/other"), randBytes(10, cs))
+}
+
+func bytesEqual(a, b []byte) bool { return string(a) == string(b) }

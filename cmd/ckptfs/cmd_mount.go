@@ -76,19 +76,21 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 
 // checkMountpoint returns the absolute mountpoint after checking that it is a
 // directory nobody has mounted on. A stale FUSE mount left by a dead daemon
-// ("transport endpoint is not connected") is detached first.
+// ("transport endpoint is not connected") is detached first. stat(2) alone
+// cannot tell a dead mount (the kernel may answer it from its attribute cache);
+// statfs(2) always asks the daemon.
 func checkMountpoint(mnt string) (string, error) {
 	abs, err := filepath.Abs(mnt)
 	if err != nil {
 		return "", err
 	}
-	st, err := os.Stat(abs)
-	if errors.Is(err, syscall.ENOTCONN) {
+	var sfs syscall.Statfs_t
+	if err := syscall.Statfs(abs, &sfs); errors.Is(err, syscall.ENOTCONN) {
 		if err := syscall.Unmount(abs, syscall.MNT_DETACH); err != nil {
 			return "", fmt.Errorf("mountpoint %s: clearing the stale mount of a dead daemon: %w", abs, err)
 		}
-		st, err = os.Stat(abs)
 	}
+	st, err := os.Stat(abs)
 	if errors.Is(err, os.ErrNotExist) {
 		return "", fmt.Errorf("mountpoint %s does not exist", abs)
 	}

@@ -1,0 +1,319 @@
+package cas
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+)
+
+func testStore(t *testing.T, opts Options) *Store {
+	t.Helper()
+	s, err := Open(filepath.Join(t.TempDir(), "store"), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func pseudoRandom(n int, seed byte) []byte {
+	b := make([]byte, n)
+	x := uint32(seed) + 1
+	for i := range b {
+		x = x*1664525 + 1013904223
+		b[i] = byte(x >> 24)
+	}
+	return b
+}
+
+// put stores data as one committed chunk.
+func put(t *testing.T, s *Store, data []byte) ChunkRef {
+	t.Helper()
+	b := s.NewBatch()
+	ref, err := b.Put(context.Background(), data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Update(func(tx *Tx) error { return tx.CommitBatch(b) }); err != nil {
+		t.Fatal(err)
+	}
+	return ref
+}
+
+func TestObjectRoundTripAndCodecChoice(t *testing.T) {
+	s := testStore(t, Options{})
+	cases := []struct {
+		name  string
+		data  []byte
+		codec Codec
+	}{
+		{"empty", nil, CodecRaw},
+		{"random stays raw", pseudoRandom(1<<20, 1), CodecRaw},
+		{"text compresses", bytes.Repeat([]byte("step 10 loss 0.123\n"), 5000), CodecZstd},
+		{"zeros compress", make([]byte, 1<<20), CodecZstd},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ref := put(t, s, c.data)
+			if ref.ID != Sum(c.data) || int(ref.Len) != len(c.data) {
+				t.Fatalf("ref %v/%d", ref.ID, ref.Len)
+			}
+			info, err := s.VerifyObject(ref.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.Codec != c.codec {
+				t.Errorf("codec %v, want %v", info.Codec, c.codec)
+			}
+			got, err := s.ReadChunk(context.Background(), ref)
+			if err != nil || !bytes.Equal(got, c.data) {
+				t.Fatalf("read back: %v", err)
+			}
+		})
+	}
+}
+
+// TestCorruptObjects: every kind of damage is ErrCorrupt or ErrMissing, never
+// wrong bytes.
+func TestCorruptObjects(t *testing.T) {
+	damage := []struct {
+		name string
+		do   func(path string) error
+		want error
+	}{
+		{"flipped payload bit", func(p string) error { return flip(p, -1) }, ErrCorrupt},
+		{"flipped header bit", func(p string) error { return flip(p, 9) }, ErrCorrupt},
+		{"truncated", func(p string) error { return os.Truncate(p, objectHeaderSize+10) }, ErrCorrupt},
+		{"shorter than header", func(p string) error { return os.Truncate(p, 5) }, ErrCorrupt},
+		{"empty", func(p string) error { return os.Truncate(p, 0) }, ErrCorrupt},
+		{"removed", os.Remove, ErrMissing},
+		{"another chunk's object", nil, ErrCorrupt},
+	}
+	for i, d := range damage {
+		for _, data := range [][]byte{pseudoRandom(300000, byte(i)), bytes.Repeat([]byte{byte(i), 1, 2}, 100000)} {
+			t.Run(d.name, func(t *testing.T) {
+				s := testStore(t, Options{})
+				ref := put(t, s, data)
+				path := s.objectPath(ref.ID)
+				if d.do == nil {
+					other := put(t, s, pseudoRandom(1000, 99))
+					obj, err := os.ReadFile(s.objectPath(other.ID))
+					if err != nil {
+						t.Fatal(err)
+					}
+					os.Chmod(path, 0o644)
+					if err := os.WriteFile(path, obj, 0o644); err != nil {
+						t.Fatal(err)
+					}
+				} else if err := d.do(path); err != nil {
+					t.Fatal(err)
+				}
+				got, err := s.ReadChunk(context.Background(), ref)
+				if !errors.Is(err, d.want) {
+					t.Fatalf("read: %v (%d bytes), want %v", err, len(got), d.want)
+				}
+				if _, err := s.VerifyObject(ref.ID); !errors.Is(err, d.want) {
+					t.Fatalf("verify: %v, want %v", err, d.want)
+				}
+			})
+		}
+	}
+}
+
+// flip inverts one bit at off, or in the middle of the payload when off < 0.
+func flip(path string, off int64) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if off < 0 {
+		st, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		off = objectHeaderSize + (st.Size()-objectHeaderSize)/2
+	}
+	b := make([]byte, 1)
+	if _, err := f.ReadAt(b, off); err != nil {
+		return err
+	}
+	b[0] ^= 0x10
+	_, err = f.WriteAt(b, off)
+	return err
+}
+
+// TestUnindexedDamagedObjectIsRewritten: a leftover object that is not in the
+// index (a crash before commit) is verified before a new commit relies on it.
+func TestUnindexedDamagedObjectIsRewritten(t *testing.T) {
+	s := testStore(t, Options{})
+	data := pseudoRandom(50000, 7)
+	b := s.NewBatch()
+	ref, err := b.Put(context.Background(), data) // written, never committed
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := flip(s.objectPath(ref.ID), objectHeaderSize+5); err != nil {
+		t.Fatal(err)
+	}
+	put(t, s, data)
+	if got, err := s.ReadChunk(context.Background(), ref); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("after re-put: %v", err)
+	}
+}
+
+func TestConcurrentPutsOfOneChunkCountOnce(t *testing.T) {
+	s := testStore(t, Options{})
+	data := pseudoRandom(1<<20, 3)
+	var wg sync.WaitGroup
+	batches := make([]*Batch, 8)
+	for i := range batches {
+		batches[i] = s.NewBatch()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := batches[i].Put(context.Background(), data); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, b := range batches {
+		if err := s.Update(func(tx *Tx) error { return tx.CommitBatch(b) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := s.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Chunks != 1 || st.UniqueBytes != 1<<20 {
+		t.Fatalf("chunks %d unique %d, want 1 and %d", st.Chunks, st.UniqueBytes, 1<<20)
+	}
+	if st.StoredBytes != (1<<20)+objectHeaderSize {
+		t.Fatalf("stored %d, want %d", st.StoredBytes, (1<<20)+objectHeaderSize)
+	}
+}
+
+func TestCacheStaysWithinBudget(t *testing.T) {
+	s := testStore(t, Options{CacheSize: 3 << 20})
+	var refs []ChunkRef
+	for i := 0; i < 10; i++ {
+		refs = append(refs, put(t, s, pseudoRandom(1<<20, byte(i))))
+	}
+	for _, r := range refs {
+		if _, err := s.ReadChunk(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+		if c := s.cache.bytes(); c > 3<<20 {
+			t.Fatalf("cache holds %d bytes, budget %d", c, 3<<20)
+		}
+	}
+	before := s.storeReadBytes.Load()
+	if _, err := s.ReadChunk(context.Background(), refs[9]); err != nil {
+		t.Fatal(err)
+	}
+	if s.storeReadBytes.Load() != before {
+		t.Fatalf("a cache hit counted as a store read")
+	}
+	if _, err := s.ReadChunk(context.Background(), refs[0]); err != nil {
+		t.Fatal(err)
+	}
+	if s.storeReadBytes.Load() != before+1<<20 {
+		t.Fatalf("an evicted chunk was not read from the store")
+	}
+}
+
+func TestOpenErrors(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "store")
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir, Options{}); !errors.Is(err, ErrLocked) {
+		t.Errorf("second open: %v, want ErrLocked", err)
+	}
+	if _, err := Open(dir, Options{ReadOnly: true}); !errors.Is(err, ErrLocked) {
+		t.Errorf("read-only open of a locked store: %v, want ErrLocked", err)
+	}
+	if err := s.Update(func(tx *Tx) error {
+		return tx.tx.Bucket(bucketMeta).Put(keyFormat, []byte{0, 0, 0, FormatVersion + 1})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if _, err := Open(dir, Options{}); !errors.Is(err, ErrNewerFormat) {
+		t.Errorf("newer format: %v, want ErrNewerFormat", err)
+	}
+	if _, err := Open(dir, Options{ReadOnly: true}); !errors.Is(err, ErrNewerFormat) {
+		t.Errorf("newer format read-only: %v, want ErrNewerFormat", err)
+	}
+	notStore := t.TempDir()
+	os.WriteFile(filepath.Join(notStore, "x"), nil, 0o644)
+	if _, err := Open(notStore, Options{}); !errors.Is(err, ErrNotStore) {
+		t.Errorf("non-empty directory: %v, want ErrNotStore", err)
+	}
+	if _, err := Open(filepath.Join(t.TempDir(), "missing"), Options{ReadOnly: true}); !errors.Is(err, ErrNotStore) {
+		t.Errorf("read-only open of nothing: %v, want ErrNotStore", err)
+	}
+}
+
+func TestManifestAndNodeRecords(t *testing.T) {
+	m := &Manifest{Chunks: []ChunkRef{{Sum([]byte("a")), 1}, {Sum([]byte("bc")), 1 << 20}}, Extra: []byte("tensor index")}
+	got, err := unmarshalManifest(m.marshal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Chunks) != 2 || got.Chunks[1] != m.Chunks[1] || string(got.Extra) != "tensor index" || got.Size() != 1<<20+1 {
+		t.Fatalf("manifest round trip: %+v", got)
+	}
+	for _, bad := range [][]byte{nil, {9}, {1, 0xff, 0xff, 0xff, 0xff, 0x0f}, m.marshal()[:40]} {
+		if _, err := unmarshalManifest(bad); err == nil {
+			t.Errorf("manifest %x parsed", bad)
+		}
+	}
+	n := Node{Ino: 42, Mode: 0o100644, UID: 1, GID: 2, Size: 3, Atime: 4, Mtime: 5, Ctime: 6, Target: "x/y"}
+	back, err := unmarshalNode(42, n.marshal())
+	if err != nil || back != n {
+		t.Fatalf("node round trip: %+v %v", back, err)
+	}
+}
+
+func TestAllocInoSurvivesReopen(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "store")
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[uint64]bool{}
+	for i := 0; i < 3; i++ {
+		ino, err := s.AllocIno()
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[ino] = true
+	}
+	s.Close()
+	s, err = Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for i := 0; i < 2*inoBlock; i++ {
+		ino, err := s.AllocIno()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[ino] || ino < FirstIno {
+			t.Fatalf("inode %d handed out twice (or reserved)", ino)
+		}
+		seen[ino] = true
+	}
+}
