@@ -77,22 +77,22 @@ func (d *dirNode) load(ctx context.Context) error {
 		if d.GetChild(e.name) != nil {
 			continue
 		}
-		child := d.fsys.nodeFor(e.rec, d.attr.Ino, e.name)
+		child := d.fsys.nodeFor(e.rec, d, e.name)
 		d.AddChild(e.name, d.NewPersistentInode(ctx, child, fs.StableAttr{Mode: e.rec.Mode & syscall.S_IFMT, Ino: e.rec.Ino}), false)
 	}
 	d.loaded = true
 	return nil
 }
 
-// nodeFor builds the node of a catalog record found at parent/name.
-func (f *FS) nodeFor(rec cas.Node, parent uint64, name string) fs.InodeEmbedder {
+// nodeFor builds the node of a catalog record found at dir/name.
+func (f *FS) nodeFor(rec cas.Node, dir *dirNode, name string) fs.InodeEmbedder {
 	switch {
 	case rec.IsDir():
 		return &dirNode{nodeBase: nodeBase{fsys: f, attr: rec}}
 	case rec.IsSymlink():
 		return &symlinkNode{nodeBase: nodeBase{fsys: f, attr: rec}}
 	default:
-		return &fileNode{nodeBase: nodeBase{fsys: f, attr: rec}, persisted: true, parent: parent, name: name, committedSize: rec.Size}
+		return &fileNode{nodeBase: nodeBase{fsys: f, attr: rec}, persisted: true, dir: dir, name: name, committedSize: rec.Size}
 	}
 }
 
@@ -219,7 +219,7 @@ func (d *dirNode) addNode(ctx context.Context, name string, rec cas.Node) (*fs.I
 		return nil, d.fsys.toErrno("create", err)
 	}
 	d.attr = parent
-	child := d.fsys.nodeFor(rec, d.attr.Ino, name)
+	child := d.fsys.nodeFor(rec, d, name)
 	if dn, ok := child.(*dirNode); ok {
 		dn.loaded = true // new and empty
 	}
@@ -277,7 +277,7 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 			Ino: ino, Mode: syscall.S_IFREG | mode&0o7777, UID: uid, GID: gid,
 			Atime: now, Mtime: now, Ctime: now,
 		}},
-		parent:   d.attr.Ino,
+		dir:      d,
 		name:     name,
 		manifest: &cas.Manifest{},
 		dirty:    true, // an empty new file is content to commit too
@@ -381,6 +381,7 @@ func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 		return d.fsys.toErrno("rmdir", err)
 	}
 	d.attr = parent
+	detach(cd)
 	return 0
 }
 
@@ -410,13 +411,15 @@ func removeEntry(tx *cas.Tx, parent uint64, name string, n fs.InodeEmbedder) err
 	return tx.DeleteNode(ino)
 }
 
-// detach marks a node that no longer has a name (nsMu held).
+// detach marks a node that no longer has a name (nsMu held), and lets go-fuse
+// drop its inode once the kernel forgets it (persistent inodes stay otherwise).
 func detach(n fs.InodeEmbedder) {
 	if f, ok := n.(*fileNode); ok {
 		f.persisted = false
 		f.shadow = 0
 		f.unlinked.Store(true)
 	}
+	n.EmbeddedInode().ForgetPersistent()
 }
 
 func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
@@ -537,7 +540,7 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 		detach(dst)
 	}
 	if srcFile != nil {
-		srcFile.parent, srcFile.name = np.attr.Ino, newName
+		srcFile.dir, srcFile.name = np, newName
 		if !srcFile.persisted {
 			srcFile.shadow = newShadow
 		}

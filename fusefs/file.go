@@ -20,14 +20,22 @@ import (
 
 // fileNode is a regular file: its committed manifest and, while it is being
 // changed, a spool file holding its whole new content.
+//
+// A change to a committed file that other handles have open (readers, mmaps)
+// is staged in a fork: a new node with a new inode number that takes the file's
+// place at commit, while this node stays frozen at the old version for the
+// handles that have it. The kernel's cached pages of the old inode therefore
+// never mix versions, and a process that mmapped the old version keeps reading
+// it even when the writer overwrites the file in place (torch.save's open with
+// O_TRUNC).
 type fileNode struct {
 	nodeBase
 
 	// Guarded by fsys.nsMu.
-	persisted bool   // the catalog has this node's record and directory entry
-	parent    uint64 // where the file lives (for its commit's directory entry)
+	persisted bool     // the catalog has this node's record and directory entry
+	dir       *dirNode // where the file lives (for its commit's directory entry)
 	name      string
-	shadow    uint64 // committed node at parent/name this file replaces at its first commit
+	shadow    uint64 // committed node at dir/name this file replaces at its first commit
 
 	unlinked atomic.Bool // no name any more; commits keep it out of the catalog
 
@@ -37,12 +45,15 @@ type fileNode struct {
 	manifest      *cas.Manifest
 	offsets       []int64 // offsets[i] = file offset of manifest.Chunks[i]
 	committedSize int64
-	spool         *os.File // non-nil while content is staged
-	dirty         bool     // content or size changed since the last commit
-	writers       int      // open handles that may write
-	handles       int      // all open handles
-	gen           uint64   // bumped by every content change
-	cachedGen     uint64   // gen when a read handle last got the kernel's cached pages
+	spool         *os.File  // non-nil while content is staged
+	dirty         bool      // content or size changed since the last commit
+	writers       int       // open handles that may write (for a fork: its origin's)
+	handles       int       // all open handles
+	gen           uint64    // bumped by every content change
+	cachedGen     uint64    // gen when a read handle last got the kernel's cached pages
+	fork          *fileNode // the new version being staged for n's writers
+
+	origin *fileNode // guarded by fsys.nsMu: for a fork not committed yet, the node it replaces
 }
 
 var (
@@ -76,6 +87,11 @@ func (n *fileNode) openHandle(flags uint32) (*handle, uint32) {
 	n.fsys.trackOpen(n, 1)
 	if h.write {
 		n.writers++
+		if n.fork != nil {
+			n.fork.mu.Lock()
+			n.fork.writers++
+			n.fork.mu.Unlock()
+		}
 		// No page-cache copy of written bytes, and requests of MaxWrite.
 		return h, fuse.FOPEN_DIRECT_IO
 	}
@@ -84,6 +100,53 @@ func (n *fileNode) openHandle(flags uint32) (*handle, uint32) {
 	}
 	n.cachedGen = n.gen
 	return h, 0
+}
+
+// dataNode returns the node that holds the content seen through h: the fork
+// for handles that may write (and for changes by path, h == nil), n otherwise.
+func (n *fileNode) dataNode(h fs.FileHandle) *fileNode {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	if hh, ok := h.(*handle); n.fork != nil && (h == nil || ok && hh.write) {
+		return n.fork
+	}
+	return n
+}
+
+// changeTarget returns the node a change through h must go to, starting a fork
+// when n is a committed file that handles other than writers have open.
+func (n *fileNode) changeTarget(h fs.FileHandle) *fileNode {
+	if t := n.dataNode(h); t != n {
+		return t
+	}
+	if hh, ok := h.(*handle); ok && !hh.write {
+		return n // the kernel does not send writes through read handles
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.fork != nil {
+		return n.fork
+	}
+	if n.spool != nil || n.handles <= n.writers || n.unlinked.Load() {
+		return n
+	}
+	ino, err := n.fsys.store.AllocIno()
+	if err != nil {
+		n.fsys.log.Printf("fork %q: %v; changing it in place", n.name, err)
+		return n
+	}
+	n.fsys.nsMu.Lock()
+	defer n.fsys.nsMu.Unlock()
+	if !n.persisted {
+		return n
+	}
+	// The fork is not tracked as open on its own: n is, and n's commit and
+	// LiveManifests reach the fork through n.fork.
+	f := &fileNode{nodeBase: nodeBase{fsys: n.fsys, attr: n.attr}, origin: n, writers: n.writers}
+	f.attr.Ino = ino
+	f.setManifest(n.manifest)
+	n.fork = f
+	return f
 }
 
 func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
@@ -155,6 +218,9 @@ func (n *fileNode) fillAttr(out *fuse.Attr) {
 }
 
 func (n *fileNode) Read(ctx context.Context, f fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	if t := n.dataNode(f); t != n {
+		return t.Read(ctx, nil, dest, off)
+	}
 	n.mu.RLock()
 	if n.spool != nil {
 		defer n.mu.RUnlock()
@@ -258,6 +324,9 @@ func (n *fileNode) stage(ctx context.Context, keep int64) error {
 }
 
 func (n *fileNode) Write(ctx context.Context, f fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+	if t := n.changeTarget(f); t != n {
+		return t.Write(ctx, nil, data, off)
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if err := n.stage(ctx, n.attr.Size); err != nil {
@@ -305,29 +374,36 @@ func (n *fileNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAtt
 		return n.fsys.toErrno("setattr", err)
 	}
 	size, resize := in.GetSize()
-	n.mu.Lock()
 	if resize {
-		if err := n.resize(ctx, int64(size)); err != nil {
-			n.mu.Unlock()
+		t := n.changeTarget(f)
+		t.mu.Lock()
+		err := t.resize(ctx, int64(size))
+		writers := t.writers
+		t.mu.Unlock()
+		if err != nil {
 			return n.fsys.toErrno("truncate", err)
+		}
+		// truncate(2) by path on a file nobody writes: no close will follow, so
+		// this is the commit. open(O_TRUNC) also arrives without a handle, but
+		// after the OPEN: its writer commits at close, and until then the catalog
+		// keeps the previous version.
+		if f == nil && writers == 0 {
+			if err := t.commit(ctx); err != nil {
+				return n.fsys.toErrno("truncate", err)
+			}
 		}
 	}
+	n.mu.Lock()
 	rec := n.attr
 	applySetattr(&rec, in, time.Now().UnixNano())
-	n.attr = rec
+	n.attr.Mode, n.attr.UID, n.attr.GID = rec.Mode, rec.UID, rec.GID
+	n.attr.Atime, n.attr.Mtime, n.attr.Ctime = rec.Atime, rec.Mtime, rec.Ctime
 	rec.Size = n.committedSize
 	n.mu.Unlock()
-
-	if resize && f == nil {
-		// truncate(2) by path: no close will follow, so this is the commit.
-		if err := n.commit(ctx); err != nil {
-			return n.fsys.toErrno("truncate", err)
-		}
-	} else if !resize {
+	if !resize || in.Valid&^fuse.FATTR_SIZE&^fuse.FATTR_FH&^fuse.FATTR_LOCKOWNER != 0 {
 		n.fsys.nsMu.Lock()
-		persisted := n.persisted
 		var err error
-		if persisted {
+		if n.persisted {
 			err = n.fsys.store.Update(func(tx *cas.Tx) error { return tx.PutNode(rec) })
 		}
 		n.fsys.nsMu.Unlock()
@@ -342,6 +418,9 @@ func (n *fileNode) Allocate(ctx context.Context, f fs.FileHandle, off uint64, si
 	const keepSize = 0x1 // FALLOC_FL_KEEP_SIZE
 	if mode&^keepSize != 0 {
 		return syscall.EOPNOTSUPP
+	}
+	if t := n.changeTarget(f); t != n {
+		return t.Allocate(ctx, nil, off, size, mode)
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -392,57 +471,120 @@ func (n *fileNode) Release(ctx context.Context, f fs.FileHandle) syscall.Errno {
 	}
 	n.mu.Lock()
 	n.handles--
+	fork := n.fork
 	if h != nil && h.write {
 		n.writers--
+		if fork != nil {
+			fork.releaseWriter()
+		}
 	}
-	if n.writers == 0 && !n.dirty && n.spool != nil {
-		n.spool.Close()
-		n.spool = nil
+	n.dropSpoolLocked()
+	if fork != nil && n.writers == 0 {
+		n.fork = nil // its writers are gone; it lives on at the file's name
 	}
 	n.mu.Unlock()
 	n.fsys.trackOpen(n, -1)
 	return 0
 }
 
+// releaseWriter forgets a redirected writer of a fork.
+func (n *fileNode) releaseWriter() {
+	n.mu.Lock()
+	n.writers--
+	n.dropSpoolLocked()
+	n.mu.Unlock()
+}
+
+// dropSpoolLocked frees the spool once nothing can change or needs it (mu held).
+func (n *fileNode) dropSpoolLocked() {
+	if n.writers == 0 && !n.dirty && n.spool != nil {
+		n.spool.Close()
+		n.spool = nil
+	}
+}
+
 // commit makes the staged content the committed content, if there is any.
+// For a file with a fork in progress it commits the fork.
 func (n *fileNode) commit(ctx context.Context) error {
+	if t := n.dataNode(nil); t != n {
+		return t.commit(ctx)
+	}
 	n.commitMu.Lock()
 	defer n.commitMu.Unlock()
+	// A fork takes its origin's place: its name, mode and owner. Read them
+	// before taking n.mu (Open holds an origin's mu while taking its fork's).
+	n.fsys.nsMu.Lock()
+	origin := n.origin
+	n.fsys.nsMu.Unlock()
+	var originAttr cas.Node
+	if origin != nil {
+		origin.mu.RLock()
+		originAttr = origin.attr
+		origin.mu.RUnlock()
+	}
+	replaced, err := n.commitLocked(ctx, origin, originAttr)
+	if err != nil || replaced == nil {
+		return err
+	}
+	// The name now belongs to n: make the kernel drop its cached entry (which
+	// resolves to the origin) before close returns, so that the next open of
+	// the name finds the new version. No lock of ours is held here: the kernel
+	// takes the directory's lock, which a request waiting for nsMu may hold.
+	replaced()
+	return nil
+}
+
+// commitLocked does the commit; for a fork that took its origin's place it
+// returns the function that invalidates the kernel's entry.
+func (n *fileNode) commitLocked(ctx context.Context, origin *fileNode, originAttr cas.Node) (func(), error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if !n.dirty {
-		return nil
+		return nil, nil
 	}
 	m := &cas.Manifest{}
 	batch := n.fsys.store.NewBatch()
 	if n.spool != nil && n.attr.Size > 0 {
 		refs, err := n.putChunks(ctx, batch)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		m.Chunks = refs
 	}
 	if err := batch.Sync(); err != nil {
-		return err
+		return nil, err
 	}
 	rec := n.attr
 	rec.Size = m.Size()
+	if origin != nil {
+		rec.Mode, rec.UID, rec.GID = originAttr.Mode, originAttr.UID, originAttr.GID
+	}
 
 	n.fsys.nsMu.Lock()
-	unlinked := n.unlinked.Load()
+	defer n.fsys.nsMu.Unlock()
+	if origin != nil {
+		n.dir, n.name = origin.dir, origin.name
+		if origin.unlinked.Load() {
+			n.unlinked.Store(true)
+		}
+	}
 	var err error
-	if !unlinked {
+	if !n.unlinked.Load() {
 		err = n.fsys.store.Update(func(tx *cas.Tx) error {
 			if err := tx.CommitBatch(batch); err != nil {
 				return err
 			}
 			if !n.persisted {
-				if n.shadow != 0 {
-					if err := tx.DeleteNode(n.shadow); err != nil {
+				replaced := n.shadow
+				if origin != nil && origin.persisted {
+					replaced = origin.attr.Ino
+				}
+				if replaced != 0 {
+					if err := tx.DeleteNode(replaced); err != nil {
 						return err
 					}
 				}
-				if err := tx.Link(n.parent, n.name, rec.Ino); err != nil {
+				if err := tx.Link(n.dir.attr.Ino, n.name, rec.Ino); err != nil {
 					return err
 				}
 			}
@@ -451,21 +593,47 @@ func (n *fileNode) commit(ctx context.Context) error {
 			}
 			return tx.PutNode(rec)
 		})
-		if err == nil {
-			n.persisted, n.shadow = true, 0
+		if err != nil {
+			return nil, fmt.Errorf("commit %q: %w", n.name, err)
 		}
+		n.persisted, n.shadow = true, 0
 	}
-	n.fsys.nsMu.Unlock()
-	if err != nil {
-		return fmt.Errorf("commit %q: %w", n.name, err)
-	}
+	n.attr.Mode, n.attr.UID, n.attr.GID = rec.Mode, rec.UID, rec.GID
 	n.setManifest(m)
 	n.dirty = false
-	if n.writers == 0 && n.spool != nil {
-		n.spool.Close()
-		n.spool = nil
+	n.dropSpoolLocked()
+	if origin == nil {
+		return nil, nil
 	}
-	return nil
+	n.origin = nil
+	if n.unlinked.Load() {
+		return nil, nil
+	}
+	return n.replaceOrigin(origin), nil
+}
+
+// replaceOrigin puts fork n in origin's place in the inode tree and returns a
+// function that makes the kernel drop its cached entry for the name (so the
+// next lookup finds n). nsMu held.
+func (n *fileNode) replaceOrigin(origin *fileNode) func() {
+	parent := n.dir.EmbeddedInode()
+	// A rename of the origin updates origin.dir/name under nsMu, but go-fuse
+	// moves its inode only after our Rename returns. Wait for the tree to
+	// agree, or that move would put the origin back over n.
+	for i := 0; i < 1000 && parent.GetChild(n.name) != origin.EmbeddedInode(); i++ {
+		n.fsys.nsMu.Unlock()
+		time.Sleep(time.Millisecond)
+		n.fsys.nsMu.Lock()
+	}
+	detach(origin)
+	child := parent.NewPersistentInode(context.Background(), n, fs.StableAttr{Mode: syscall.S_IFREG, Ino: n.attr.Ino})
+	parent.AddChild(n.name, child, true)
+	name := n.name
+	return func() {
+		if errno := parent.NotifyEntry(name); errno != 0 && errno != syscall.ENOENT {
+			n.fsys.log.Printf("invalidate entry %q: %v", name, errno)
+		}
+	}
 }
 
 // putChunks cuts the spool into chunks and stores them, in parallel. mu held.

@@ -228,6 +228,63 @@ func TestOverwriteOldReaderKeepsOldBytes(t *testing.T) {
 	}
 }
 
+// TestOverwriteInPlaceOldReaderKeepsOldBytes overwrites a file in place
+// (open with O_TRUNC, torch.save's pattern) while another process has it
+// mmapped: the writer's version gets a new inode, the old one stays intact.
+func TestOverwriteInPlaceOldReaderKeepsOldBytes(t *testing.T) {
+	m := newMount(t)
+	v1 := randBytes(11, 5<<20+7)
+	v2 := randBytes(12, 3<<20+1)
+	p := m.path("runs/model.pt")
+	mustWrite(t, p, v1)
+	st1, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldFd, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer oldFd.Close()
+	client, stdin, stderr, readLine := startClient(t, "mmap-hold", p)
+	if got := readLine(); got != "ready" {
+		t.Fatalf("client: %q (stderr %s)", got, stderr)
+	}
+	for round, v := range [][]byte{v2, v1[:1000], v2} {
+		mustWrite(t, p, v) // in place: O_WRONLY|O_CREAT|O_TRUNC
+		mustEqualFile(t, p, v)
+		if st, err := os.Stat(p); err != nil || st.Size() != int64(len(v)) {
+			t.Fatalf("round %d: stat %v %v", round, err, st.Size())
+		}
+	}
+	st2, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st2.Sys().(*syscall.Stat_t).Ino == st1.Sys().(*syscall.Stat_t).Ino {
+		t.Fatalf("the new version kept the old inode number")
+	}
+	if _, err := stdin.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := readLine(), sha(v1)+" "+sha(v1); got != want {
+		t.Fatalf("old mmap reader saw %q, want the old version %q", got, want)
+	}
+	got := make([]byte, len(v1))
+	if _, err := oldFd.ReadAt(got, 0); err != nil || sha(got) != sha(v1) {
+		t.Fatalf("old descriptor: %v, same=%v", err, sha(got) == sha(v1))
+	}
+	if st := m.stats(); st.Files != 1 || st.LogicalBytes != int64(len(v2)) {
+		t.Fatalf("stats: files %d logical %d", st.Files, st.LogicalBytes)
+	}
+	oldFd.Close()
+	if err := client.Wait(); err != nil { // its mapping must be gone before unmount
+		t.Fatalf("client: %v", err)
+	}
+	m.remount()
+	mustEqualFile(t, p, v2)
+}
+
 // TestOverwriteInPlace truncates and rewrites a committed file (torch.save's
 // pattern) and appends to one.
 func TestOverwriteInPlace(t *testing.T) {

@@ -226,7 +226,12 @@ func startClient(t *testing.T, mode, path string) (*exec.Cmd, io.WriteCloser, *b
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
 	buf := make([]byte, 4096)
 	var acc []byte
 	readLine := func() string {
