@@ -18,9 +18,10 @@ import (
 type Batch struct {
 	s *Store
 
-	mu    sync.Mutex
-	added map[ID]ChunkInfo    // chunks to index at commit
-	dirs  map[string]struct{} // directories whose entries changed
+	mu     sync.Mutex
+	added  map[ID]ChunkInfo    // chunks to index at commit
+	dirs   map[string]struct{} // directories whose entries changed
+	pinned []ID                // chunks this batch keeps from the sweeper
 }
 
 // flight is an object being written by some batch; other batches putting the
@@ -47,6 +48,14 @@ func (b *Batch) Put(ctx context.Context, data []byte) (ChunkRef, error) {
 	}
 	id := Sum(data)
 	ref := ChunkRef{ID: id, Len: uint32(len(data))}
+	// Pin before looking at the index: from here until Release, a sweep will
+	// not delete this chunk, and a sweep already deleting it finishes first.
+	if err := b.s.pin(ctx, id); err != nil {
+		return ref, err
+	}
+	b.mu.Lock()
+	b.pinned = append(b.pinned, id)
+	b.mu.Unlock()
 
 	var indexed bool
 	if err := b.s.View(func(tx *Tx) error {
@@ -119,6 +128,16 @@ func (b *Batch) Sync() error {
 		}
 	}
 	return nil
+}
+
+// Release unpins the batch's chunks. Call it once the transaction that commits
+// the batch has ended (committed or not); the batch must not be used after.
+func (b *Batch) Release() {
+	b.mu.Lock()
+	pinned := b.pinned
+	b.pinned = nil
+	b.mu.Unlock()
+	b.s.unpin(pinned)
 }
 
 // CommitBatch adds the index rows of b's chunks. Call it after b.Sync, inside the

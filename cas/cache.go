@@ -85,3 +85,14 @@ func (c *cache) bytes() int64 {
 	defer c.mu.Unlock()
 	return c.used
 }
+
+// drop forgets chunk id (its object was deleted).
+func (c *cache) drop(id ID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.entries[id]; ok {
+		c.lru.Remove(el)
+		delete(c.entries, id)
+		c.used -= int64(len(el.Value.(*cacheEntry).data))
+	}
+}

@@ -347,6 +347,30 @@ func (t *Tx) ForEachManifest(fn func(ino uint64, m *Manifest) error) error {
 	})
 }
 
+// ForEachNode calls fn for every node record.
+func (t *Tx) ForEachNode(fn func(n Node) error) error {
+	return t.b(bucketNodes).ForEach(func(k, v []byte) error {
+		n, err := unmarshalNode(binary.BigEndian.Uint64(k), v)
+		if err != nil {
+			return err
+		}
+		return fn(n)
+	})
+}
+
+// ForEachChunk calls fn for every chunk index row.
+func (t *Tx) ForEachChunk(fn func(id ID, c ChunkInfo) error) error {
+	return t.b(bucketChunks).ForEach(func(k, v []byte) error {
+		var id ID
+		copy(id[:], k)
+		c, err := unmarshalChunkInfo(v)
+		if err != nil || len(k) != IDSize {
+			return fmt.Errorf("chunk row %x: bad record", k)
+		}
+		return fn(id, c)
+	})
+}
+
 // Chunk returns the index record of chunk id.
 func (t *Tx) Chunk(id ID) (ChunkInfo, bool, error) {
 	v := t.b(bucketChunks).Get(id[:])

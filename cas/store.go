@@ -46,6 +46,8 @@ type Options struct {
 	// ReadOnly opens the catalog without the exclusive lock and without touching
 	// the spool; writes fail.
 	ReadOnly bool
+	// KeepSpool leaves the spool as it is (for fsck, which reports leftovers).
+	KeepSpool bool
 }
 
 // Store is an open chunk store. Its methods are safe for concurrent use.
@@ -66,6 +68,15 @@ type Store struct {
 
 	madeDirs sync.Map // object directories known to exist
 
+	// Coordination with garbage collection (see sweep.go): chunks named by
+	// batches not committed yet are pinned; chunks being swept are deleting.
+	pinMu        sync.Mutex
+	pins         map[ID]int
+	watch        map[ID]struct{} // while a collection runs: chunks of batches released since it began
+	deleting     map[ID]struct{}
+	deletingDone chan struct{} // closed when the current sweep step ends
+	collectMu    sync.Mutex    // one collection at a time
+
 	storeReadBytes atomic.Int64
 }
 
@@ -82,6 +93,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	if opts.ChunkSize > maxChunkSize {
 		return nil, fmt.Errorf("chunk size %d is over the %d limit", opts.ChunkSize, maxChunkSize)
+	}
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
 	}
 	catalog := filepath.Join(dir, catalogName)
 	_, statErr := os.Stat(catalog)
@@ -113,7 +127,8 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open catalog %s: %w", catalog, err)
 	}
-	s := &Store{dir: dir, db: db, readOnly: opts.ReadOnly, flights: map[ID]*flight{}}
+	s := &Store{dir: dir, db: db, readOnly: opts.ReadOnly, flights: map[ID]*flight{},
+		pins: map[ID]int{}, deleting: map[ID]struct{}{}}
 	if err := s.init(opts.ChunkSize); err != nil {
 		db.Close()
 		return nil, err
@@ -123,7 +138,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s.cache = newCache(opts.CacheSize)
-	if !opts.ReadOnly {
+	if !opts.ReadOnly && !opts.KeepSpool {
 		if err := s.resetSpool(); err != nil {
 			s.Close()
 			return nil, err

@@ -6,6 +6,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ckptfs/ckptfs/cas"
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
@@ -86,7 +87,10 @@ func (s *statsFile) render() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := json.MarshalIndent(st, "", "  ")
+	b, err := json.MarshalIndent(struct {
+		cas.Stats
+		Store string `json:"store"` // the store directory, for tools given the mountpoint
+	}{st, s.fsys.store.Dir()}, "", "  ")
 	if err != nil {
 		return nil, err
 	}

@@ -544,6 +544,7 @@ func (n *fileNode) commitLocked(ctx context.Context, origin *fileNode, originAtt
 	}
 	m := &cas.Manifest{}
 	batch := n.fsys.store.NewBatch()
+	defer batch.Release() // after the transaction below has ended
 	if n.spool != nil && n.attr.Size > 0 {
 		refs, err := n.putChunks(ctx, batch)
 		if err != nil {

@@ -163,9 +163,15 @@ func statsJSON(t testing.TB, path string) map[string]int64 {
 	if code != 0 {
 		t.Fatalf("ckptfs stats %s: exit %d: %s", path, code, errOut)
 	}
-	var m map[string]int64
-	if err := json.Unmarshal([]byte(out), &m); err != nil {
+	var raw map[string]any
+	if err := json.Unmarshal([]byte(out), &raw); err != nil {
 		t.Fatalf("stats --json: %v\n%s", err, out)
+	}
+	m := map[string]int64{}
+	for k, v := range raw {
+		if f, ok := v.(float64); ok {
+			m[k] = int64(f)
+		}
 	}
 	return m
 }

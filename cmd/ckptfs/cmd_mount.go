@@ -48,6 +48,12 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 	if err != nil {
 		return err
 	}
+	stopControl, err := serveControl(ctx, store, fsys, logger)
+	if err != nil {
+		srv.Unmount()
+		return err
+	}
+	defer stopControl()
 	fmt.Fprintf(stdout, "ckptfs: serving %s at %s (Ctrl-C to unmount)\n", store.Dir(), mnt)
 
 	served := make(chan struct{})

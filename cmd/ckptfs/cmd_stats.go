@@ -37,6 +37,10 @@ func runStats(ctx context.Context, c command, args []string, stdout, stderr io.W
 			fmt.Fprintf(tw, "%s\t%.0f\t(%s)\n", k, n, formatBytes(int64(n)))
 			continue
 		}
+		if n, ok := v.(float64); ok {
+			fmt.Fprintf(tw, "%s\t%.0f\n", k, n)
+			continue
+		}
 		fmt.Fprintf(tw, "%s\t%v\n", k, v)
 	}
 	if u, ok := stats["unique_bytes"].(float64); ok && u > 0 {

@@ -1,0 +1,219 @@
+package cas
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Garbage collection runs beside commits. The race it must never lose (the one
+// that cost xet users data): a commit deduplicates against an existing chunk
+// that the collector, which saw no manifest naming it, deletes before the
+// commit's manifest lands. Three in-memory sets close it, all under pinMu:
+//
+//   - pins: every chunk a live Batch has Put, deduplicated or written, from
+//     before Put looks at the index until the batch is released (after its
+//     transaction has ended).
+//   - watch: while a collection runs (BeginCollect to its end), the chunks of
+//     every batch released. A commit that landed after the collector read the
+//     manifests, and released its pins before the sweep, is caught here.
+//   - deleting: the chunks a sweep step has chosen, from the choice until their
+//     index rows are removed and their objects are gone.
+//
+// The collector calls BeginCollect before it reads any manifest, so a chunk
+// named by a manifest it did not see is pinned or watched when Sweep chooses.
+// Sweep chooses only chunks in neither set; Put on a chunk being deleted waits
+// for the step to end and then finds it absent, so it writes it anew.
+
+// BeginCollect starts a collection: call it before reading the manifests to
+// mark, and call the returned function when the collection is over. Only one
+// collection runs at a time; a second waits.
+func (s *Store) BeginCollect() (end func()) {
+	s.collectMu.Lock()
+	s.pinMu.Lock()
+	s.watch = map[ID]struct{}{}
+	s.pinMu.Unlock()
+	return func() {
+		s.pinMu.Lock()
+		s.watch = nil
+		s.pinMu.Unlock()
+		s.collectMu.Unlock()
+	}
+}
+
+func (s *Store) pin(ctx context.Context, id ID) error {
+	s.pinMu.Lock()
+	for {
+		if _, ok := s.deleting[id]; !ok {
+			break
+		}
+		done := s.deletingDone
+		s.pinMu.Unlock()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		s.pinMu.Lock()
+	}
+	s.pins[id]++
+	s.pinMu.Unlock()
+	return nil
+}
+
+func (s *Store) unpin(ids []ID) {
+	s.pinMu.Lock()
+	defer s.pinMu.Unlock()
+	for _, id := range ids {
+		if s.watch != nil {
+			s.watch[id] = struct{}{}
+		}
+		if s.pins[id]--; s.pins[id] <= 0 {
+			delete(s.pins, id)
+		}
+	}
+}
+
+// ObjectInfo describes one object file found by WalkObjects.
+type ObjectInfo struct {
+	ID      ID
+	Size    int64
+	ModTime time.Time
+}
+
+// WalkObjects calls fn for every object file. Files whose names are not chunk
+// IDs (a temporary file left by a crash, say) go to other, when it is not nil.
+func (s *Store) WalkObjects(ctx context.Context, fn func(ObjectInfo) error, other func(path string, info fs.FileInfo) error) error {
+	root := filepath.Join(s.dir, objectsName)
+	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return ctx.Err()
+		}
+		info, err := d.Info()
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // removed meanwhile
+		}
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		id, perr := ParseID(strings.ReplaceAll(rel, string(filepath.Separator), ""))
+		if perr != nil || filepath.Join(root, objectRelPath(id)) != path {
+			if other != nil {
+				return other(path, info)
+			}
+			return nil
+		}
+		return fn(ObjectInfo{ID: id, Size: info.Size(), ModTime: info.ModTime()})
+	})
+}
+
+// SweepResult is what one Sweep call removed.
+type SweepResult struct {
+	Chunks      int   // objects deleted
+	StoredBytes int64 // bytes of object files deleted
+	RawBytes    int64 // raw bytes of the deleted chunks that were indexed
+	Skipped     int   // candidates kept: pinned by a commit in progress, or named again
+}
+
+// Sweep deletes the objects and index rows of candidates, which the caller
+// found unreachable in manifests read after BeginCollect. Chunks pinned by a
+// commit in progress, or released by one since BeginCollect, are kept. Index
+// rows are removed before the objects, so a crash in between leaves unindexed
+// objects (harmless: the next collection removes them), never index rows
+// without objects.
+func (s *Store) Sweep(ctx context.Context, candidates []ID) (SweepResult, error) {
+	var res SweepResult
+	if s.readOnly {
+		return res, errors.New("store is open read-only")
+	}
+	s.pinMu.Lock()
+	chosen := make([]ID, 0, len(candidates))
+	for _, id := range candidates {
+		_, watched := s.watch[id]
+		if s.pins[id] > 0 || watched {
+			res.Skipped++
+			continue
+		}
+		if _, ok := s.deleting[id]; ok {
+			continue
+		}
+		s.deleting[id] = struct{}{}
+		chosen = append(chosen, id)
+	}
+	s.deletingDone = make(chan struct{})
+	s.pinMu.Unlock()
+	defer func() {
+		s.pinMu.Lock()
+		for _, id := range chosen {
+			delete(s.deleting, id)
+		}
+		close(s.deletingDone)
+		s.pinMu.Unlock()
+	}()
+
+	var doomed []ID
+	err := s.Update(func(tx *Tx) error {
+		doomed = doomed[:0]
+		res.RawBytes = 0
+		for _, id := range chosen {
+			info, indexed, err := tx.Chunk(id)
+			if err != nil {
+				return err
+			}
+			if indexed {
+				if err := tx.deleteChunk(id, info); err != nil {
+					return err
+				}
+				res.RawBytes += int64(info.RawLen)
+			}
+			doomed = append(doomed, id)
+		}
+		return nil
+	})
+	if err != nil {
+		return res, fmt.Errorf("sweep: %w", err)
+	}
+	for _, id := range doomed {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		path := s.objectPath(id)
+		st, err := os.Stat(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return res, fmt.Errorf("sweep %v: %w", id, err)
+		}
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return res, fmt.Errorf("sweep %v: %w", id, err)
+		}
+		s.cache.drop(id)
+		res.Chunks++
+		res.StoredBytes += st.Size()
+	}
+	return res, nil
+}
+
+// deleteChunk removes chunk id's index row and its share of the counters.
+func (t *Tx) deleteChunk(id ID, c ChunkInfo) error {
+	if err := t.b(bucketChunks).Delete(id[:]); err != nil {
+		return err
+	}
+	if err := t.addCounter(keyChunks, -1); err != nil {
+		return err
+	}
+	if err := t.addCounter(keyUnique, -int64(c.RawLen)); err != nil {
+		return err
+	}
+	return t.addCounter(keyStored, -int64(c.StoredLen))
+}

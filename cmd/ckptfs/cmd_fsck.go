@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/ckptfs/ckptfs/cas"
+	"github.com/ckptfs/ckptfs/gc"
+)
+
+// errFaults makes fsck exit non-zero after printing what it found.
+var errFaults = errors.New("faults found")
+
+func runFsck(ctx context.Context, c command, args []string, stdout, stderr io.Writer) error {
+	fl := newFlags(c, stderr)
+	readData := fl.Bool("read-data", false, "decode every chunk and check its hash (reads the whole store)")
+	asJSON := fl.Bool("json", false, "print JSON")
+	pos, err := parseArgs(fl, args, 1)
+	if err != nil {
+		return err
+	}
+	t, err := resolveTarget(pos[0])
+	if err != nil {
+		return err
+	}
+	bar := newProgressBar(stderr)
+	var res gc.FsckResult
+	if t.socket != "" {
+		err = callDaemon(ctx, t.socket, controlRequest{Op: "fsck", ReadData: *readData}, bar.update, &res)
+	} else {
+		var s *cas.Store
+		s, err = cas.Open(t.storeDir, cas.Options{KeepSpool: true})
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		res, err = gc.Fsck(ctx, s, gc.FsckOptions{ReadData: *readData, Progress: bar.update})
+	}
+	bar.done()
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res); err != nil {
+			return err
+		}
+	} else {
+		for _, p := range res.Problems {
+			fmt.Fprintln(stdout, p)
+		}
+		for _, name := range res.SpoolLeftovers {
+			fmt.Fprintf(stdout, "note: spool leftover %s (the next mount removes it)\n", name)
+		}
+		fmt.Fprintf(stdout, "checked %d files, %d directories, %d chunks", res.Files, res.Dirs, res.Chunks)
+		if *readData {
+			fmt.Fprintf(stdout, " (%d objects read and verified)", res.ObjectsRead)
+		}
+		fmt.Fprintf(stdout, "; %d unreferenced objects (gc frees them); %d problems\n", res.Unreferenced, len(res.Problems))
+	}
+	if !res.OK() {
+		return fmt.Errorf("%w: %d problems", errFaults, len(res.Problems))
+	}
+	return nil
+}

@@ -1,0 +1,153 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/ckptfs/ckptfs/cas"
+	"github.com/ckptfs/ckptfs/fusefs"
+	"github.com/ckptfs/ckptfs/gc"
+)
+
+// The serving daemon listens on STORE/daemon.sock so that gc and fsck, given a
+// mountpoint, run inside it: the store is locked by the daemon, and only the
+// daemon knows the manifests of open files and coordinates with its commits.
+// The protocol is one JSON request line, answered by JSON lines: any number of
+// {"progress": …} and then one {"result": …} or {"error": "…"}.
+const socketName = "daemon.sock"
+
+type controlRequest struct {
+	Op       string        `json:"op"` // "gc" or "fsck"
+	Grace    time.Duration `json:"grace"`
+	DryRun   bool          `json:"dry_run"`
+	ReadData bool          `json:"read_data"`
+}
+
+type controlReply struct {
+	Progress *gc.Progress    `json:"progress,omitempty"`
+	Result   json.RawMessage `json:"result,omitempty"`
+	Error    string          `json:"error,omitempty"`
+}
+
+// serveControl accepts control connections until ctx ends.
+func serveControl(ctx context.Context, store *cas.Store, fsys *fusefs.FS, logger *log.Logger) (func(), error) {
+	path := filepath.Join(store.Dir(), socketName)
+	os.Remove(path) // a dead daemon's socket; the store lock says we own the store
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go handleControl(ctx, conn, store, fsys, logger)
+		}
+	}()
+	return func() { ln.Close(); os.Remove(path) }, nil
+}
+
+func handleControl(ctx context.Context, conn net.Conn, store *cas.Store, fsys *fusefs.FS, logger *log.Logger) {
+	defer conn.Close()
+	var req controlRequest
+	if err := json.NewDecoder(bufio.NewReader(conn)).Decode(&req); err != nil {
+		return
+	}
+	enc := json.NewEncoder(conn)
+	progress := func(p gc.Progress) { enc.Encode(controlReply{Progress: &p}) }
+	var result any
+	var err error
+	switch req.Op {
+	case "gc":
+		var r gc.Result
+		r, err = gc.Collect(ctx, store, gc.Options{Grace: req.Grace, DryRun: req.DryRun, Live: fsys.LiveManifests, Progress: progress})
+		result = r
+	case "fsck":
+		var r gc.FsckResult
+		r, err = gc.Fsck(ctx, store, gc.FsckOptions{ReadData: req.ReadData, Progress: progress})
+		result = r
+	default:
+		err = fmt.Errorf("unknown operation %q", req.Op)
+	}
+	if err != nil {
+		logger.Printf("%s: %v", req.Op, err)
+		enc.Encode(controlReply{Error: err.Error()})
+		return
+	}
+	b, err := json.Marshal(result)
+	if err != nil {
+		enc.Encode(controlReply{Error: err.Error()})
+		return
+	}
+	enc.Encode(controlReply{Result: b})
+}
+
+// target is what gc and fsck act on: a mounted store (through its daemon) or
+// an unmounted store directory.
+type target struct {
+	storeDir string
+	socket   string // non-empty when mounted
+}
+
+// resolveTarget finds the store behind PATH: a mountpoint (its stats.json
+// names the store) or a store directory.
+func resolveTarget(p string) (target, error) {
+	data, err := os.ReadFile(filepath.Join(p, ".ckptfs", "stats.json"))
+	if err == nil {
+		var st struct {
+			Store string `json:"store"`
+		}
+		if err := json.Unmarshal(data, &st); err != nil || st.Store == "" {
+			return target{}, fmt.Errorf("%s: stats.json does not name the store", p)
+		}
+		return target{storeDir: st.Store, socket: filepath.Join(st.Store, socketName)}, nil
+	}
+	if _, err := os.Stat(filepath.Join(p, "catalog.db")); err != nil {
+		return target{}, fmt.Errorf("%s is neither a ckptfs mountpoint nor a store", p)
+	}
+	return target{storeDir: p}, nil
+}
+
+// callDaemon sends req to the daemon and decodes its result into out, passing
+// progress to onProgress.
+func callDaemon(ctx context.Context, socket string, req controlRequest, onProgress func(gc.Progress), out any) error {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", socket)
+	if err != nil {
+		return fmt.Errorf("reach the daemon at %s: %w", socket, err)
+	}
+	defer conn.Close()
+	go func() { <-ctx.Done(); conn.Close() }()
+	if err := json.NewEncoder(conn).Encode(req); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(conn)
+	for {
+		var rep controlReply
+		if err := dec.Decode(&rep); err != nil {
+			if errors.Is(err, io.EOF) {
+				return errors.New("the daemon closed the connection without a result")
+			}
+			return err
+		}
+		switch {
+		case rep.Progress != nil:
+			onProgress(*rep.Progress)
+		case rep.Error != "":
+			return errors.New(rep.Error)
+		default:
+			return json.Unmarshal(rep.Result, out)
+		}
+	}
+}

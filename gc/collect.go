@@ -1,0 +1,176 @@
+package gc
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/ckptfs/ckptfs/cas"
+)
+
+// DefaultGrace is how old an unreferenced object must be before Collect
+// deletes it.
+const DefaultGrace = 24 * time.Hour
+
+// tempMinAge is how old a temporary object file must be to be removed.
+const tempMinAge = time.Hour
+
+// sweepBatch is how many chunks one sweep step deletes: each step is one
+// catalog transaction, during which commits that need one of its chunks wait.
+const sweepBatch = 4096
+
+// Options configure Collect.
+type Options struct {
+	Grace  time.Duration // unreferenced objects younger than this are kept
+	DryRun bool          // report what would be freed, change nothing
+	// Live returns the manifests of files the daemon has open that the catalog
+	// may no longer name. Nil when the store is not mounted.
+	Live func() []*cas.Manifest
+	// Progress, when set, is called as phases advance.
+	Progress func(Progress)
+}
+
+// Progress reports how far a phase has come; Total is 0 when unknown.
+type Progress struct {
+	Phase       string
+	Done, Total int64
+}
+
+// Result is what a collection found and freed.
+type Result struct {
+	DryRun        bool  `json:"dry_run"`
+	Objects       int   `json:"objects"`         // object files seen
+	Marked        int   `json:"marked"`          // distinct chunks named by manifests
+	Unreferenced  int   `json:"unreferenced"`    // objects or index rows no manifest names
+	Young         int   `json:"young"`           // unreferenced objects kept by the grace period
+	Skipped       int   `json:"skipped"`         // kept because a concurrent commit uses them
+	Chunks        int   `json:"freed_chunks"`    // objects deleted (or that would be)
+	FreedBytes    int64 `json:"freed_bytes"`     // bytes of object files deleted
+	FreedRawBytes int64 `json:"freed_raw_bytes"` // raw bytes of the deleted chunks
+	IndexRows     int   `json:"index_rows"`      // index rows without an object removed
+	TempFiles     int   `json:"temp_files"`      // leftover temporary files removed
+}
+
+func report(opts Options, phase string, done, total int64) {
+	if opts.Progress != nil {
+		opts.Progress(Progress{Phase: phase, Done: done, Total: total})
+	}
+}
+
+// Collect runs one mark-and-sweep collection on s.
+func Collect(ctx context.Context, s *cas.Store, opts Options) (Result, error) {
+	res := Result{DryRun: opts.DryRun}
+	end := s.BeginCollect()
+	defer end()
+	start := time.Now()
+
+	// Mark. BeginCollect came first, so any manifest committed after this
+	// read has its chunks pinned or watched (cas/sweep.go).
+	marked := map[cas.ID]struct{}{}
+	var total int64
+	err := s.View(func(tx *cas.Tx) error {
+		total = tx.Counts().Files
+		var done int64
+		return tx.ForEachManifest(func(ino uint64, m *cas.Manifest) error {
+			for _, c := range m.Chunks {
+				marked[c.ID] = struct{}{}
+			}
+			done++
+			if done%256 == 0 {
+				report(opts, "mark", done, total)
+				return ctx.Err()
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return res, fmt.Errorf("mark: %w", err)
+	}
+	if opts.Live != nil {
+		for _, m := range opts.Live() {
+			for _, c := range m.Chunks {
+				marked[c.ID] = struct{}{}
+			}
+		}
+	}
+	res.Marked = len(marked)
+	report(opts, "mark", total, total)
+
+	// Candidates: unmarked objects past the grace period, and unmarked index
+	// rows that no object backs.
+	seen := map[cas.ID]struct{}{}
+	var candidates []cas.ID
+	var candidateBytes int64
+	cutoff := start.Add(-opts.Grace)
+	var temps []string
+	err = s.WalkObjects(ctx, func(o cas.ObjectInfo) error {
+		res.Objects++
+		seen[o.ID] = struct{}{}
+		if res.Objects%4096 == 0 {
+			report(opts, "scan", int64(res.Objects), 0)
+		}
+		if _, ok := marked[o.ID]; ok {
+			return nil
+		}
+		res.Unreferenced++
+		if o.ModTime.After(cutoff) {
+			res.Young++
+			return nil
+		}
+		candidates = append(candidates, o.ID)
+		candidateBytes += o.Size
+		return nil
+	}, func(path string, info fs.FileInfo) error {
+		if strings.HasPrefix(info.Name(), ".tmp-") && info.ModTime().Before(start.Add(-tempMinAge)) {
+			temps = append(temps, path)
+		}
+		return nil
+	})
+	if err != nil {
+		return res, fmt.Errorf("scan objects: %w", err)
+	}
+	err = s.View(func(tx *cas.Tx) error {
+		return tx.ForEachChunk(func(id cas.ID, c cas.ChunkInfo) error {
+			_, isMarked := marked[id]
+			_, hasObject := seen[id]
+			if !isMarked && !hasObject {
+				res.Unreferenced++
+				res.IndexRows++
+				candidates = append(candidates, id)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return res, fmt.Errorf("scan index: %w", err)
+	}
+
+	if opts.DryRun {
+		res.Chunks = len(candidates) - res.IndexRows
+		res.FreedBytes = candidateBytes
+		res.TempFiles = len(temps)
+		return res, nil
+	}
+
+	for i := 0; i < len(candidates); i += sweepBatch {
+		step := candidates[i:min(i+sweepBatch, len(candidates))]
+		r, err := s.Sweep(ctx, step)
+		res.Chunks += r.Chunks
+		res.FreedBytes += r.StoredBytes
+		res.FreedRawBytes += r.RawBytes
+		res.Skipped += r.Skipped
+		if err != nil {
+			return res, err
+		}
+		report(opts, "sweep", int64(i+len(step)), int64(len(candidates)))
+	}
+	for _, p := range temps {
+		if err := os.Remove(p); err == nil {
+			res.TempFiles++
+		}
+	}
+	return res, nil
+}

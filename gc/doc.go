@@ -1,0 +1,25 @@
+// Package gc owns garbage collection and consistency checking of a cas.Store.
+//
+// Collect is mark-and-sweep: it marks every chunk a committed manifest (or a
+// live one handed in by the serving daemon: open files that were unlinked or
+// replaced) names, then sweeps object files that are unmarked and older than
+// the grace period, and index rows that no object backs. It never deletes a
+// chunk that a concurrent commit has just deduplicated against: it starts a
+// collection in cas (Store.BeginCollect) before reading any manifest, and the
+// sweep spares chunks pinned by batches in flight or released since then (see
+// cas/sweep.go). The grace period is a second, independent line of defence
+// (and keeps objects a crashed writer left for a day, for forensics); the
+// coordination is what makes --grace 0 safe.
+//
+// Temporary object files (".tmp-*", left by a crash mid-write) are removed once
+// they are an hour old, whatever the grace: a live writer renames its
+// temporary file within seconds.
+//
+// Fsck reads the catalog and the objects and reports every problem it finds in
+// one run: dangling directory entries, unreachable nodes, manifests without
+// nodes or with the wrong size, chunks that are not indexed or have no object,
+// index rows whose object is missing or of another size, counters that
+// disagree with what they count, and, with ReadData, objects that do not decode
+// and hash to their name. Spool leftovers are reported as notes (the next mount
+// empties the spool).
+package gc

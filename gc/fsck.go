@@ -1,0 +1,271 @@
+package gc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/ckptfs/ckptfs/cas"
+)
+
+// FsckOptions configure Fsck.
+type FsckOptions struct {
+	ReadData bool // decode every object and check its hash, not only its presence
+	Progress func(Progress)
+}
+
+// Problem is one fault Fsck found. Path names the file (relative to the
+// mount's root) when a file is affected; Chunk names the chunk when one is.
+type Problem struct {
+	Kind   string `json:"kind"`
+	Path   string `json:"path,omitempty"`
+	Chunk  string `json:"chunk,omitempty"`
+	Detail string `json:"detail"`
+}
+
+func (p Problem) String() string {
+	s := p.Kind
+	if p.Path != "" {
+		s += " " + p.Path
+	}
+	if p.Chunk != "" {
+		s += " chunk " + p.Chunk
+	}
+	return s + ": " + p.Detail
+}
+
+// FsckResult is what Fsck checked and found.
+type FsckResult struct {
+	Files          int       `json:"files"`
+	Dirs           int       `json:"dirs"`
+	Chunks         int       `json:"chunks"`          // distinct chunks named by manifests
+	ObjectsRead    int       `json:"objects_read"`    // objects decoded and hashed (ReadData)
+	Unreferenced   int       `json:"unreferenced"`    // objects no manifest names (gc frees them)
+	SpoolLeftovers []string  `json:"spool_leftovers"` // notes, not faults
+	Problems       []Problem `json:"problems"`
+}
+
+// OK reports whether no problem was found.
+func (r *FsckResult) OK() bool { return len(r.Problems) == 0 }
+
+// Fsck checks s. It returns an error only when it could not check (an I/O
+// error reading the catalog); faults it finds are in the result.
+func Fsck(ctx context.Context, s *cas.Store, opts FsckOptions) (FsckResult, error) {
+	var res FsckResult
+	problem := func(kind, p, chunk, format string, args ...any) {
+		res.Problems = append(res.Problems, Problem{Kind: kind, Path: p, Chunk: chunk, Detail: fmt.Sprintf(format, args...)})
+	}
+	// chunk → the first file that names it, for messages.
+	users := map[cas.ID]string{}
+	var want cas.Counts
+	err := s.View(func(tx *cas.Tx) error {
+		nodes := map[uint64]cas.Node{}
+		if err := tx.ForEachNode(func(n cas.Node) error { nodes[n.Ino] = n; return nil }); err != nil {
+			return err
+		}
+		manifests := map[uint64]*cas.Manifest{}
+		if err := tx.ForEachManifest(func(ino uint64, m *cas.Manifest) error { manifests[ino] = m; return nil }); err != nil {
+			return err
+		}
+		reached := map[uint64]string{cas.RootIno: "/"}
+		// Walk the namespace from the root.
+		queue := []uint64{cas.RootIno}
+		for len(queue) > 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			dir := queue[0]
+			queue = queue[1:]
+			err := tx.Children(dir, func(name string, ino uint64) error {
+				p := path.Join(reached[dir], name)
+				n, ok := nodes[ino]
+				if !ok {
+					problem("dangling-entry", p, "", "directory entry names node %d, which does not exist", ino)
+					return nil
+				}
+				if prev, dup := reached[ino]; dup {
+					problem("duplicate-entry", p, "", "node %d is also reached as %s", ino, prev)
+					return nil
+				}
+				reached[ino] = p
+				switch {
+				case n.IsDir():
+					res.Dirs++
+					queue = append(queue, ino)
+				case n.IsRegular():
+					res.Files++
+					m, ok := manifests[ino]
+					if !ok {
+						problem("missing-manifest", p, "", "file has no manifest")
+						return nil
+					}
+					if m.Size() != n.Size {
+						problem("size-mismatch", p, "", "manifest holds %d bytes, node says %d", m.Size(), n.Size)
+					}
+					for _, c := range m.Chunks {
+						if _, ok := users[c.ID]; !ok {
+							users[c.ID] = p
+						}
+						info, ok, err := tx.Chunk(c.ID)
+						if err != nil {
+							return err
+						}
+						if !ok {
+							problem("unindexed-chunk", p, c.ID.String(), "chunk is not in the chunk index")
+						} else if info.RawLen != c.Len {
+							problem("chunk-length", p, c.ID.String(), "manifest says %d bytes, index says %d", c.Len, info.RawLen)
+						}
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		// The root directory counts in the catalog's dirs counter.
+		res.Dirs++
+		for ino, n := range nodes {
+			if _, ok := reached[ino]; !ok {
+				problem("unreachable-node", "", "", "node %d (mode %o) is in no directory", ino, n.Mode)
+			}
+		}
+		for ino := range manifests {
+			if n, ok := nodes[ino]; !ok || !n.IsRegular() {
+				problem("orphan-manifest", "", "", "manifest %d belongs to no file", ino)
+			}
+		}
+		// Counters against what they count.
+		for _, n := range nodes {
+			switch {
+			case n.IsRegular():
+				want.Files++
+				want.LogicalBytes += n.Size
+			case n.IsDir():
+				want.Dirs++
+			}
+		}
+		err := tx.ForEachChunk(func(id cas.ID, c cas.ChunkInfo) error {
+			want.Chunks++
+			want.UniqueBytes += int64(c.RawLen)
+			want.StoredBytes += int64(c.StoredLen)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		got := tx.Counts()
+		for _, c := range []struct {
+			name      string
+			got, want int64
+		}{
+			{"files", got.Files, want.Files},
+			{"dirs", got.Dirs, want.Dirs},
+			{"logical_bytes", got.LogicalBytes, want.LogicalBytes},
+			{"chunks", got.Chunks, want.Chunks},
+			{"unique_bytes", got.UniqueBytes, want.UniqueBytes},
+			{"stored_bytes", got.StoredBytes, want.StoredBytes},
+		} {
+			if c.got != c.want {
+				problem("counter", "", "", "%s counter is %d, the catalog holds %d", c.name, c.got, c.want)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return res, fmt.Errorf("check catalog: %w", err)
+	}
+	res.Chunks = len(users)
+
+	// Objects: presence and size against the index; with ReadData, content.
+	index := map[cas.ID]cas.ChunkInfo{}
+	if err := s.View(func(tx *cas.Tx) error {
+		return tx.ForEachChunk(func(id cas.ID, c cas.ChunkInfo) error { index[id] = c; return nil })
+	}); err != nil {
+		return res, fmt.Errorf("read index: %w", err)
+	}
+	objects := map[cas.ID]int64{}
+	if err := s.WalkObjects(ctx, func(o cas.ObjectInfo) error {
+		objects[o.ID] = o.Size
+		if _, used := users[o.ID]; !used {
+			res.Unreferenced++
+		}
+		return nil
+	}, nil); err != nil {
+		return res, fmt.Errorf("scan objects: %w", err)
+	}
+	ids := make([]cas.ID, 0, len(index))
+	for id := range index {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return string(ids[i][:]) < string(ids[j][:]) })
+	for i, id := range ids {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		info := index[id]
+		user := users[id]
+		size, ok := objects[id]
+		switch {
+		case !ok:
+			problem("missing-chunk", user, id.String(), "the index names it but there is no object file")
+			continue
+		case size != int64(info.StoredLen):
+			problem("object-size", user, id.String(), "object file is %d bytes, index says %d", size, info.StoredLen)
+		}
+		if opts.ReadData {
+			res.ObjectsRead++
+			if _, err := s.VerifyObject(id); err != nil {
+				problem("corrupt-chunk", user, id.String(), "%v", unwrapCorrupt(err))
+			}
+			if opts.Progress != nil && i%256 == 0 {
+				opts.Progress(Progress{Phase: "read", Done: int64(i), Total: int64(len(ids))})
+			}
+		}
+	}
+	// Chunks named by manifests but absent from the index were reported above;
+	// check they at least have objects, so the message says whether data is gone.
+	for id, user := range users {
+		if _, indexed := index[id]; indexed {
+			continue
+		}
+		if _, ok := objects[id]; !ok {
+			problem("missing-chunk", user, id.String(), "named by a manifest, with no object file")
+		}
+	}
+
+	ents, err := os.ReadDir(s.SpoolDir())
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return res, fmt.Errorf("read spool: %w", err)
+	}
+	for _, e := range ents {
+		res.SpoolLeftovers = append(res.SpoolLeftovers, e.Name())
+	}
+	sort.Slice(res.Problems, func(i, j int) bool {
+		a, b := res.Problems[i], res.Problems[j]
+		if a.Path != b.Path {
+			return a.Path < b.Path
+		}
+		return a.Chunk < b.Chunk
+	})
+	return res, nil
+}
+
+// unwrapCorrupt keeps the part of a verification error after the chunk name,
+// which the problem already carries.
+func unwrapCorrupt(err error) string {
+	msg := err.Error()
+	for _, sentinel := range []error{cas.ErrCorrupt, cas.ErrMissing} {
+		if errors.Is(err, sentinel) {
+			if i := strings.Index(msg, sentinel.Error()); i >= 0 {
+				return msg[i:]
+			}
+		}
+	}
+	return msg
+}
