@@ -285,6 +285,7 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	d.touch(now)
 	inode := d.NewPersistentInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFREG, Ino: ino})
 	fh, fuseFlags := n.openHandle(flags)
+	fh.creator = true
 	fillAttr(&out.Attr, &n.attr, 1)
 	return inode, fh, fuseFlags, 0
 }

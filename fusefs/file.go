@@ -71,8 +71,13 @@ var (
 
 // handle is an open file description.
 type handle struct {
-	write bool
+	write   bool // opened for writing: its close commits
+	creator bool // made the file (O_CREAT), even read-only: its close commits the new file
 }
+
+// commits reports whether closing h commits the file's staged content. A
+// reader's close never does: it could catch a writer half-way.
+func (h *handle) commits() bool { return h != nil && (h.write || h.creator) }
 
 func isWrite(flags uint32) bool {
 	return flags&syscall.O_ACCMODE != syscall.O_RDONLY
@@ -455,6 +460,9 @@ func (n *fileNode) Lseek(ctx context.Context, f fs.FileHandle, off uint64, whenc
 }
 
 func (n *fileNode) Flush(ctx context.Context, f fs.FileHandle) syscall.Errno {
+	if h, _ := f.(*handle); !h.commits() {
+		return 0
+	}
 	return n.fsys.toErrno("commit", n.commit(context.WithoutCancel(ctx)))
 }
 
@@ -464,10 +472,17 @@ func (n *fileNode) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) sys
 
 func (n *fileNode) Release(ctx context.Context, f fs.FileHandle) syscall.Errno {
 	h, _ := f.(*handle)
-	// The kernel ignores RELEASE's result: commit errors were reported by FLUSH;
-	// one here (content written after the last FLUSH) can only be logged.
-	if err := n.commit(context.WithoutCancel(ctx)); err != nil {
-		n.fsys.log.Printf("commit at release of %q: %v", n.name, err)
+	// RELEASE arrives asynchronously, possibly after another writer has opened
+	// and truncated the file: only the last writer's release may commit (what
+	// it wrote after its last FLUSH, e.g. through a shared mmap). The kernel
+	// ignores RELEASE's result, so an error can only be logged.
+	n.mu.RLock()
+	last := h.commits() && n.writers <= 1
+	n.mu.RUnlock()
+	if last {
+		if err := n.commit(context.WithoutCancel(ctx)); err != nil {
+			n.fsys.log.Printf("commit at release of %q: %v", n.name, err)
+		}
 	}
 	n.mu.Lock()
 	n.handles--

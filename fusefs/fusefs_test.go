@@ -630,3 +630,42 @@ func TestCorruptChunkGivesEIO(t *testing.T) {
 }
 
 func bytesEqual(a, b []byte) bool { return string(a) == string(b) }
+
+// TestReaderCloseDoesNotCommitAWriterHalfWay: until the writer closes, the
+// catalog keeps the previous version, whatever other descriptors do.
+func TestReaderCloseDoesNotCommitAWriterHalfWay(t *testing.T) {
+	m := newMount(t)
+	p := m.path("runs/f")
+	v1 := randBytes(1, 3<<20)
+	mustWrite(t, p, v1)
+	w, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close() // on failure too: an open descriptor would hold the mount
+	if _, err := w.Write(randBytes(2, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		r, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Read(make([]byte, 100))
+		r.Close()
+	}
+	if st := m.stats(); st.LogicalBytes != int64(len(v1)) {
+		t.Fatalf("a reader's close committed the writer's half: logical_bytes %d, want %d", st.LogicalBytes, len(v1))
+	}
+	v2 := randBytes(3, 2<<20)
+	if _, err := w.WriteAt(v2, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st := m.stats(); st.LogicalBytes != int64(len(v2)) {
+		t.Fatalf("after the writer's close: logical_bytes %d, want %d", st.LogicalBytes, len(v2))
+	}
+	mustEqualFile(t, p, v2)
+}

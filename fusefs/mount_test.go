@@ -16,6 +16,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/ckptfs/ckptfs/cas"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -144,7 +145,16 @@ func (m *testMount) unmount() {
 		m.t.Errorf("unmount: %v", err)
 		syscall.Unmount(m.dir, syscall.MNT_DETACH)
 	}
-	m.srv.Wait()
+	served := make(chan struct{})
+	go func() { m.srv.Wait(); close(served) }()
+	select {
+	case <-served:
+	case <-time.After(10 * time.Second):
+		// A descriptor of this process still points into the detached mount:
+		// a test bug, reported rather than hanging the whole run.
+		m.t.Errorf("the server did not stop within 10s of unmounting %s", m.dir)
+		return
+	}
 	if err := m.fsys.CommitAll(context.Background()); err != nil {
 		m.t.Errorf("commit at unmount: %v", err)
 	}

@@ -157,6 +157,8 @@ func ckptfs(t testing.TB, args ...string) (int, string, string) {
 	return code, stdout.String(), stderr.String()
 }
 
+func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) }
+
 func statsJSON(t testing.TB, path string) map[string]int64 {
 	t.Helper()
 	code, out, errOut := ckptfs(t, "stats", "--json", path)
