@@ -1,0 +1,863 @@
+package formats
+
+import (
+	"encoding/binary"
+	"strings"
+)
+
+// defaultMaxChunk is the chunk size limit NewChunker uses for maxChunk ≤ 0.
+const defaultMaxChunk = 1 << 20
+
+// minMaxChunk is the smallest chunk size limit NewChunker accepts.
+const minMaxChunk = 64
+
+// maxDescScan bounds how far a Chunker looks for the data descriptor of a
+// zip entry whose size is not in its local header (torch's small records).
+const maxDescScan = 1 << 20
+
+// Chunker cuts a file, fed in order, into chunks; see NewChunker.
+//
+// The Chunker is a pipeline of two parts. A format state machine (the
+// step functions below) looks at buffered bytes and claims the next bytes
+// of the file as metadata (CDC-cut), as one data segment (cut by offset
+// arithmetic), or as the rest of the file (CDC-cut). The cutter then
+// consumes claimed bytes straight from the caller's buffer. Only bytes the
+// state machine must look at before it can claim them (headers, a torch
+// data.pkl, zip local headers) are copied into the pending buffer.
+type Chunker struct {
+	maxChunk int64
+	p        cdcParams
+
+	off     int64   // bytes written
+	done    int64   // bytes given to the cutter; the pending bytes are [done, off)
+	lastCut int64   // end of the last chunk
+	h       uint64  // gear hash of the open CDC chunk
+	out     []int64 // cuts made during the current call
+
+	buf  []byte // pending bytes are buf[bufR:]
+	bufR int
+
+	claim    int64 // claimed bytes not yet consumed; -1: up to EOF
+	isData   bool  // the current claim is a data segment
+	dataNext int64 // next cut inside the data segment
+	dataEnd  int64
+
+	need int      // bytes step needs pending before it runs
+	step stepFunc // the format state machine's next step
+
+	// What the stream taught so far.
+	format    string
+	failed    bool // the stream stopped parsing; it is CDC-cut to EOF
+	complete  bool // the stream ended where its format says it must
+	segs      segmentBuilder
+	restStart int64
+	restKind  SegmentKind
+	tensors   []Tensor
+	queue     []claimItem
+	after     stepFunc
+
+	zip zipStream
+}
+
+// stepFunc examines the pending bytes b (starting at file offset c.done;
+// eof means no byte will follow them) and either claims bytes or asks for
+// more with c.wait.
+type stepFunc func(c *Chunker, b []byte, eof bool)
+
+// claimItem is a queued claim: a data segment (dtype set, kind KindData) or
+// a non-data run.
+type claimItem struct {
+	n     int64
+	kind  SegmentKind
+	dtype string
+}
+
+// NewChunker returns a Chunker that cuts data segments into chunks of at
+// most maxChunk bytes (1 MiB if maxChunk ≤ 0; at least 64).
+//
+// The Chunker sniffs the format from the first bytes and learns segment
+// boundaries as bytes arrive (safetensors: the header first; torch zip:
+// data.pkl first, then each record's local header before its data;
+// gguf/npy: the header first; npz: each member's local and .npy headers
+// before its data). Each data segment is cut into pieces of at most
+// maxChunk starting at the segment's first byte, so the same tensor at
+// another file offset yields the same chunks. All other bytes (headers,
+// unknown formats, input that stops parsing) are cut by content-defined
+// chunking (FastCDC; min 16 KiB, avg 64 KiB, max min(256 KiB, maxChunk)),
+// so unchanged parts of unknown formats still deduplicate after
+// insertions. Data segments always start and end at a cut; runs of
+// non-data segments are CDC-cut as one stream.
+//
+// Memory: the Chunker keeps at most about 100 MB of pending header bytes
+// (the safetensors header limit; far less for typical files) plus the
+// learned index; it never buffers tensor data. A Chunker is not safe for
+// concurrent use.
+func NewChunker(maxChunk int) *Chunker {
+	mc := int64(maxChunk)
+	if mc <= 0 {
+		mc = defaultMaxChunk
+	}
+	mc = max(mc, minMaxChunk)
+	return &Chunker{maxChunk: mc, p: newCDCParams(mc), need: 10, step: stepSniff}
+}
+
+// Write feeds the next bytes of the file (contiguous, in order) and returns
+// the chunk boundaries that became final: each cut is the end offset of a
+// chunk, chunks being [previous cut, cut). Write never retains p and never
+// fails: odd content is simply CDC-cut. The returned slice is the caller's.
+func (c *Chunker) Write(p []byte) []int64 {
+	c.out = nil
+	c.off += int64(len(p))
+	c.run(p, false)
+	out := c.out
+	c.out = nil
+	return out
+}
+
+// Close ends the stream. It returns the remaining cuts (the last one is
+// the total size; an empty file gives none) and the Index learned from the
+// stream. The Index has Format "" and a single KindOther segment when the
+// format is unknown or the stream did not parse to a valid end (for
+// example a truncated file); that is never an error. Close must be called
+// once, after the last Write.
+func (c *Chunker) Close() ([]int64, *Index) {
+	c.out = nil
+	c.run(nil, true)
+	if c.claim > 0 {
+		c.failed = true // the file ended inside a claimed range
+	}
+	c.emit(c.off)
+	out := c.out
+	c.out = nil
+	return out, c.index()
+}
+
+// run moves bytes from the pending buffer and then p through the state
+// machine and the cutter.
+func (c *Chunker) run(p []byte, eof bool) {
+	for {
+		if c.claim != 0 {
+			if pend := len(c.buf) - c.bufR; pend > 0 {
+				k := int64(pend)
+				if c.claim > 0 {
+					k = min(k, c.claim)
+				}
+				c.consume(c.buf[c.bufR : c.bufR+int(k)])
+				c.bufR += int(k)
+				if c.bufR == len(c.buf) {
+					c.resetBuf()
+				}
+				continue
+			}
+			if len(p) == 0 {
+				return
+			}
+			k := int64(len(p))
+			if c.claim > 0 {
+				k = min(k, c.claim)
+			}
+			c.consume(p[:k])
+			p = p[k:]
+			continue
+		}
+		pend := len(c.buf) - c.bufR
+		if pend < c.need {
+			if len(p) > 0 {
+				k := min(c.need-pend, len(p))
+				if cap(c.buf)-len(c.buf) < k {
+					// Grow to exactly what the step needs (a header may be
+					// 100 MB: no doubling past it), dropping consumed bytes.
+					nb := make([]byte, pend, max(c.need, 4096))
+					copy(nb, c.buf[c.bufR:])
+					c.buf, c.bufR = nb, 0
+				}
+				c.buf = append(c.buf, p[:k]...)
+				p = p[k:]
+				continue
+			}
+			if !eof {
+				return
+			}
+			c.step(c, c.buf[c.bufR:], true)
+			if c.claim == 0 && c.need > len(c.buf)-c.bufR {
+				c.fail() // a step asked for bytes that will never come
+			}
+			continue
+		}
+		c.step(c, c.buf[c.bufR:], eof && len(p) == 0)
+	}
+}
+
+// resetBuf empties the pending buffer, dropping a large one.
+func (c *Chunker) resetBuf() {
+	c.bufR = 0
+	if cap(c.buf) > 1<<20 {
+		c.buf = nil
+	} else {
+		c.buf = c.buf[:0]
+	}
+}
+
+// consume hands claimed bytes to the cutter.
+func (c *Chunker) consume(b []byte) {
+	n := int64(len(b))
+	if c.claim > 0 {
+		c.claim -= n
+	}
+	if !c.isData {
+		c.cdc(b)
+		return
+	}
+	end := c.done + n
+	for c.dataNext <= end {
+		c.emit(c.dataNext)
+		if c.dataNext == c.dataEnd {
+			c.dataNext = maxInt64
+			break
+		}
+		c.dataNext = min(c.dataNext+c.maxChunk, c.dataEnd)
+	}
+	c.done = end
+}
+
+// cdc cuts b, the bytes at c.done, by content.
+func (c *Chunker) cdc(b []byte) {
+	p := &c.p
+	for len(b) > 0 {
+		clen := c.done - c.lastCut
+		if clen < p.min { // cut-point skipping: no cut before min
+			k := min(p.min-clen, int64(len(b)))
+			c.done += k
+			b = b[k:]
+			continue
+		}
+		n := min(p.max-clen, int64(len(b)))
+		cut, h := -1, c.h
+		if clen < p.avg {
+			cut, h = gearScan(h, b[:min(n, p.avg-clen)], p.maskS)
+			if cut < 0 && n > p.avg-clen {
+				var k int
+				k, h = gearScan(h, b[p.avg-clen:n], p.maskL)
+				if k >= 0 {
+					cut = int(p.avg-clen) + k
+				}
+			}
+		} else {
+			cut, h = gearScan(h, b[:n], p.maskL)
+		}
+		if cut < 0 && clen+n == p.max {
+			cut = int(n)
+		}
+		if cut < 0 {
+			c.h = h
+			c.done += n
+			b = b[n:]
+			continue
+		}
+		c.done += int64(cut)
+		c.emit(c.done)
+		b = b[cut:]
+	}
+}
+
+// emit ends a chunk at pos (if it is non-empty).
+func (c *Chunker) emit(pos int64) {
+	if pos > c.lastCut {
+		c.out = append(c.out, pos)
+		c.lastCut = pos
+	}
+	c.h = 0
+}
+
+// wait makes step run once n bytes are pending (or at EOF).
+func (c *Chunker) wait(n int, step stepFunc) {
+	c.need, c.step = n, step
+}
+
+// claimRun claims the next n bytes as a non-data run of kind, then runs then.
+func (c *Chunker) claimRun(n int64, kind SegmentKind, then stepFunc) {
+	c.need, c.step = 0, then
+	if n <= 0 {
+		return
+	}
+	c.segs.add(c.done, n, kind, "")
+	c.claim, c.isData = n, false
+}
+
+// claimData claims the next n bytes as one data segment, then runs then.
+func (c *Chunker) claimData(n int64, dtype string, then stepFunc) {
+	c.need, c.step = 0, then
+	if n <= 0 {
+		return
+	}
+	c.emit(c.done) // a data segment starts a chunk
+	c.segs.add(c.done, n, KindData, dtype)
+	c.claim, c.isData = n, true
+	c.dataEnd = c.done + n
+	c.dataNext = min(c.done+c.maxChunk, c.dataEnd)
+}
+
+// claimRest claims everything up to EOF as a run of kind. complete says
+// whether the format allows the file to end anywhere from here.
+func (c *Chunker) claimRest(kind SegmentKind, complete bool) {
+	c.claim, c.isData = -1, false
+	c.restStart, c.restKind, c.complete = c.done, kind, complete
+	c.need, c.step = 0, nil
+}
+
+// fail gives up parsing: the rest of the file is CDC-cut and the index
+// will be unknown.
+func (c *Chunker) fail() {
+	c.failed = true
+	c.claimRest(KindOther, false)
+}
+
+// stepQueue claims the queued items one by one, then runs c.after.
+func stepQueue(c *Chunker, b []byte, eof bool) {
+	if len(c.queue) == 0 {
+		c.need, c.step = 0, c.after
+		return
+	}
+	it := c.queue[0]
+	c.queue = c.queue[1:]
+	if it.kind == KindData {
+		c.claimData(it.n, it.dtype, stepQueue)
+	} else {
+		c.claimRun(it.n, it.kind, stepQueue)
+	}
+}
+
+// stepExpectEOF accepts only the end of the file.
+func stepExpectEOF(c *Chunker, b []byte, eof bool) {
+	if len(b) == 0 {
+		if eof {
+			c.claimRest(KindOther, true)
+		} else {
+			c.wait(1, stepExpectEOF)
+		}
+		return
+	}
+	c.fail() // trailing bytes
+}
+
+// stepSniff picks the format from the first bytes.
+func stepSniff(c *Chunker, b []byte, eof bool) {
+	switch sniff(b) {
+	case fmtSafetensors:
+		c.format = fmtSafetensors
+		n := binary.LittleEndian.Uint64(b)
+		if n > maxHeaderSize {
+			c.fail()
+			return
+		}
+		c.wait(8+int(n), stepSafetensors)
+	case fmtGGUF:
+		c.format = fmtGGUF
+		c.wait(4096, stepGGUF)
+	case fmtNPY:
+		c.format = fmtNPY
+		c.wait(12, stepNPY)
+	case "zip":
+		c.wait(30, stepZipLocal)
+	default:
+		c.claimRest(KindOther, true)
+	}
+}
+
+func stepSafetensors(c *Chunker, b []byte, eof bool) {
+	n := 8 + int64(binary.LittleEndian.Uint64(b))
+	if int64(len(b)) < n {
+		c.fail()
+		return
+	}
+	tensors, _, err := parseSafetensorsHeader(b[8:n])
+	if err != nil {
+		c.fail()
+		return
+	}
+	c.tensors = tensors
+	for _, t := range tensors {
+		c.queue = append(c.queue, claimItem{t.Length, KindData, t.DType})
+	}
+	c.after = stepExpectEOF
+	c.claimRun(n, KindMeta, stepQueue)
+}
+
+func stepGGUF(c *Chunker, b []byte, eof bool) {
+	h, need, err := parseGGUFHeader(b)
+	if err != nil {
+		c.fail()
+		return
+	}
+	if need > 0 {
+		if eof {
+			c.fail()
+			return
+		}
+		c.wait(int(min(max(need, 2*int64(len(b))), maxHeaderSize)), stepGGUF)
+		return
+	}
+	c.tensors = h.tensors
+	pos := h.infoEnd
+	for _, t := range h.tensors {
+		if t.Length == 0 {
+			continue
+		}
+		c.queue = append(c.queue, claimItem{t.Offset - pos, KindOther, ""}, claimItem{t.Length, KindData, t.DType})
+		pos = t.Offset + t.Length
+	}
+	c.after = func(c *Chunker, b []byte, eof bool) { c.claimRest(KindOther, true) }
+	c.claimRun(h.infoEnd, KindMeta, stepQueue)
+}
+
+func stepNPY(c *Chunker, b []byte, eof bool) {
+	h, need, err := parseNPYHeader(b)
+	if err != nil || need > 0 && eof {
+		c.fail()
+		return
+	}
+	if need > 0 {
+		c.wait(need, stepNPY)
+		return
+	}
+	if h.nbytes < 0 {
+		c.claimRun(h.hdrLen, KindMeta, func(c *Chunker, b []byte, eof bool) { c.claimRest(KindOther, true) })
+		return
+	}
+	c.tensors = []Tensor{{DType: h.dtype, Shape: h.shape, Offset: h.hdrLen, Length: h.nbytes}}
+	c.queue = []claimItem{{h.nbytes, KindData, h.dtype}}
+	c.after = stepExpectEOF
+	c.claimRun(h.hdrLen, KindMeta, stepQueue)
+}
+
+// index builds the Index that Close returns.
+func (c *Chunker) index() *Index {
+	if c.failed || !c.complete || c.format == "" {
+		return unknownIndex(c.off)
+	}
+	c.segs.add(c.restStart, c.off-c.restStart, c.restKind, "")
+	ix := &Index{Format: c.format, Segments: c.segs.segs, Tensors: c.tensors}
+	if c.format == fmtTorch {
+		if c.zip.tp == nil {
+			return unknownIndex(c.off)
+		}
+		ts, err := torchTensors(c.zip.tp, c.zip.recs)
+		if err != nil {
+			return unknownIndex(c.off)
+		}
+		ix.Tensors = ts
+	}
+	if checkTensorBounds(ix, c.off) != nil {
+		return unknownIndex(c.off)
+	}
+	sortTensors(ix.Tensors)
+	return ix
+}
+
+// zipStream is the Chunker's state inside a torch zip or an npz.
+type zipStream struct {
+	prefix         string // torch archive prefix, with the trailing "/"
+	entries        int
+	scan           pickleScan
+	tp             *torchPickle
+	recs           map[string]recInfo // torch storage key -> record data range
+	ents           []zipEntry         // local entries seen, in order
+	names          map[string]bool
+	cdSeen         int  // central directory entries checked
+	zip64          bool // a zip64 end record was seen, at zip64Off
+	zip64Off       int64
+	cdStart, cdEnd int64 // central directory range
+	// current entry
+	name    string
+	hasDesc bool  // sizes follow the data in a data descriptor
+	size    int64 // compressed size when !hasDesc
+	method  uint16
+	scanned int // bytes already searched for a descriptor
+}
+
+// stepZipSig dispatches on the signature at a record boundary.
+func stepZipSig(c *Chunker, b []byte, eof bool) {
+	if len(b) < 4 {
+		c.fail()
+		return
+	}
+	switch string(b[:4]) {
+	case zipLocalSig:
+		c.wait(30, stepZipLocal)
+	case zipCentralSig, zip64EOCDSig, zip64LocSig, zipEOCDSig:
+		stepZipCentral(c, b, eof)
+	default:
+		c.fail()
+	}
+}
+
+// stepZipLocal parses a local file header.
+func stepZipLocal(c *Chunker, b []byte, eof bool) {
+	z := &c.zip
+	if len(b) < 30 || string(b[:4]) != zipLocalSig {
+		if z.entries == 0 {
+			c.claimRest(KindOther, true) // not a zip after all
+		} else {
+			c.fail()
+		}
+		return
+	}
+	hl := 30 + int(binary.LittleEndian.Uint16(b[26:])) + int(binary.LittleEndian.Uint16(b[28:]))
+	if len(b) < hl {
+		if eof {
+			c.fail()
+		} else {
+			c.wait(hl, stepZipLocal)
+		}
+		return
+	}
+	flags := binary.LittleEndian.Uint16(b[6:])
+	z.method = binary.LittleEndian.Uint16(b[8:])
+	csize := uint64(binary.LittleEndian.Uint32(b[18:]))
+	usize := uint64(binary.LittleEndian.Uint32(b[22:]))
+	nameLen := int(binary.LittleEndian.Uint16(b[26:]))
+	z.name = string(b[30 : 30+nameLen])
+	z.hasDesc = flags&0x8 != 0
+	// A zip64 extra field (id 1) holds the sizes that read 0xFFFFFFFF.
+	for extra := b[30+nameLen : hl]; len(extra) >= 4; {
+		id, n := binary.LittleEndian.Uint16(extra), int(binary.LittleEndian.Uint16(extra[2:]))
+		if 4+n > len(extra) {
+			break
+		}
+		if id == 1 {
+			f := extra[4 : 4+n]
+			if usize == 0xFFFFFFFF && len(f) >= 8 {
+				usize, f = binary.LittleEndian.Uint64(f), f[8:]
+			}
+			if csize == 0xFFFFFFFF && len(f) >= 8 {
+				csize = binary.LittleEndian.Uint64(f)
+			}
+		}
+		extra = extra[4+n:]
+	}
+	if !z.hasDesc && (csize > maxInt64 || z.method == 0 && csize != usize) {
+		c.fail()
+		return
+	}
+	z.size = int64(csize)
+	if z.entries++; z.entries > maxZipEntries || z.names[z.name] {
+		c.fail()
+		return
+	}
+	if z.names == nil {
+		z.names = make(map[string]bool)
+	}
+	z.names[z.name] = true
+	z.ents = append(z.ents, zipEntry{name: z.name, lho: c.done, method: z.method, csize: -1, usize: -1})
+	if !z.hasDesc {
+		z.ents[len(z.ents)-1].csize, z.ents[len(z.ents)-1].usize = int64(csize), int64(min(usize, maxInt64))
+	}
+	if z.entries == 1 {
+		kind, prefix := zipKind(z.name)
+		if kind == "" {
+			c.claimRest(KindOther, true) // a zip of another kind: CDC
+			return
+		}
+		c.format, z.prefix = kind, prefix
+	}
+	if c.format == fmtTorch && !strings.HasPrefix(z.name, z.prefix) {
+		c.fail()
+		return
+	}
+	var then stepFunc
+	switch key, isData := strings.CutPrefix(z.name, z.prefix+"data/"); {
+	case c.format == fmtTorch && z.entries == 1:
+		if z.method != 0 {
+			c.fail()
+			return
+		}
+		then = func(c *Chunker, b []byte, eof bool) { c.wait(4096, stepTorchPickle) }
+	case c.format == fmtTorch && isData && z.method == 0 && z.tp != nil:
+		n := z.size
+		if z.hasDesc {
+			s, ok := z.tp.storages[key]
+			if !ok {
+				c.fail()
+				return
+			}
+			n, _ = s.nbytes()
+		}
+		if _, dup := z.recs[key]; dup {
+			c.fail()
+			return
+		}
+		z.recs[key] = recInfo{c.done + int64(hl), n, true}
+		z.ents[len(z.ents)-1].csize, z.ents[len(z.ents)-1].usize = n, n
+		dtype := z.tp.dtypes[key]
+		then = func(c *Chunker, b []byte, eof bool) { c.claimData(n, dtype, entryEnd(n)) }
+	case c.format == fmtNPZ && strings.HasSuffix(z.name, ".npy") && z.method == 0:
+		then = func(c *Chunker, b []byte, eof bool) { c.wait(12, stepNPZMember) }
+	case !z.hasDesc:
+		n := z.size
+		then = func(c *Chunker, b []byte, eof bool) { c.claimRun(n, KindMeta, entryEnd(n)) }
+	case z.method == 0:
+		z.scanned = 0
+		then = func(c *Chunker, b []byte, eof bool) { c.wait(64, stepZipScanDesc) }
+	default:
+		c.fail() // compressed, with its size after the data: cannot follow
+		return
+	}
+	c.claimRun(int64(hl), KindMeta, then)
+}
+
+// entryEnd returns the step after an entry's n data bytes: its data
+// descriptor, if it has one, then the next record.
+func entryEnd(n int64) stepFunc {
+	return func(c *Chunker, b []byte, eof bool) {
+		if e := &c.zip.ents[len(c.zip.ents)-1]; e.csize < 0 {
+			e.csize, e.usize = n, n // stored entry sized by the stream
+		}
+		if !c.zip.hasDesc {
+			c.wait(4, stepZipSig)
+			return
+		}
+		c.wait(28, func(c *Chunker, b []byte, eof bool) { stepZipDesc(c, b, eof, n) })
+	}
+}
+
+// isZipSig reports whether b starts with a record signature that may follow
+// a data descriptor.
+func isZipSig(b []byte) bool {
+	if len(b) < 4 {
+		return false
+	}
+	switch string(b[:4]) {
+	case zipLocalSig, zipCentralSig, zipEOCDSig, zip64EOCDSig:
+		return true
+	}
+	return false
+}
+
+// descLen returns the length (16 or 24) of the data descriptor at the start
+// of b for an entry of n stored bytes, or 0 if there is none. A descriptor
+// is accepted only with its signature, matching sizes, and a record
+// signature (or EOF) after it.
+func descLen(b []byte, n int64, eof bool) int {
+	if len(b) < 16 || string(b[:4]) != zipDescSig {
+		return 0
+	}
+	follows := func(at int) bool { return len(b) == at && eof || isZipSig(b[at:]) }
+	if n < 1<<32 && binary.LittleEndian.Uint32(b[8:]) == uint32(n) &&
+		binary.LittleEndian.Uint32(b[12:]) == uint32(n) && follows(16) {
+		return 16
+	}
+	if len(b) >= 24 && binary.LittleEndian.Uint64(b[8:]) == uint64(n) &&
+		binary.LittleEndian.Uint64(b[16:]) == uint64(n) && follows(24) {
+		return 24
+	}
+	return 0
+}
+
+// stepZipDesc consumes the data descriptor of an entry of n bytes.
+func stepZipDesc(c *Chunker, b []byte, eof bool, n int64) {
+	d := descLen(b, n, eof)
+	if d == 0 {
+		c.fail()
+		return
+	}
+	c.claimRun(int64(d), KindMeta, func(c *Chunker, b []byte, eof bool) { c.wait(4, stepZipSig) })
+}
+
+// stepZipScanDesc finds the end of a small stored entry whose size is only
+// in its data descriptor by searching for a descriptor that matches the
+// distance to it.
+func stepZipScanDesc(c *Chunker, b []byte, eof bool) {
+	z := &c.zip
+	// A descriptor at i is decided once b holds it and the signature after
+	// it (i+28 bytes), or at EOF.
+	limit := len(b) - 28
+	if eof {
+		limit = len(b) - 16
+	}
+	for i := z.scanned; i <= limit; i++ {
+		if b[i] == 'P' && descLen(b[i:], int64(i), eof) > 0 {
+			n := int64(i)
+			c.claimRun(n, KindMeta, entryEnd(n))
+			return
+		}
+		z.scanned = i + 1
+	}
+	if eof || len(b) >= maxDescScan {
+		c.fail()
+		return
+	}
+	c.wait(min(2*len(b)+64, maxDescScan+28), stepZipScanDesc)
+}
+
+// stepTorchPickle finds the end of data.pkl and interprets it.
+func stepTorchPickle(c *Chunker, b []byte, eof bool) {
+	z := &c.zip
+	err := z.scan.scan(b)
+	if err == errShort {
+		if eof || len(b) >= maxHeaderSize {
+			c.fail()
+		} else {
+			c.wait(min(2*len(b), maxHeaderSize), stepTorchPickle)
+		}
+		return
+	}
+	n := int64(z.scan.end)
+	if err != nil || !z.hasDesc && n != z.size {
+		c.fail()
+		return
+	}
+	tp, err := loadTorchPickle(b[:n])
+	if err != nil {
+		c.fail()
+		return
+	}
+	z.tp, z.recs = tp, make(map[string]recInfo, len(tp.storages))
+	c.claimRun(n, KindMeta, entryEnd(n))
+}
+
+// stepNPZMember parses the .npy header at the start of an npz member.
+func stepNPZMember(c *Chunker, b []byte, eof bool) {
+	z := &c.zip
+	h, need, err := parseNPYHeader(b)
+	if err != nil || need > 0 && eof {
+		c.fail()
+		return
+	}
+	if need > 0 {
+		c.wait(need, stepNPZMember)
+		return
+	}
+	switch {
+	case h.nbytes >= 0 && (z.hasDesc || h.hdrLen+h.nbytes == z.size):
+		n := h.hdrLen + h.nbytes
+		c.tensors = append(c.tensors, Tensor{Name: strings.TrimSuffix(z.name, ".npy"), DType: h.dtype,
+			Shape: h.shape, Offset: c.done + h.hdrLen, Length: h.nbytes})
+		c.queue = []claimItem{{h.nbytes, KindData, h.dtype}}
+		c.after = entryEnd(n)
+		c.claimRun(h.hdrLen, KindMeta, stepQueue)
+	case h.nbytes < 0 && !z.hasDesc:
+		n := z.size
+		c.claimRun(n, KindMeta, entryEnd(n))
+	default:
+		c.fail()
+	}
+}
+
+// zipEntry is what the Chunker saw of a local entry, to check against the
+// central directory. Sizes are -1 until known.
+type zipEntry struct {
+	name         string
+	lho          int64
+	method       uint16
+	csize, usize int64
+}
+
+const zip64LocSig = "PK\x06\x07"
+
+// stepZipCentral checks the central directory and end records against the
+// entries the stream had, so that the Chunker and Parse (archive/zip, which
+// reads the central directory) agree on what the file holds.
+func stepZipCentral(c *Chunker, b []byte, eof bool) {
+	z := &c.zip
+	le16 := func(i int) int { return int(binary.LittleEndian.Uint16(b[i:])) }
+	le32 := func(i int) uint64 { return uint64(binary.LittleEndian.Uint32(b[i:])) }
+	next := func(c *Chunker, b []byte, eof bool) { c.wait(4, stepZipCentral) }
+	if len(b) < 4 {
+		c.fail()
+		return
+	}
+	var n int // record length
+	switch string(b[:4]) {
+	case zipCentralSig:
+		if len(b) < 46 {
+			c.wait(46, stepZipCentral)
+			return
+		}
+		n = 46 + le16(28) + le16(30) + le16(32)
+		if len(b) < n {
+			c.wait(n, stepZipCentral)
+			return
+		}
+		if z.cdSeen >= len(z.ents) || z.cdSeen > 0 && z.cdEnd != c.done {
+			c.fail()
+			return
+		}
+		if z.cdSeen == 0 {
+			z.cdStart = c.done
+		}
+		z.cdEnd = c.done + int64(n)
+		e := z.ents[z.cdSeen]
+		z.cdSeen++
+		usize, csize, lho := le32(24), le32(20), le32(42)
+		nameEnd := 46 + le16(28)
+		for extra := b[nameEnd : nameEnd+le16(30)]; len(extra) >= 4; {
+			id, m := binary.LittleEndian.Uint16(extra), int(binary.LittleEndian.Uint16(extra[2:]))
+			if 4+m > len(extra) {
+				break
+			}
+			if id == 1 {
+				f := extra[4 : 4+m]
+				for _, v := range []*uint64{&usize, &csize, &lho} {
+					if *v == 0xFFFFFFFF && len(f) >= 8 {
+						*v, f = binary.LittleEndian.Uint64(f), f[8:]
+					}
+				}
+			}
+			extra = extra[4+m:]
+		}
+		if string(b[46:nameEnd]) != e.name || uint16(le16(10)) != e.method || int64(lho) != e.lho ||
+			int64(csize) != e.csize || int64(usize) != e.usize {
+			c.fail()
+			return
+		}
+		c.claimRun(int64(n), KindMeta, next)
+	case zip64EOCDSig:
+		if len(b) < 12 {
+			c.wait(12, stepZipCentral)
+			return
+		}
+		size := binary.LittleEndian.Uint64(b[4:])
+		if size < 44 || size > 1<<16 {
+			c.fail()
+			return
+		}
+		if n = 12 + int(size); len(b) < n {
+			c.wait(n, stepZipCentral)
+			return
+		}
+		if binary.LittleEndian.Uint64(b[24:]) != uint64(len(z.ents)) || binary.LittleEndian.Uint64(b[32:]) != uint64(len(z.ents)) ||
+			binary.LittleEndian.Uint64(b[40:]) != uint64(z.cdEnd-z.cdStart) || binary.LittleEndian.Uint64(b[48:]) != uint64(z.cdStart) {
+			c.fail()
+			return
+		}
+		z.zip64, z.zip64Off = true, c.done
+		c.claimRun(int64(n), KindMeta, next)
+	case zip64LocSig:
+		if len(b) < 20 {
+			c.wait(20, stepZipCentral)
+			return
+		}
+		if !z.zip64 || binary.LittleEndian.Uint64(b[8:]) != uint64(z.zip64Off) {
+			c.fail()
+			return
+		}
+		c.claimRun(20, KindMeta, next)
+	case zipEOCDSig:
+		if len(b) < 22 {
+			c.wait(22, stepZipCentral)
+			return
+		}
+		n = 22 + le16(20)
+		count, size, off := le16(10), le32(12), le32(16)
+		if z.cdSeen != len(z.ents) || count != len(z.ents)&0xFFFF && !(count == 0xFFFF && z.zip64) ||
+			le16(8) != count || size != uint64(z.cdEnd-z.cdStart) && !(size == 0xFFFFFFFF && z.zip64) ||
+			off != uint64(z.cdStart) && !(off == 0xFFFFFFFF && z.zip64) ||
+			c.format == fmtTorch && z.tp == nil {
+			c.fail()
+			return
+		}
+		c.claimRun(int64(n), KindMeta, func(c *Chunker, b []byte, eof bool) { c.wait(1, stepExpectEOF) })
+	default:
+		c.fail()
+	}
+}

@@ -1,0 +1,260 @@
+package formats
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"reflect"
+	"testing"
+)
+
+// chunk feeds data to a new Chunker in pieces of feed bytes (all at once if
+// feed ≤ 0) and returns all cuts and the learned index.
+func chunk(data []byte, maxChunk, feed int) ([]int64, *Index) {
+	c := NewChunker(maxChunk)
+	var cuts []int64
+	if feed <= 0 {
+		feed = len(data) + 1
+	}
+	for p := data; len(p) > 0; {
+		n := min(feed, len(p))
+		cuts = append(cuts, c.Write(p[:n])...)
+		p = p[n:]
+	}
+	rest, ix := c.Close()
+	return append(cuts, rest...), ix
+}
+
+// checkCuts verifies the cut invariants: increasing, ending at the size, no
+// chunk longer than its limit, and in a known format every data segment
+// starts and ends at cuts and is cut every maxChunk bytes from its start.
+func checkCuts(t testing.TB, data []byte, cuts []int64, ix *Index, maxChunk int) {
+	t.Helper()
+	if len(data) == 0 {
+		if len(cuts) != 0 {
+			t.Fatalf("cuts %v for an empty file", cuts)
+		}
+		return
+	}
+	if cuts[len(cuts)-1] != int64(len(data)) {
+		t.Fatalf("last cut %d, size %d", cuts[len(cuts)-1], len(data))
+	}
+	isCut := map[int64]bool{0: true}
+	prev := int64(0)
+	limit := int64(max(maxChunk, cdcMax))
+	for _, c := range cuts {
+		if c <= prev || c-prev > limit {
+			t.Fatalf("bad chunk [%d,%d) (limit %d)", prev, c, limit)
+		}
+		isCut[c] = true
+		prev = c
+	}
+	if ix.Format == "" {
+		return
+	}
+	for _, s := range ix.Segments {
+		if s.Kind != KindData {
+			continue
+		}
+		if !isCut[s.Offset] || !isCut[s.Offset+s.Length] {
+			t.Fatalf("data segment %+v boundary is not a cut", s)
+		}
+		for p := s.Offset; p < s.Offset+s.Length; p += int64(maxChunk) {
+			if !isCut[p] {
+				t.Fatalf("data segment %+v: no cut at %d", s, p)
+			}
+		}
+		for c := range isCut {
+			if c > s.Offset && c < s.Offset+s.Length && (c-s.Offset)%int64(maxChunk) != 0 {
+				t.Fatalf("data segment %+v: stray cut at %d", s, c)
+			}
+		}
+	}
+}
+
+func TestChunkerMatchesParse(t *testing.T) {
+	for _, s := range allSamples(t) {
+		t.Run(s.name, func(t *testing.T) {
+			want, err := Parse(bytes.NewReader(s.data), int64(len(s.data)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, mc := range []int{4096, 1 << 20} {
+				cuts, ix := chunk(s.data, mc, 0)
+				if !reflect.DeepEqual(ix, want) {
+					t.Fatalf("maxChunk %d: Chunker index\n%+v\nParse index\n%+v", mc, ix, want)
+				}
+				checkCuts(t, s.data, cuts, ix, mc)
+			}
+		})
+	}
+}
+
+// The cuts must not depend on how the stream is split into writes.
+func TestChunkerWriteSizes(t *testing.T) {
+	samples := append(allSamples(t), sample{name: "random", data: randBytes(99, 3<<20)})
+	for _, s := range samples {
+		t.Run(s.name, func(t *testing.T) {
+			const mc = 64 << 10
+			want, wantIx := chunk(s.data, mc, 0)
+			feeds := []int{1, 7, 4096, 100003}
+			if len(s.data) > 1<<20 {
+				feeds = feeds[1:] // 1-byte writes of megabytes are slow under -race
+			}
+			for _, feed := range feeds {
+				got, ix := chunk(s.data, mc, feed)
+				if !reflect.DeepEqual(got, want) {
+					t.Fatalf("feed %d: %d cuts differ from whole-file writes (%d cuts)", feed, len(got), len(want))
+				}
+				if !reflect.DeepEqual(ix, wantIx) {
+					t.Fatalf("feed %d: index differs", feed)
+				}
+			}
+		})
+	}
+}
+
+// chunkHashes returns the SHA-256 of every chunk.
+func chunkHashes(data []byte, cuts []int64) map[[32]byte]bool {
+	m := map[[32]byte]bool{}
+	prev := int64(0)
+	for _, c := range cuts {
+		m[sha256.Sum256(data[prev:c])] = true
+		prev = c
+	}
+	return m
+}
+
+// bigSafetensors builds a file whose "big" tensor is preceded by a tensor
+// of n elements, so the big tensor lands at different offsets.
+func bigSafetensors(n int, big []byte) []byte {
+	return buildSafetensors([]stTensor{
+		{"big", "F16", []int64{int64(len(big) / 2)}, big},
+		{"pre", "F64", []int64{int64(n)}, randBytes(uint64(n), 8*n)},
+	}, nil)
+}
+
+func TestChunkerShiftedTensor(t *testing.T) {
+	const mc = 64 << 10
+	big := randBytes(42, 1<<20+1000)
+	a, b := bigSafetensors(10, big), bigSafetensors(3333, big)
+	ca, ixa := chunk(a, mc, 0)
+	cb, ixb := chunk(b, mc, 0)
+	if ixa.Format != fmtSafetensors || ixb.Format != fmtSafetensors {
+		t.Fatal("not parsed")
+	}
+	off := func(ix *Index) int64 {
+		for _, tn := range ix.Tensors {
+			if tn.Name == "big" {
+				return tn.Offset
+			}
+		}
+		return -1
+	}
+	if off(ixa) == off(ixb) {
+		t.Fatal("test setup: the big tensor did not move")
+	}
+	// Every chunk of the big tensor in a must be a chunk of b.
+	hb := chunkHashes(b, cb)
+	prev, shared := int64(0), 0
+	for _, c := range ca {
+		if prev >= off(ixa) && c <= off(ixa)+int64(len(big)) {
+			if !hb[sha256.Sum256(a[prev:c])] {
+				t.Fatalf("chunk [%d,%d) of the tensor is not in the shifted file", prev, c)
+			}
+			shared++
+		}
+		prev = c
+	}
+	if want := (len(big) + mc - 1) / mc; shared != want {
+		t.Fatalf("%d tensor chunks, want %d", shared, want)
+	}
+}
+
+func TestChunkerChangeInsideTensor(t *testing.T) {
+	const mc = 64 << 10
+	for _, s := range builtSamples(t) {
+		if s.format == "" || len(s.tensors) == 0 {
+			continue
+		}
+		t.Run(s.name, func(t *testing.T) {
+			ix, err := Parse(bytes.NewReader(s.data), int64(len(s.data)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var target Tensor
+			for _, tn := range ix.Tensors {
+				if tn.Length > target.Length {
+					target = tn
+				}
+			}
+			mod := bytes.Clone(s.data)
+			pos := target.Offset + target.Length/2
+			mod[pos] ^= 0xff
+			ca, _ := chunk(s.data, mc, 0)
+			cb, _ := chunk(mod, mc, 0)
+			if !reflect.DeepEqual(ca, cb) {
+				t.Fatal("a changed byte inside a tensor moved cuts")
+			}
+			prev := int64(0)
+			for _, c := range ca {
+				same := bytes.Equal(s.data[prev:c], mod[prev:c])
+				if inside := prev <= pos && pos < c; same == inside {
+					t.Fatalf("chunk [%d,%d): changed=%v, contains the change=%v", prev, c, !same, inside)
+				}
+				prev = c
+			}
+		})
+	}
+}
+
+func TestChunkerCDCResync(t *testing.T) {
+	data := randBytes(7, 8<<20)
+	ins := append(append(bytes.Clone(data[:3<<20]), randBytes(8, 100)...), data[3<<20:]...)
+	del := append(bytes.Clone(data[:5<<20]), data[5<<20+777:]...)
+	ca, _ := chunk(data, 1<<20, 0)
+	ha := chunkHashes(data, ca)
+	if avg := len(data) / len(ca); avg < 40<<10 || avg > 120<<10 {
+		t.Errorf("average chunk %d bytes, want about 64 KiB", avg)
+	}
+	for name, b := range map[string][]byte{"insert": ins, "delete": del} {
+		cb, _ := chunk(b, 1<<20, 0)
+		hb := chunkHashes(b, cb)
+		newChunks := 0
+		for h := range hb {
+			if !ha[h] {
+				newChunks++
+			}
+		}
+		if newChunks > 5 {
+			t.Errorf("%s: %d of %d chunks are new, want ≤ 5", name, newChunks, len(hb))
+		}
+	}
+}
+
+func TestChunkerEmptyAndTiny(t *testing.T) {
+	for _, data := range [][]byte{nil, {1}, []byte("PK\x03\x04"), []byte("GGUF"), []byte(npyMagic)} {
+		cuts, ix := chunk(data, 0, 0)
+		checkCuts(t, data, cuts, ix, defaultMaxChunk)
+		if ix.Format != "" {
+			t.Fatalf("%q: format %q", data, ix.Format)
+		}
+	}
+}
+
+// The Chunker buffers headers, never tensor data.
+func TestChunkerMemory(t *testing.T) {
+	big := randBytes(3, 64<<20)
+	data := bigSafetensors(10, big)
+	c := NewChunker(1 << 20)
+	for p := data; len(p) > 0; {
+		n := min(1<<20, len(p))
+		c.Write(p[:n])
+		p = p[n:]
+		if cap(c.buf) > 64<<10 {
+			t.Fatalf("pending buffer holds %d bytes", cap(c.buf))
+		}
+	}
+	if _, ix := c.Close(); ix.Format != fmtSafetensors {
+		t.Fatal("not parsed")
+	}
+}

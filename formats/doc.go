@@ -1,0 +1,92 @@
+// Package formats recognises ML checkpoint file formats and cuts files into
+// chunks for ckptfs's content-addressed store. It imports no other ckptfs
+// package.
+//
+// # Job
+//
+// Two entry points share one set of parsers:
+//
+//   - Parse reads a complete file through an io.ReaderAt and returns its
+//     Index: the format, the file's segments (metadata, one data segment per
+//     tensor or torch storage record, other bytes) and its tensors (name,
+//     dtype, shape, byte range).
+//   - A Chunker follows a file as it is written, in order, and cuts it into
+//     chunks while it learns the same Index from the stream. It sits on the
+//     FUSE write path.
+//
+// Formats: safetensors; torch.save zip files (data.pkl plus data/<key>
+// storage records); GGUF v2/v3; .npy; .npz (stored members). Anything else,
+// including the legacy non-zip torch format, XGBoost JSON/UBJ and pickled
+// scikit-learn models, is unknown (Format "").
+//
+// # Chunking invariants
+//
+//   - A data segment always starts and ends at a cut and is cut every
+//     maxChunk bytes from its first byte. The same tensor bytes therefore
+//     give the same chunks at any file offset, and a change inside one
+//     tensor changes only that tensor's chunks. Data bytes cost O(1) work
+//     per chunk: offset arithmetic, never hashing.
+//   - All other bytes (headers, pickles, zip records, padding, unknown
+//     formats, anything after the point where a stream stopped parsing) are
+//     cut by FastCDC (gear hash, normalized chunking, min 16 KiB, avg 64 KiB,
+//     max min(256 KiB, maxChunk)), so unchanged parts of unknown formats
+//     still deduplicate after insertions. The gear table is fixed: changing
+//     it moves cut points and stops new chunks from matching old ones.
+//   - Cuts depend only on the file's bytes, never on how writes split them.
+//   - A write is never refused: odd, broken or hostile input degrades to
+//     CDC and an Index with Format "".
+//   - When a Chunker reports a format, Parse of the same bytes returns the
+//     same Index. A Chunker may give up where Parse succeeds: it cannot
+//     follow a compressed zip member whose size is only in the data
+//     descriptor after its data.
+//
+// # Index conventions
+//
+// Offsets are absolute file offsets. Segments tile [0, size) in order;
+// adjacent non-data segments of one kind are merged; empty tensors have no
+// segment. Tensor shapes are in C order for every format (GGUF's ne[] is
+// reversed). Tensors are sorted by offset, then name. DType strings are
+// canonical lower-case names ("f32", "bf16", "f8_e4m3", "q4_k", ...; see
+// DTypeBits); numpy types without one keep their descr ("<U3", ">f4").
+//
+// Per format:
+//
+//   - safetensors: [0, 8+N) meta, then each tensor's data. Validation
+//     follows the reference implementation: header ≤ 100 MB, UTF-8 JSON
+//     object, no duplicate keys, offsets contiguous from 0 with no holes or
+//     overlaps, byte length = dtype size × elements, file size exact.
+//   - torch: one data segment per stored data/<key> record (a storage, which
+//     several tensors may view: tied weights, views, slices); everything
+//     else is meta. Tensor names are the key path of the unpickled object
+//     joined with "." ("model.layer.0.weight", "state.0.exp_avg"); a bare
+//     tensor is named "". A tensor's range is its storage offset plus the
+//     span of its strides, so a non-contiguous view covers its gaps.
+//   - gguf: [0, end of tensor infos) meta, tensor data, padding "other".
+//   - npy: header meta, then the array's data (other for object arrays).
+//   - npz: each stored member's array data is a data segment named by the
+//     member without ".npy"; local headers, .npy headers, compressed members
+//     and the central directory are meta.
+//
+// # Torch pickles are interpreted, never executed
+//
+// data.pkl runs in gopickle's VM with hooks: FindClass allows only
+// torch._utils/_tensor rebuild functions (recorded, not run), torch storage
+// classes and dtypes, collections.OrderedDict/defaultdict/Counter, a few
+// inert torch/numpy/builtins names (torch.device, torch.Size, numpy scalar
+// reconstruction, ...), and rejects every other global with an error (so a
+// pickled nn.Module fails to parse and is CDC-cut); PersistentLoad turns
+// ('storage', class, key, location, numel) into a record. Before the VM
+// runs, an opcode scan requires every length to lie inside the pickle and
+// caps the opcodes (2^20: ~40k tensors, ~250 MB of VM memory at worst), the
+// MARK depth and integer and line sizes; the object walk caps depth and
+// visits (shared sub-objects, cycles).
+//
+// # Limits
+//
+// Headers (safetensors JSON, GGUF metadata and tensor infos, data.pkl) are
+// capped at 100 MB, .npy headers at 1 MiB, zips at 2^20 entries, ranks at
+// 64 dims; every count read from a file is checked against the bytes that
+// could hold it before anything is allocated. A Chunker buffers only bytes
+// it must parse before it can place them, so its memory is bounded by these
+// caps (plus its Index), never by the file size.
+package formats

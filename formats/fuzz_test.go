@@ -1,0 +1,103 @@
+package formats
+
+import (
+	"bytes"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// seeds returns the samples and hostile inputs whose name starts with one
+// of the prefixes, skipping large ones (they slow the fuzzer down).
+func seeds(f *testing.F, prefixes ...string) {
+	match := func(name string) bool {
+		for _, p := range prefixes {
+			if strings.HasPrefix(name, p) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, s := range allSamples(f) {
+		if match(s.name) && len(s.data) < 16<<10 {
+			f.Add(s.data)
+		}
+	}
+	for _, h := range hostile(f) {
+		if match(h.name) && len(h.data) < 16<<10 {
+			f.Add(h.data)
+		}
+	}
+}
+
+// fuzzParse checks Parse never panics, fails only with ErrFormat, and
+// returns well-formed indexes.
+func fuzzParse(t *testing.T, data []byte) {
+	ix, err := Parse(bytes.NewReader(data), int64(len(data)))
+	if err != nil {
+		if !errors.Is(err, ErrFormat) {
+			t.Fatalf("error %v does not wrap ErrFormat", err)
+		}
+		return
+	}
+	checkIndex(t, data, ix)
+}
+
+func FuzzParseSafetensors(f *testing.F) {
+	seeds(f, "safetensors", "st/")
+	f.Add(buildSafetensors([]stTensor{{"a", "F32", []int64{2, 2}, randBytes(1, 16)}, {"b", "BF16", []int64{3}, randBytes(2, 6)}}, map[string]string{"format": "pt"}))
+	f.Fuzz(fuzzParse)
+}
+
+func FuzzParseTorch(f *testing.F) {
+	seeds(f, "torch", "fixture-state", "fixture-opt", "fixture-check", "fixture-legacy", "torch/")
+	f.Fuzz(fuzzParse)
+}
+
+func FuzzParseGGUF(f *testing.F) {
+	seeds(f, "gguf")
+	f.Add(buildGGUF([]ggufKV{{"general.architecture", "x"}}, []ggufTensor{{"t", 0, []uint64{4}, randBytes(1, 16)}, {"q", 2, []uint64{32}, randBytes(2, 18)}}, 32))
+	f.Fuzz(fuzzParse)
+}
+
+func FuzzParseNPY(f *testing.F) {
+	seeds(f, "npy", "npz", "fixture-np")
+	f.Fuzz(fuzzParse)
+}
+
+// FuzzChunker checks that the Chunker never panics, cuts the same way
+// however the stream is split, keeps its cut invariants, and that whenever
+// it learns a format, Parse agrees with it exactly.
+func FuzzChunker(f *testing.F) {
+	for _, s := range allSamples(f) {
+		if len(s.data) < 16<<10 {
+			f.Add(s.data, uint16(7))
+		}
+	}
+	for _, h := range hostile(f) {
+		if len(h.data) < 16<<10 {
+			f.Add(h.data, uint16(1))
+		}
+	}
+	f.Fuzz(func(t *testing.T, data []byte, split uint16) {
+		const mc = 256
+		cuts, ix := chunk(data, mc, 0)
+		checkCuts(t, data, cuts, ix, mc)
+		checkIndex(t, data, ix)
+		cuts2, ix2 := chunk(data, mc, int(split%4096)+1)
+		if !reflect.DeepEqual(cuts, cuts2) || !reflect.DeepEqual(ix, ix2) {
+			t.Fatalf("writes of %d bytes cut differently", split%4096+1)
+		}
+		if ix.Format == "" {
+			return
+		}
+		pix, err := Parse(bytes.NewReader(data), int64(len(data)))
+		if err != nil {
+			t.Fatalf("Chunker learned %s, Parse failed: %v", ix.Format, err)
+		}
+		if !reflect.DeepEqual(ix, pix) {
+			t.Fatalf("Chunker index\n%+v\nParse index\n%+v", ix, pix)
+		}
+	})
+}
