@@ -45,6 +45,8 @@ func (d *dirNode) OnAdd(ctx context.Context) {
 	d.AddChild(ctlName, ctlInode, false)
 	stats := d.NewPersistentInode(ctx, &statsFile{fsys: d.fsys}, fs.StableAttr{Mode: syscall.S_IFREG, Ino: statsIno})
 	ctlInode.AddChild(statsName, stats, false)
+	manifests := d.NewPersistentInode(ctx, &manifestsDir{fsys: d.fsys}, fs.StableAttr{Mode: syscall.S_IFDIR, Ino: manifestsIno})
+	ctlInode.AddChild(manifestsName, manifests, false)
 }
 
 // load reads d's children from the catalog into the inode tree. nsMu held.
@@ -284,7 +286,7 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	}
 	d.touch(now)
 	inode := d.NewPersistentInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFREG, Ino: ino})
-	fh, fuseFlags := n.openHandle(flags)
+	fh, fuseFlags := n.openHandle(ctx, flags)
 	fh.creator = true
 	fillAttr(&out.Attr, &n.attr, 1)
 	return inode, fh, fuseFlags, 0
@@ -308,7 +310,7 @@ func (d *dirNode) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *f
 	}
 	n.unlinked.Store(true)
 	inode := d.NewInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFREG, Ino: ino})
-	fh, fuseFlags := n.openHandle(flags)
+	fh, fuseFlags := n.openHandle(ctx, flags)
 	fillAttr(&out.Attr, &n.attr, 0)
 	return inode, fh, fuseFlags, 0
 }

@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -69,25 +70,15 @@ var (
 	_ fs.NodeAllocater = (*fileNode)(nil)
 )
 
-// handle is an open file description.
-type handle struct {
-	write   bool // opened for writing: its close commits
-	creator bool // made the file (O_CREAT), even read-only: its close commits the new file
-}
-
-// commits reports whether closing h commits the file's staged content. A
-// reader's close never does: it could catch a writer half-way.
-func (h *handle) commits() bool { return h != nil && (h.write || h.creator) }
-
 func isWrite(flags uint32) bool {
 	return flags&syscall.O_ACCMODE != syscall.O_RDONLY
 }
 
 // openHandle registers a new handle (mu or nsMu not needed: it takes mu).
-func (n *fileNode) openHandle(flags uint32) (*handle, uint32) {
+func (n *fileNode) openHandle(ctx context.Context, flags uint32) (*handle, uint32) {
+	h := newHandle(ctx, isWrite(flags))
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	h := &handle{write: isWrite(flags)}
 	n.handles++
 	n.fsys.trackOpen(n, 1)
 	if h.write {
@@ -158,7 +149,7 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	if err := n.loadManifest(); err != nil {
 		return nil, 0, n.fsys.toErrno("open", err)
 	}
-	h, fuseFlags := n.openHandle(flags)
+	h, fuseFlags := n.openHandle(ctx, flags)
 	return h, fuseFlags, 0
 }
 
@@ -329,6 +320,9 @@ func (n *fileNode) stage(ctx context.Context, keep int64) error {
 }
 
 func (n *fileNode) Write(ctx context.Context, f fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+	if h, ok := f.(*handle); ok {
+		h.noteChange(ctx)
+	}
 	if t := n.changeTarget(f); t != n {
 		return t.Write(ctx, nil, data, off)
 	}
@@ -379,6 +373,9 @@ func (n *fileNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAtt
 		return n.fsys.toErrno("setattr", err)
 	}
 	size, resize := in.GetSize()
+	if h, ok := f.(*handle); ok && resize {
+		h.noteChange(ctx)
+	}
 	if resize {
 		t := n.changeTarget(f)
 		t.mu.Lock()
@@ -424,6 +421,9 @@ func (n *fileNode) Allocate(ctx context.Context, f fs.FileHandle, off uint64, si
 	if mode&^keepSize != 0 {
 		return syscall.EOPNOTSUPP
 	}
+	if h, ok := f.(*handle); ok {
+		h.noteChange(ctx)
+	}
 	if t := n.changeTarget(f); t != n {
 		return t.Allocate(ctx, nil, off, size, mode)
 	}
@@ -460,7 +460,7 @@ func (n *fileNode) Lseek(ctx context.Context, f fs.FileHandle, off uint64, whenc
 }
 
 func (n *fileNode) Flush(ctx context.Context, f fs.FileHandle) syscall.Errno {
-	if h, _ := f.(*handle); !h.commits() {
+	if h, _ := f.(*handle); !h.commitsOnClose(ctx) {
 		return 0
 	}
 	return n.fsys.toErrno("commit", n.commit(context.WithoutCancel(ctx)))
@@ -476,9 +476,12 @@ func (n *fileNode) Release(ctx context.Context, f fs.FileHandle) syscall.Errno {
 	// and truncated the file: only the last writer's release may commit (what
 	// it wrote after its last FLUSH, e.g. through a shared mmap). The kernel
 	// ignores RELEASE's result, so an error can only be logged.
-	n.mu.RLock()
-	last := h.commits() && n.writers <= 1
-	n.mu.RUnlock()
+	// The writers that count are those of the node the commit lands on: a
+	// fork that took this file's name may have writers of its own by now.
+	t := n.dataNode(h)
+	t.mu.RLock()
+	last := h.mayCommit() && t.writers <= 1
+	t.mu.RUnlock()
 	if last {
 		if err := n.commit(context.WithoutCancel(ctx)); err != nil {
 			n.fsys.log.Printf("commit at release of %q: %v", n.name, err)
@@ -561,11 +564,16 @@ func (n *fileNode) commitLocked(ctx context.Context, origin *fileNode, originAtt
 	batch := n.fsys.store.NewBatch()
 	defer batch.Release() // after the transaction below has ended
 	if n.spool != nil && n.attr.Size > 0 {
-		refs, err := n.putChunks(ctx, batch)
+		refs, ix, err := ingest(ctx, n.spool, n.attr.Size, n.fsys.store.ChunkSize(), batch.Put)
 		if err != nil {
 			return nil, err
 		}
 		m.Chunks = refs
+		if ix.Format != "" {
+			if m.Extra, err = json.Marshal(ix); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if err := batch.Sync(); err != nil {
 		return nil, err
@@ -650,33 +658,6 @@ func (n *fileNode) replaceOrigin(origin *fileNode) func() {
 			n.fsys.log.Printf("invalidate entry %q: %v", name, errno)
 		}
 	}
-}
-
-// putChunks cuts the spool into chunks and stores them, in parallel. mu held.
-func (n *fileNode) putChunks(ctx context.Context, batch *cas.Batch) ([]cas.ChunkRef, error) {
-	size := n.attr.Size
-	cs := int64(n.fsys.store.ChunkSize())
-	refs := make([]cas.ChunkRef, (size+cs-1)/cs)
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(putWorkers)
-	for i := range refs {
-		g.Go(func() error {
-			off := int64(i) * cs
-			buf := make([]byte, min(cs, size-off))
-			k, err := n.spool.ReadAt(buf, off)
-			if err != nil && !errors.Is(err, io.EOF) {
-				return fmt.Errorf("read spool: %w", err)
-			}
-			clear(buf[k:]) // a hole at the end of a sparse file
-			ref, err := batch.Put(gctx, buf)
-			refs[i] = ref
-			return err
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return nil, err
-	}
-	return refs, nil
 }
 
 // putWorkers is how many chunks one commit hashes, encodes and writes at once:

@@ -22,9 +22,10 @@ const (
 
 // Names the filesystem reserves.
 const (
-	ctlName   = ".ckptfs"
-	statsName = "stats.json"
-	runsName  = "runs"
+	ctlName       = ".ckptfs"
+	statsName     = "stats.json"
+	manifestsName = "manifests"
+	runsName      = "runs"
 )
 
 // maxNameLen is the longest directory entry name, as on ext4.

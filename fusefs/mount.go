@@ -42,8 +42,8 @@ func Mount(f *FS, mountpoint string, opts MountOptions) (*fuse.Server, error) {
 			MaxWrite:                1 << 20,
 			MaxBackground:           64,
 			DisableXAttrs:           true,
-			DisableSplice:           true, // results come from memory; splice only adds a copy
-			MaxInflightRequestBytes: 256 << 20,
+			DisableSplice:           true,     // results come from memory; splice only adds a copy
+			MaxInflightRequestBytes: 64 << 20, // bounds request buffers (daemon RSS)
 			Options:                 []string{"default_permissions"},
 			Debug:                   opts.Debug,
 			PanicHandler: func(p any) fuse.Status {

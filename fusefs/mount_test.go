@@ -37,8 +37,35 @@ func TestMain(m *testing.M) {
 //	           "ready", wait for a line on stdin, then print the sha256 of the
 //	           whole mapping and of a read(2) through the same descriptor.
 //	lock-try:  try a write lock on PATH with F_SETLK and print the result.
+//	write-hold: open PATH with O_RDWR|O_TRUNC, write CKPTFS_TEST_SEED's bytes,
+//	           mmap the file, close the descriptor (FLUSH), print "ready", wait
+//	           for a line on stdin, exit (the mapping's RELEASE comes now).
 func runClient(mode, path string) int {
 	switch mode {
+	case "write-hold":
+		var seed uint64
+		var size int
+		fmt.Sscan(os.Getenv("CKPTFS_TEST_SEED"), &seed, &size)
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_TRUNC, 0)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		if _, err := f.Write(randBytes(seed, size)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		if _, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ, syscall.MAP_PRIVATE); err != nil {
+			fmt.Fprintln(os.Stderr, "mmap:", err)
+			return 1
+		}
+		if err := f.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, "close:", err)
+			return 1
+		}
+		fmt.Println("ready")
+		bufio.NewReader(os.Stdin).ReadString('\n')
+		return 0
 	case "lock-try":
 		f, err := os.OpenFile(path, os.O_RDWR, 0)
 		if err != nil {

@@ -1,0 +1,200 @@
+package fusefs
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/ckptfs/ckptfs/cas"
+	"github.com/ckptfs/ckptfs/formats"
+	"github.com/zeebo/blake3"
+	"golang.org/x/sync/errgroup"
+)
+
+// FileIndex is the format-specific part of a manifest (cas.Manifest.Extra):
+// what formats learned about the file, with a hash per tensor.
+type FileIndex struct {
+	Format  string        `json:"format,omitempty"`
+	Tensors []TensorEntry `json:"tensors,omitempty"`
+}
+
+// TensorEntry is one tensor of a file. Hash identifies the tensor's bytes:
+// equal hashes mean equal bytes (see tensorHash).
+type TensorEntry struct {
+	Name   string  `json:"name"`
+	DType  string  `json:"dtype"`
+	Shape  []int64 `json:"shape"`
+	Offset int64   `json:"offset"`
+	Length int64   `json:"length"`
+	Hash   string  `json:"hash"`
+}
+
+// ParseFileIndex decodes a manifest's Extra; an empty Extra is an empty index.
+func ParseFileIndex(extra []byte) (*FileIndex, error) {
+	var ix FileIndex
+	if len(extra) == 0 {
+		return &ix, nil
+	}
+	if err := json.Unmarshal(extra, &ix); err != nil {
+		return nil, fmt.Errorf("tensor index: %w", err)
+	}
+	return &ix, nil
+}
+
+// readBlock is how much of a file the chunker is fed at a time.
+const readBlock = 4 << 20
+
+// putFunc stores (or only names) one chunk.
+type putFunc func(ctx context.Context, data []byte) (cas.ChunkRef, error)
+
+// ingest cuts the size bytes of r into chunks with formats.Chunker (chunks
+// start at tensor starts; content-defined cuts elsewhere), passes each chunk to
+// put on up to putWorkers goroutines, and returns the chunks in file order and
+// the file's tensor index.
+func ingest(ctx context.Context, r io.ReaderAt, size int64, maxChunk int, put putFunc) ([]cas.ChunkRef, *FileIndex, error) {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(putWorkers)
+	// One slot per chunk, filled by the worker that stores it.
+	var slots []*cas.ChunkRef
+	var starts []int64
+	var prev int64
+	submit := func(cuts []int64) {
+		for _, cut := range cuts {
+			slot, off, n := new(cas.ChunkRef), prev, cut-prev
+			slots = append(slots, slot)
+			starts = append(starts, off)
+			prev = cut
+			g.Go(func() error {
+				buf := make([]byte, n)
+				if err := readFull(r, buf, off); err != nil {
+					return err
+				}
+				ref, err := put(gctx, buf)
+				*slot = ref
+				return err
+			})
+		}
+	}
+	ch := formats.NewChunker(maxChunk)
+	block := make([]byte, min(readBlock, size))
+	for off := int64(0); off < size && gctx.Err() == nil; {
+		n := min(int64(len(block)), size-off)
+		if err := readFull(r, block[:n], off); err != nil {
+			g.Wait()
+			return nil, nil, err
+		}
+		submit(ch.Write(block[:n]))
+		off += n
+	}
+	cuts, fix := ch.Close()
+	submit(cuts)
+	if err := g.Wait(); err != nil {
+		return nil, nil, err
+	}
+	if prev != size {
+		return nil, nil, fmt.Errorf("chunker covered %d of %d bytes", prev, size)
+	}
+	refs := make([]cas.ChunkRef, len(slots))
+	for i, s := range slots {
+		refs[i] = *s
+	}
+	ix, err := buildIndex(r, fix, refs, starts)
+	if err != nil {
+		return nil, nil, err
+	}
+	return refs, ix, nil
+}
+
+func readFull(r io.ReaderAt, buf []byte, off int64) error {
+	k, err := r.ReadAt(buf, off)
+	if k == len(buf) {
+		return nil
+	}
+	if err == nil || errors.Is(err, io.EOF) {
+		clear(buf[k:]) // a hole at the end of a sparse spool reads as zeros
+		return nil
+	}
+	return fmt.Errorf("read at %d: %w", off, err)
+}
+
+// buildIndex turns what formats learned into the manifest's index, hashing
+// each tensor.
+func buildIndex(r io.ReaderAt, fix *formats.Index, refs []cas.ChunkRef, starts []int64) (*FileIndex, error) {
+	ix := &FileIndex{Format: fix.Format}
+	for _, t := range fix.Tensors {
+		h, err := tensorHash(r, t.Offset, t.Length, refs, starts)
+		if err != nil {
+			return nil, fmt.Errorf("hash tensor %q: %w", t.Name, err)
+		}
+		ix.Tensors = append(ix.Tensors, TensorEntry{
+			Name: t.Name, DType: t.DType, Shape: t.Shape, Offset: t.Offset, Length: t.Length, Hash: h,
+		})
+	}
+	return ix, nil
+}
+
+// tensorHash identifies the bytes [off, off+length). When the range is exactly
+// a run of whole chunks (the usual case: chunks start at tensor starts), it is
+// the BLAKE3 of those chunks' IDs and lengths, so no byte is read again; a
+// range that is not (a view into a shared torch storage) is hashed byte by
+// byte under another domain. Either way equal hashes mean equal bytes, and the
+// same tensor cut the same way hashes the same in every file.
+func tensorHash(r io.ReaderAt, off, length int64, refs []cas.ChunkRef, starts []int64) (string, error) {
+	first := searchStarts(starts, off)
+	if first >= 0 && starts[first] == off {
+		end := off
+		i := first
+		for ; i < len(refs) && end < off+length; i++ {
+			end += int64(refs[i].Len)
+		}
+		if end == off+length {
+			h := blake3.New()
+			h.Write([]byte("ckptfs tensor chunks v1\x00"))
+			var n [8]byte
+			for _, c := range refs[first:i] {
+				binary.LittleEndian.PutUint64(n[:], uint64(c.Len))
+				h.Write(n[:])
+				h.Write(c.ID[:])
+			}
+			return fmt.Sprintf("%x", h.Sum(nil)), nil
+		}
+	}
+	h := blake3.New()
+	h.Write([]byte("ckptfs tensor bytes v1\x00"))
+	buf := make([]byte, min(length, readBlock))
+	for pos := int64(0); pos < length; {
+		n := min(int64(len(buf)), length-pos)
+		if err := readFull(r, buf[:n], off+pos); err != nil {
+			return "", err
+		}
+		h.Write(buf[:n])
+		pos += n
+	}
+	return fmt.Sprintf("%x", h.Sum(nil)), nil
+}
+
+// searchStarts returns the index of the last start ≤ off, or -1.
+func searchStarts(starts []int64, off int64) int {
+	lo, hi := 0, len(starts)
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if starts[mid] <= off {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo - 1
+}
+
+// IndexFile cuts a file the way a commit through the mount would and returns
+// its chunks (hashed, not stored) and tensor index. The CLI uses it on files
+// outside any mount.
+func IndexFile(ctx context.Context, r io.ReaderAt, size int64, chunkSize int) ([]cas.ChunkRef, *FileIndex, error) {
+	return ingest(ctx, r, size, chunkSize, func(_ context.Context, data []byte) (cas.ChunkRef, error) {
+		return cas.ChunkRef{ID: cas.Sum(data), Len: uint32(len(data))}, nil
+	})
+}
