@@ -5,7 +5,7 @@ STORE   ?= ./.ckptfs-store
 MNT     ?= ./mnt
 BIN     := bin/ckptfs
 
-.PHONY: build run test test-go lint clean
+.PHONY: build run test test-go test-e2e lint clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/ckptfs
@@ -24,7 +24,13 @@ lint:
 test-go:
 	$(GO) test -race -count=1 -timeout 40m ./...
 
-test: lint test-go
+# End-to-end: real torch/safetensors/transformers against a real mount (test/e2e).
+# The first run builds .venv (~2 min, ~5.6 GB: PyPI's torch brings its CUDA
+# wheels); later runs reuse it. $CKPTFS_VENV picks another place.
+test-e2e:
+	test/e2e/run.sh
+
+test: lint test-go test-e2e
 
 clean:
 	rm -rf bin

@@ -42,6 +42,7 @@ type crashWorkload struct {
 	mnt   string
 	mu    sync.Mutex
 	paths map[string]*pathState
+	errs  []string // how each worker's last operation failed
 }
 
 func (w *crashWorkload) begin(p string, v version) {
@@ -85,6 +86,9 @@ func (w *crashWorkload) run(rng *rand.Rand, worker int) {
 			v = absent
 		}
 		if err != nil {
+			w.mu.Lock()
+			w.errs = append(w.errs, fmt.Sprintf("%s: %v", p, err))
+			w.mu.Unlock()
 			return // the daemon is gone; this operation stays in flight
 		}
 		w.done(p, v)
@@ -132,6 +136,19 @@ func (w *crashWorkload) verify(t *testing.T, round int) {
 			}
 		}
 		if match == nil {
+			t.Logf("workers stopped on: %q", w.errs)
+			for _, v := range st.inflight {
+				want := v.bytes()
+				i := 0
+				for i < len(got) && i < len(want) && got[i] == want[i] {
+					i++
+				}
+				zeros := 0
+				for j := i; j < len(got) && got[j] == 0; j++ {
+					zeros++
+				}
+				t.Logf("vs in-flight %d bytes: first difference at %d, then %d zero bytes", len(want), i, zeros)
+			}
 			t.Fatalf("round %d: %s holds %d bytes (exists %v); committed %+v, in flight %+v", round, p, len(got), exists, st.committed, st.inflight)
 		}
 		st.committed, st.inflight = *match, nil
@@ -200,6 +217,7 @@ func TestCrashSafety(t *testing.T) {
 
 		d = startDaemon(t, store, mnt)
 		w.verify(t, round)
+		w.errs = nil
 		if ents, err := os.ReadDir(filepath.Join(store, "spool")); err != nil || len(ents) != 0 {
 			t.Fatalf("round %d: spool not emptied: %v %d", round, err, len(ents))
 		}

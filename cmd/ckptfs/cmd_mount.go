@@ -9,6 +9,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"syscall"
 
@@ -27,6 +28,7 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 		return err
 	}
 	storeDir, mnt := pos[0], pos[1]
+	setMemoryLimit(int64(cacheSize))
 
 	// Check the mountpoint before touching the store, so a failure changes nothing.
 	mnt, err = checkMountpoint(mnt)
@@ -156,4 +158,20 @@ func unescapeMountinfo(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
+}
+
+// memoryOverhead is what the daemon needs beside its chunk cache: FUSE request
+// buffers (fusefs bounds them to 64 MiB), chunks being encoded, the catalog's
+// pages, the runtime.
+const memoryOverhead = 96 << 20
+
+// setMemoryLimit keeps the daemon's heap near cache + overhead. The cache is
+// bounded, but by default Go lets the heap grow to twice the live data before
+// collecting, so a full cache showed as ~2.2x its size in RSS. GOMEMLIMIT, if
+// set, wins.
+func setMemoryLimit(cacheSize int64) {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	debug.SetMemoryLimit(cacheSize + memoryOverhead)
 }

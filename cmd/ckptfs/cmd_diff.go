@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"text/tabwriter"
+
+	"github.com/ckptfs/ckptfs/fusefs"
+)
+
+// tensorDiff is one tensor's fate from A to B.
+type tensorDiff struct {
+	Name   string  `json:"name"`
+	Status string  `json:"status"` // same, changed, added, removed
+	Bytes  int64   `json:"bytes"`  // the tensor's size in B (in A when removed)
+	DType  string  `json:"dtype"`
+	Shape  []int64 `json:"shape"`
+}
+
+type diffResult struct {
+	A, B         string           `json:"-"`
+	Tensors      []tensorDiff     `json:"tensors"`
+	Counts       map[string]int   `json:"counts"`
+	Bytes        map[string]int64 `json:"bytes"`
+	AddedBytes   int64            `json:"added_bytes"` // bytes of B's chunks that A lacks: what storing B costs beside A
+	AddedChunks  int              `json:"added_chunks"`
+	SizeA, SizeB int64            `json:"-"`
+}
+
+func runDiff(ctx context.Context, c command, args []string, stdout, stderr io.Writer) error {
+	fl := newFlags(c, stderr)
+	asJSON := fl.Bool("json", false, "print JSON")
+	pos, err := parseArgs(fl, args, 2)
+	if err != nil {
+		return err
+	}
+	a, err := loadFileView(ctx, pos[0])
+	if err != nil {
+		return err
+	}
+	b, err := loadFileView(ctx, pos[1])
+	if err != nil {
+		return err
+	}
+	res := diffViews(a, b)
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "STATUS\tNAME\tDTYPE\tSHAPE\tBYTES")
+	for _, t := range res.Tensors {
+		if t.Status == "same" {
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", t.Status, t.Name, t.DType, shapeString(t.Shape), t.Bytes)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, s := range []string{"same", "changed", "added", "removed"} {
+		fmt.Fprintf(stdout, "%-8s %5d tensors  %s\n", s, res.Counts[s], formatBytes(res.Bytes[s]))
+	}
+	fmt.Fprintf(stdout, "B adds %s in %d chunks beyond A (B is %s)\n", formatBytes(res.AddedBytes), res.AddedChunks, formatBytes(b.Size))
+	return nil
+}
+
+func diffViews(a, b *fileView) diffResult {
+	res := diffResult{Counts: map[string]int{}, Bytes: map[string]int64{}, Tensors: []tensorDiff{}}
+	inA := map[string]fusefs.TensorEntry{}
+	for _, t := range a.Index.Tensors {
+		inA[t.Name] = t
+	}
+	inB := map[string]bool{}
+	for _, t := range b.Index.Tensors {
+		inB[t.Name] = true
+		d := tensorDiff{Name: t.Name, Bytes: t.Length, DType: t.DType, Shape: t.Shape}
+		old, ok := inA[t.Name]
+		switch {
+		case !ok:
+			d.Status = "added"
+		case old.Hash == t.Hash:
+			d.Status = "same"
+		default:
+			d.Status = "changed"
+		}
+		res.Tensors = append(res.Tensors, d)
+	}
+	for _, t := range a.Index.Tensors {
+		if !inB[t.Name] {
+			res.Tensors = append(res.Tensors, tensorDiff{Name: t.Name, Status: "removed", Bytes: t.Length, DType: t.DType, Shape: t.Shape})
+		}
+	}
+	sort.SliceStable(res.Tensors, func(i, j int) bool { return res.Tensors[i].Name < res.Tensors[j].Name })
+	for _, t := range res.Tensors {
+		res.Counts[t.Status]++
+		res.Bytes[t.Status] += t.Bytes
+	}
+	have := map[string]bool{}
+	for _, c := range a.Chunks {
+		have[c.ID] = true
+	}
+	for _, c := range b.Chunks {
+		if !have[c.ID] {
+			have[c.ID] = true
+			res.AddedBytes += int64(c.Len)
+			res.AddedChunks++
+		}
+	}
+	return res
+}

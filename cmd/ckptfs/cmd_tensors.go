@@ -1,0 +1,62 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/ckptfs/ckptfs/fusefs"
+)
+
+func runTensors(ctx context.Context, c command, args []string, stdout, stderr io.Writer) error {
+	fl := newFlags(c, stderr)
+	asJSON := fl.Bool("json", false, "print JSON")
+	pos, err := parseArgs(fl, args, 1)
+	if err != nil {
+		return err
+	}
+	v, err := loadFileView(ctx, pos[0])
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		tensors := v.Index.Tensors
+		if tensors == nil {
+			tensors = []fusefs.TensorEntry{}
+		}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(struct {
+			Path    string               `json:"path"`
+			Format  string               `json:"format"`
+			Size    int64                `json:"size"`
+			Tensors []fusefs.TensorEntry `json:"tensors"`
+		}{v.Path, v.Index.Format, v.Size, tensors})
+	}
+	if v.Index.Format == "" {
+		return fmt.Errorf("%s: not a checkpoint format ckptfs parses (safetensors, torch, GGUF, npy, npz)", v.Path)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tDTYPE\tSHAPE\tOFFSET\tBYTES")
+	var total int64
+	for _, t := range v.Index.Tensors {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\n", t.Name, t.DType, shapeString(t.Shape), t.Offset, t.Length)
+		total += t.Length
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s: %s, %d tensors, %s of tensor data in %s\n", v.Path, v.Index.Format, len(v.Index.Tensors), formatBytes(total), formatBytes(v.Size))
+	return nil
+}
+
+func shapeString(s []int64) string {
+	parts := make([]string, len(s))
+	for i, d := range s {
+		parts[i] = fmt.Sprint(d)
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}

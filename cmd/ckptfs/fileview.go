@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+
+	"github.com/ckptfs/ckptfs/cas"
+	"github.com/ckptfs/ckptfs/fusefs"
+)
+
+// fileView is what tensors and diff know of a file: its chunks and tensor
+// index, from its manifest in a mount (no data read) or by chunking a local
+// file exactly as a commit would.
+type fileView struct {
+	Path    string
+	Size    int64
+	InMount bool
+	Chunks  []fusefs.ChunkJSON
+	Index   *fusefs.FileIndex
+}
+
+func loadFileView(ctx context.Context, path string) (*fileView, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	if root, ok := mountRootOf(path, st.Dev); ok {
+		data, err := os.ReadFile(filepath.Join(root, ".ckptfs", "manifests", strconv.FormatUint(st.Ino, 10)))
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%s has no committed content in the store (still being written, or a .ckptfs file)", path)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: reading its manifest: %w", path, err)
+		}
+		var m fusefs.ManifestJSON
+		if err := json.Unmarshal(data, &m); err != nil {
+			return nil, fmt.Errorf("%s: bad manifest: %w", path, err)
+		}
+		return &fileView{Path: path, Size: m.Size, InMount: true, Chunks: m.Chunks, Index: m.Index}, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	refs, ix, err := fusefs.IndexFile(ctx, f, st.Size, cas.DefaultChunkSize)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	v := &fileView{Path: path, Size: st.Size, Index: ix, Chunks: make([]fusefs.ChunkJSON, len(refs))}
+	for i, r := range refs {
+		v.Chunks[i] = fusefs.ChunkJSON{ID: r.ID.String(), Len: r.Len}
+	}
+	return v, nil
+}
+
+// mountRootOf finds the root of the ckptfs mount holding path (on device dev):
+// the nearest ancestor with .ckptfs/stats.json on the same device.
+func mountRootOf(path string, dev uint64) (string, bool) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", false
+	}
+	for dir := filepath.Dir(abs); ; dir = filepath.Dir(dir) {
+		var st syscall.Stat_t
+		if syscall.Stat(filepath.Join(dir, ".ckptfs", "stats.json"), &st) == nil {
+			var ds syscall.Stat_t
+			if syscall.Stat(dir, &ds) == nil && ds.Dev == dev {
+				return dir, true
+			}
+		}
+		if dir == "/" {
+			return "", false
+		}
+	}
+}
