@@ -9,11 +9,16 @@ import "math/bits"
 // which never breaks reads but stops new chunks from deduplicating against
 // chunks stored before the change.
 
-// Default CDC sizes (used when maxChunk ≥ 256 KiB).
+// Default CDC sizes (used when maxChunk ≥ 128 KiB). Measured on XGBoost
+// warm-start saves (10 rounds of 50 trees, seeds/000), unique bytes over the
+// final file's size: 64 KiB average 1.71 (UBJ) / 1.37 (JSON), 32 KiB 1.21 /
+// 1.21, 16 KiB 1.14 / 1.11 at twice the chunks again. Each version pays about
+// two fresh chunks around every change, so the average sets the cost of small
+// edits; 32 KiB keeps objects few enough for large unknown files.
 const (
-	cdcMin = 16 << 10
-	cdcAvg = 64 << 10
-	cdcMax = 256 << 10
+	cdcMin = 8 << 10
+	cdcAvg = 32 << 10
+	cdcMax = 128 << 10
 )
 
 // gear holds 256 pseudo-random 64-bit values (splitmix64 from a fixed seed).
@@ -35,9 +40,9 @@ type cdcParams struct {
 	maskS, maskL  uint64 // before / after avg
 }
 
-// newCDCParams derives CDC sizes from the chunk size limit: min 16 KiB, avg
-// 64 KiB, max 256 KiB, all scaled down proportionally when maxChunk is
-// smaller than 256 KiB.
+// newCDCParams derives CDC sizes from the chunk size limit: min 8 KiB, avg
+// 32 KiB, max 128 KiB, all scaled down proportionally when maxChunk is
+// smaller than 128 KiB.
 func newCDCParams(maxChunk int64) cdcParams {
 	p := cdcParams{min: cdcMin, avg: cdcAvg, max: cdcMax}
 	if maxChunk < cdcMax {

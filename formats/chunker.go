@@ -83,7 +83,7 @@ type claimItem struct {
 // maxChunk starting at the segment's first byte, so the same tensor at
 // another file offset yields the same chunks. All other bytes (headers,
 // unknown formats, input that stops parsing) are cut by content-defined
-// chunking (FastCDC; min 16 KiB, avg 64 KiB, max min(256 KiB, maxChunk)),
+// chunking (FastCDC; min 8 KiB, avg 32 KiB, max min(128 KiB, maxChunk)),
 // so unchanged parts of unknown formats still deduplicate after
 // insertions. Data segments always start and end at a cut; runs of
 // non-data segments are CDC-cut as one stream.

@@ -213,8 +213,8 @@ func TestChunkerCDCResync(t *testing.T) {
 	del := append(bytes.Clone(data[:5<<20]), data[5<<20+777:]...)
 	ca, _ := chunk(data, 1<<20, 0)
 	ha := chunkHashes(data, ca)
-	if avg := len(data) / len(ca); avg < 40<<10 || avg > 120<<10 {
-		t.Errorf("average chunk %d bytes, want about 64 KiB", avg)
+	if avg := len(data) / len(ca); avg < 20<<10 || avg > 60<<10 {
+		t.Errorf("average chunk %d bytes, want about 32 KiB", avg)
 	}
 	for name, b := range map[string][]byte{"insert": ins, "delete": del} {
 		cb, _ := chunk(b, 1<<20, 0)

@@ -28,8 +28,8 @@
 //     per chunk: offset arithmetic, never hashing.
 //   - All other bytes (headers, pickles, zip records, padding, unknown
 //     formats, anything after the point where a stream stopped parsing) are
-//     cut by FastCDC (gear hash, normalized chunking, min 16 KiB, avg 64 KiB,
-//     max min(256 KiB, maxChunk)), so unchanged parts of unknown formats
+//     cut by FastCDC (gear hash, normalized chunking, min 8 KiB, avg 32 KiB,
+//     max min(128 KiB, maxChunk)), so unchanged parts of unknown formats
 //     still deduplicate after insertions. The gear table is fixed: changing
 //     it moves cut points and stops new chunks from matching old ones.
 //   - Cuts depend only on the file's bytes, never on how writes split them.
