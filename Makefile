@@ -5,7 +5,7 @@ STORE   ?= ./.ckptfs-store
 MNT     ?= ./mnt
 BIN     := bin/ckptfs
 
-.PHONY: build run test test-go test-e2e lint clean
+.PHONY: build run test test-go test-e2e bench lint clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/ckptfs
@@ -31,6 +31,12 @@ test-e2e:
 	test/e2e/run.sh
 
 test: lint test-go test-e2e
+
+# Times ckptfs against a plain directory on the store's filesystem (1 GiB
+# safetensors writes, re-save, cold/warm reads, safe_open, lazy read, RSS);
+# medians of 3, as ratios. Results: bench-results.txt (KEY VALUE lines).
+bench:
+	test/bench/run.sh
 
 clean:
 	rm -rf bin

@@ -96,3 +96,12 @@ func (c *cache) drop(id ID) {
 		c.used -= int64(len(el.Value.(*cacheEntry).data))
 	}
 }
+
+// has reports whether chunk id is cached or being loaded.
+func (c *cache) has(id ID) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, cached := c.entries[id]
+	_, loading := c.loading[id]
+	return cached || loading
+}

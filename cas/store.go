@@ -332,6 +332,12 @@ func (s *Store) ReadChunk(ctx context.Context, ref ChunkRef) ([]byte, error) {
 	return data, nil
 }
 
+// Cached reports whether chunk id is in the decoded-chunk cache.
+func (s *Store) Cached(id ID) bool { return s.cache.has(id) }
+
+// CacheSize is the decoded-chunk cache's budget in bytes.
+func (s *Store) CacheSize() int64 { return s.cache.budget }
+
 // loadChunk reads, verifies and decodes chunk id from its object file.
 func (s *Store) loadChunk(id ID) ([]byte, error) {
 	obj, err := os.ReadFile(s.objectPath(id))

@@ -46,13 +46,16 @@ type fileNode struct {
 	manifest      *cas.Manifest
 	offsets       []int64 // offsets[i] = file offset of manifest.Chunks[i]
 	committedSize int64
-	spool         *os.File  // non-nil while content is staged
-	dirty         bool      // content or size changed since the last commit
-	writers       int       // open handles that may write (for a fork: its origin's)
-	handles       int       // all open handles
-	gen           uint64    // bumped by every content change
-	cachedGen     uint64    // gen when a read handle last got the kernel's cached pages
-	fork          *fileNode // the new version being staged for n's writers
+	spool         *os.File     // non-nil while content is staged
+	dirty         bool         // content or size changed since the last commit
+	writers       int          // open handles that may write (for a fork: its origin's)
+	handles       int          // all open handles
+	gen           uint64       // bumped by every content change
+	cachedGen     uint64       // gen when a read handle last got the kernel's cached pages
+	fork          *fileNode    // the new version being staged for n's writers
+	spans         []tensorSpan // tensor byte ranges of the manifest, for prefetch
+
+	reads readState // sequential-read detection, for prefetch
 
 	origin *fileNode // guarded by fsys.nsMu: for a fork not committed yet, the node it replaces
 }
@@ -189,6 +192,7 @@ func (n *fileNode) loadManifest() error {
 // setManifest installs m as the committed content (mu held).
 func (n *fileNode) setManifest(m *cas.Manifest) {
 	n.manifest = m
+	n.spans = tensorSpans(m)
 	n.offsets = make([]int64, len(m.Chunks))
 	var off int64
 	for i, c := range m.Chunks {
@@ -232,7 +236,7 @@ func (n *fileNode) Read(ctx context.Context, f fs.FileHandle, dest []byte, off i
 		clear(dest[k : end-off])
 		return fuse.ReadResultData(dest[:end-off]), 0
 	}
-	m, offsets := n.manifest, n.offsets
+	m, offsets, spans := n.manifest, n.offsets, n.spans
 	n.mu.RUnlock()
 	if m == nil {
 		return nil, syscall.EIO // Open loads it
@@ -241,6 +245,7 @@ func (n *fileNode) Read(ctx context.Context, f fs.FileHandle, dest []byte, off i
 	if err != nil {
 		return nil, n.fsys.toErrno("read", err)
 	}
+	n.prefetchAfter(m, offsets, spans, off, min(off+int64(len(dest)), m.Size()))
 	return fuse.ReadResultVector(vecs), 0
 }
 
@@ -662,4 +667,4 @@ func (n *fileNode) replaceOrigin(origin *fileNode) func() {
 
 // putWorkers is how many chunks one commit hashes, encodes and writes at once:
 // enough to keep both cores and the disk busy.
-const putWorkers = 4
+const putWorkers = 16

@@ -1,0 +1,105 @@
+package fusefs
+
+import (
+	"context"
+	"sort"
+	"sync/atomic"
+
+	"github.com/ckptfs/ckptfs/cas"
+)
+
+// Prefetch: after a read of committed content, the daemon loads into its chunk
+// cache what the reader will probably ask for next, on other goroutines, so
+// that disk reads, decoding and verification overlap the kernel's requests:
+//
+//   - the rest of the tensor the read landed in, once a second sequential read
+//     lands in it (a lazy reader of one tensor fetches nothing it will not
+//     read; a single read-around request that touches a neighbouring tensor
+//     does not pull that tensor in), and
+//   - once a reader has read sequentially for streakBytes, the next
+//     prefetchAhead bytes whatever the tensors (a full load or a copy).
+//
+// The window never exceeds a quarter of the cache, so prefetching cannot evict
+// what is being read. At most prefetchLoads chunks load at once per file.
+const (
+	prefetchAhead = 8 << 20
+	streakBytes   = 16 << 20
+	prefetchLoads = 4
+)
+
+// readState is a file's sequential-read detector.
+type readState struct {
+	lastEnd atomic.Int64 // end of the previous read
+	streak  atomic.Int64 // bytes read sequentially up to lastEnd
+	running atomic.Int32 // prefetch goroutines of this file
+}
+
+// tensorSpan is a tensor's byte range, for prefetch.
+type tensorSpan struct{ off, end int64 }
+
+// tensorSpans returns the sorted byte ranges of the tensors in m's index.
+func tensorSpans(m *cas.Manifest) []tensorSpan {
+	ix, err := ParseFileIndex(m.Extra)
+	if err != nil || len(ix.Tensors) == 0 {
+		return nil
+	}
+	spans := make([]tensorSpan, 0, len(ix.Tensors))
+	for _, t := range ix.Tensors {
+		if t.Length > 0 {
+			spans = append(spans, tensorSpan{t.Offset, t.Offset + t.Length})
+		}
+	}
+	sort.Slice(spans, func(i, j int) bool { return spans[i].off < spans[j].off })
+	return spans
+}
+
+// prefetchAfter starts loading what probably follows a read of [off, end).
+func (n *fileNode) prefetchAfter(m *cas.Manifest, offsets []int64, spans []tensorSpan, off, end int64) {
+	rs := &n.reads
+	prev := rs.lastEnd.Swap(end)
+	sequential := prev == off
+	if sequential {
+		rs.streak.Add(end - off)
+	} else {
+		rs.streak.Store(end - off)
+	}
+	limit := end
+	// The rest of the tensor holding the read, when the previous read ended
+	// inside the same tensor.
+	i := sort.Search(len(spans), func(i int) bool { return spans[i].off > end-1 }) - 1
+	if i >= 0 && spans[i].end > end && sequential && off > spans[i].off {
+		limit = spans[i].end
+	}
+	if rs.streak.Load() >= streakBytes {
+		limit = max(limit, end+prefetchAhead)
+	}
+	window := min(int64(prefetchAhead), n.fsys.store.CacheSize()/4)
+	limit = min(limit, end+window, m.Size())
+	if limit <= end {
+		return
+	}
+	// Chunks that start before limit and are not cached or loading yet.
+	first := sort.Search(len(offsets), func(i int) bool { return offsets[i] >= end })
+	var todo []cas.ChunkRef
+	for j := first; j < len(offsets) && offsets[j] < limit; j++ {
+		if !n.fsys.store.Cached(m.Chunks[j].ID) {
+			todo = append(todo, m.Chunks[j])
+		}
+	}
+	if len(todo) == 0 || rs.running.Load() >= prefetchLoads {
+		return
+	}
+	for start := 0; start < len(todo); start += len(todo)/prefetchLoads + 1 {
+		part := todo[start:min(start+len(todo)/prefetchLoads+1, len(todo))]
+		rs.running.Add(1)
+		go func() {
+			defer rs.running.Add(-1)
+			for _, c := range part {
+				// A failure (a corrupt chunk) shows when the reader gets there.
+				if _, err := n.fsys.store.ReadChunk(context.Background(), c); err != nil {
+					return
+				}
+			}
+		}()
+	}
+}
