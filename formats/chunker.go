@@ -28,18 +28,20 @@ type Chunker struct {
 	maxChunk int64
 	p        cdcParams
 
-	off     int64   // bytes written
-	done    int64   // bytes given to the cutter; the pending bytes are [done, off)
-	lastCut int64   // end of the last chunk
-	h       uint64  // gear hash of the open CDC chunk
-	out     []int64 // cuts made during the current call
+	off     int64    // bytes written
+	done    int64    // bytes given to the cutter; the pending bytes are [done, off)
+	lastCut int64    // end of the last chunk
+	h       uint64   // gear hash of the open CDC chunk
+	out     []int64  // cuts made during the current call
+	outType []string // dtype of each chunk in out ("" outside data segments)
 
 	buf  []byte // pending bytes are buf[bufR:]
 	bufR int
 
-	claim    int64 // claimed bytes not yet consumed; -1: up to EOF
-	isData   bool  // the current claim is a data segment
-	dataNext int64 // next cut inside the data segment
+	claim    int64  // claimed bytes not yet consumed; -1: up to EOF
+	isData   bool   // the current claim is a data segment
+	dtype    string // the current data segment's element type
+	dataNext int64  // next cut inside the data segment
 	dataEnd  int64
 
 	need int      // bytes step needs pending before it runs
@@ -106,12 +108,37 @@ func NewChunker(maxChunk int) *Chunker {
 // chunk, chunks being [previous cut, cut). Write never retains p and never
 // fails: odd content is simply CDC-cut. The returned slice is the caller's.
 func (c *Chunker) Write(p []byte) []int64 {
-	c.out = nil
+	cuts := c.WriteCuts(p)
+	out := make([]int64, len(cuts))
+	for i, k := range cuts {
+		out[i] = k.End
+	}
+	return out
+}
+
+// Cut is a chunk boundary: the chunk ends at End, and DType is the element
+// type of the tensor data it holds ("" for metadata, unknown bytes, and data
+// of unknown type), a hint for compression.
+type Cut struct {
+	End   int64
+	DType string
+}
+
+// WriteCuts is Write, with each cut's element type.
+func (c *Chunker) WriteCuts(p []byte) []Cut {
+	c.out, c.outType = nil, nil
 	c.off += int64(len(p))
 	c.run(p, false)
-	out := c.out
-	c.out = nil
-	return out
+	return c.takeCuts()
+}
+
+func (c *Chunker) takeCuts() []Cut {
+	cuts := make([]Cut, len(c.out))
+	for i := range c.out {
+		cuts[i] = Cut{End: c.out[i], DType: c.outType[i]}
+	}
+	c.out, c.outType = nil, nil
+	return cuts
 }
 
 // Close ends the stream. It returns the remaining cuts (the last one is
@@ -121,15 +148,24 @@ func (c *Chunker) Write(p []byte) []int64 {
 // example a truncated file); that is never an error. Close must be called
 // once, after the last Write.
 func (c *Chunker) Close() ([]int64, *Index) {
-	c.out = nil
+	cuts, ix := c.CloseCuts()
+	out := make([]int64, len(cuts))
+	for i, k := range cuts {
+		out[i] = k.End
+	}
+	return out, ix
+}
+
+// CloseCuts is Close, with each cut's element type.
+func (c *Chunker) CloseCuts() ([]Cut, *Index) {
+	c.out, c.outType = nil, nil
 	c.run(nil, true)
 	if c.claim > 0 {
 		c.failed = true // the file ended inside a claimed range
 	}
 	c.emit(c.off)
-	out := c.out
-	c.out = nil
-	return out, c.index()
+	cuts := c.takeCuts()
+	return cuts, c.index()
 }
 
 // run moves bytes from the pending buffer and then p through the state
@@ -264,6 +300,11 @@ func (c *Chunker) cdc(b []byte) {
 func (c *Chunker) emit(pos int64) {
 	if pos > c.lastCut {
 		c.out = append(c.out, pos)
+		dtype := ""
+		if c.isData {
+			dtype = c.dtype
+		}
+		c.outType = append(c.outType, dtype)
 		c.lastCut = pos
 	}
 	c.h = 0
@@ -292,7 +333,7 @@ func (c *Chunker) claimData(n int64, dtype string, then stepFunc) {
 	}
 	c.emit(c.done) // a data segment starts a chunk
 	c.segs.add(c.done, n, KindData, dtype)
-	c.claim, c.isData = n, true
+	c.claim, c.isData, c.dtype = n, true, dtype
 	c.dataEnd = c.done + n
 	c.dataNext = min(c.done+c.maxChunk, c.dataEnd)
 }

@@ -258,3 +258,30 @@ func TestChunkerMemory(t *testing.T) {
 		t.Fatal("not parsed")
 	}
 }
+
+// TestChunkerCutTypes: chunks of a tensor carry its dtype, others none.
+func TestChunkerCutTypes(t *testing.T) {
+	data := randBytes(3, 3<<20+100)
+	sample := buildSafetensors([]stTensor{
+		{name: "a", dtype: "BF16", shape: []int64{int64(len(data)) / 2}, data: data},
+	}, nil)
+	c := NewChunker(1 << 20)
+	var cuts []Cut
+	for off := 0; off < len(sample); off += 100000 {
+		cuts = append(cuts, c.WriteCuts(sample[off:min(off+100000, len(sample))])...)
+	}
+	rest, ix := c.CloseCuts()
+	cuts = append(cuts, rest...)
+	if ix.Format != "safetensors" {
+		t.Fatalf("format %q", ix.Format)
+	}
+	data0 := ix.Tensors[0].Offset
+	prev := int64(0)
+	for _, k := range cuts {
+		inData := prev >= data0
+		if want := map[bool]string{true: "bf16", false: ""}[inData]; k.DType != want {
+			t.Errorf("chunk [%d,%d): dtype %q, want %q", prev, k.End, k.DType, want)
+		}
+		prev = k.End
+	}
+}

@@ -48,7 +48,10 @@ func BenchmarkCommitIngest(b *testing.B) {
 		}
 		b.StartTimer()
 		batch := s.NewBatch()
-		if _, _, err := ingest(context.Background(), f, size, s.ChunkSize(), batch.Put); err != nil {
+		put := func(ctx context.Context, data []byte, dtype string) (cas.ChunkRef, error) {
+			return putChunk(ctx, batch, data, dtype)
+		}
+		if _, _, _, err := ingest(context.Background(), fixedSource{f, size}, s.ChunkSize(), put); err != nil {
 			b.Fatal(err)
 		}
 		if err := batch.Sync(); err != nil {

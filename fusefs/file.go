@@ -53,6 +53,7 @@ type fileNode struct {
 	gen           uint64       // bumped by every content change
 	cachedGen     uint64       // gen when a read handle last got the kernel's cached pages
 	fork          *fileNode    // the new version being staged for n's writers
+	stream        *stream      // ingest following the writes, when staging started empty
 	spans         []tensorSpan // tensor byte ranges of the manifest, for prefetch
 
 	reads readState // sequential-read detection, for prefetch
@@ -321,6 +322,9 @@ func (n *fileNode) stage(ctx context.Context, keep int64) error {
 	}
 	n.spool = f
 	n.attr.Size = keep
+	if keep == 0 {
+		n.startStream()
+	}
 	return nil
 }
 
@@ -339,6 +343,9 @@ func (n *fileNode) Write(ctx context.Context, f fs.FileHandle, data []byte, off 
 	k, err := n.spool.WriteAt(data, off)
 	if end := off + int64(k); end > n.attr.Size {
 		n.attr.Size = end
+	}
+	if n.stream != nil && k > 0 {
+		n.stream.wrote(off, off+int64(k))
 	}
 	if k > 0 {
 		n.changed()
@@ -367,6 +374,9 @@ func (n *fileNode) resize(ctx context.Context, size int64) error {
 	}
 	if err := n.spool.Truncate(size); err != nil {
 		return fmt.Errorf("truncate spool: %w", err)
+	}
+	if n.stream != nil {
+		n.stream.resized(size)
 	}
 	n.attr.Size = size
 	n.changed()
@@ -566,18 +576,38 @@ func (n *fileNode) commitLocked(ctx context.Context, origin *fileNode, originAtt
 		return nil, nil
 	}
 	m := &cas.Manifest{}
-	batch := n.fsys.store.NewBatch()
-	defer batch.Release() // after the transaction below has ended
-	if n.spool != nil && n.attr.Size > 0 {
-		refs, ix, err := ingest(ctx, n.spool, n.attr.Size, n.fsys.store.ChunkSize(), batch.Put)
-		if err != nil {
-			return nil, err
+	var batch *cas.Batch
+	var refs []cas.ChunkRef
+	var ix *FileIndex
+	if st := n.stream; st != nil {
+		// The chunks were stored while the file was written: finish the tail.
+		n.stream = nil
+		var ok bool
+		if refs, ix, ok = st.finish(n.attr.Size); ok {
+			batch = st.batch
+		} else {
+			st.batch.Release()
 		}
-		m.Chunks = refs
-		if ix.Format != "" {
-			if m.Extra, err = json.Marshal(ix); err != nil {
+	}
+	if batch == nil {
+		batch = n.fsys.store.NewBatch()
+		if n.spool != nil && n.attr.Size > 0 {
+			put := func(ctx context.Context, data []byte, dtype string) (cas.ChunkRef, error) {
+				return putChunk(ctx, batch, data, dtype)
+			}
+			var err error
+			if refs, ix, _, err = ingest(ctx, fixedSource{n.spool, n.attr.Size}, n.fsys.store.ChunkSize(), put); err != nil {
+				batch.Release()
 				return nil, err
 			}
+		}
+	}
+	defer batch.Release() // after the transaction below has ended
+	m.Chunks = refs
+	if ix != nil && ix.Format != "" {
+		var err error
+		if m.Extra, err = json.Marshal(ix); err != nil {
+			return nil, err
 		}
 	}
 	if err := batch.Sync(); err != nil {

@@ -3,6 +3,7 @@ package fusefs
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand"
@@ -793,4 +794,109 @@ func TestForkedChildCloseDoesNotCommit(t *testing.T) {
 		t.Fatalf("after the writers' closes: files %d logical %d", st.Files, st.LogicalBytes)
 	}
 	mustEqualFile(t, p, v2)
+}
+
+// TestStreamingIngestEdges: the ingest that follows writes must give the same
+// bytes as ingesting at close whatever the write pattern: rewrites and
+// truncation below what it consumed (it is discarded), gaps filled out of
+// order, a pre-sized file.
+func TestStreamingIngestEdges(t *testing.T) {
+	const mb = 1 << 20
+	cases := []struct {
+		name string
+		do   func(f *os.File, want []byte) []byte
+	}{
+		{"sequential", func(f *os.File, want []byte) []byte {
+			f.Write(want)
+			return want
+		}},
+		{"rewrite below the cursor", func(f *os.File, want []byte) []byte {
+			f.Write(want)
+			time.Sleep(50 * time.Millisecond) // let the stream consume
+			patch := randBytes(77, 3000)
+			f.WriteAt(patch, 10)
+			copy(want[10:], patch)
+			return want
+		}},
+		{"truncate below the cursor, then grow", func(f *os.File, want []byte) []byte {
+			f.Write(want)
+			time.Sleep(50 * time.Millisecond)
+			f.Truncate(int64(len(want) / 3))
+			f.Seek(0, 2)
+			tail := randBytes(78, 2*mb)
+			f.Write(tail)
+			return append(want[:len(want)/3:len(want)/3], tail...)
+		}},
+		{"gaps filled out of order", func(f *os.File, want []byte) []byte {
+			for _, i := range []int{3, 1, 0, 5, 2, 4} {
+				f.WriteAt(want[i*len(want)/6:(i+1)*len(want)/6], int64(i*len(want)/6))
+			}
+			return want
+		}},
+		{"pre-sized, written in order", func(f *os.File, want []byte) []byte {
+			f.Truncate(int64(len(want)))
+			for off := 0; off < len(want); off += mb {
+				f.WriteAt(want[off:min(off+mb, len(want))], int64(off))
+			}
+			return want
+		}},
+		{"pre-sized, last block never written", func(f *os.File, want []byte) []byte {
+			f.Truncate(int64(len(want)))
+			f.WriteAt(want[:len(want)-mb], 0)
+			clear(want[len(want)-mb:])
+			return want
+		}},
+	}
+	m := newMount(t)
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := m.path(fmt.Sprintf("runs/s%d", i))
+			f, err := os.Create(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := c.do(f, randBytes(uint64(100+i), 9*mb+123))
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			mustEqualFile(t, p, want)
+			// The committed chunks are exactly those of the final bytes.
+			refs, _, err := IndexFile(context.Background(), bytes.NewReader(want), int64(len(want)), cas.DefaultChunkSize)
+			if err != nil {
+				t.Fatal(err)
+			}
+			data, err := os.ReadFile(filepath.Join(m.dir, ".ckptfs", "manifests", fmt.Sprint(inoOfPath(t, p))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var mj ManifestJSON
+			if err := json.Unmarshal(data, &mj); err != nil {
+				t.Fatal(err)
+			}
+			if len(mj.Chunks) != len(refs) {
+				t.Fatalf("manifest has %d chunks, ingesting the final bytes gives %d", len(mj.Chunks), len(refs))
+			}
+			for j := range refs {
+				if mj.Chunks[j].ID != refs[j].ID.String() {
+					t.Fatalf("chunk %d differs from ingesting the final bytes", j)
+				}
+			}
+		})
+	}
+	m.remount()
+	for i, c := range cases {
+		_ = c
+		got, err := os.ReadFile(m.path(fmt.Sprintf("runs/s%d", i)))
+		if err != nil || len(got) == 0 {
+			t.Fatalf("after remount: %v", err)
+		}
+	}
+}
+
+func inoOfPath(t *testing.T, p string) uint64 {
+	var st syscall.Stat_t
+	if err := syscall.Stat(p, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Ino
 }

@@ -47,65 +47,96 @@ func ParseFileIndex(extra []byte) (*FileIndex, error) {
 // readBlock is how much of a file the chunker is fed at a time.
 const readBlock = 4 << 20
 
-// putFunc stores (or only names) one chunk.
-type putFunc func(ctx context.Context, data []byte) (cas.ChunkRef, error)
+// putFunc stores (or only names) one chunk. dtype is the element type of the
+// tensor data it holds ("" if none), a hint for compression.
+type putFunc func(ctx context.Context, data []byte, dtype string) (cas.ChunkRef, error)
 
-// ingest cuts the size bytes of r into chunks with formats.Chunker (chunks
-// start at tensor starts; content-defined cuts elsewhere), passes each chunk to
-// put on up to putWorkers goroutines, and returns the chunks in file order and
-// the file's tensor index.
-func ingest(ctx context.Context, r io.ReaderAt, size int64, maxChunk int, put putFunc) ([]cas.ChunkRef, *FileIndex, error) {
+// source gives ingest a file's bytes in order: through ReadAt, once avail
+// said they are there.
+type source interface {
+	io.ReaderAt
+	// avail waits until min(want, what remains) bytes from off can be read
+	// and returns that count; 0 means the file ends at off.
+	avail(ctx context.Context, off, want int64) (int64, error)
+}
+
+// fixedSource is a file whose size is known and whose bytes are all there.
+type fixedSource struct {
+	io.ReaderAt
+	size int64
+}
+
+func (f fixedSource) avail(_ context.Context, off, want int64) (int64, error) {
+	return max(min(want, f.size-off), 0), nil
+}
+
+// ingest cuts a file into chunks with formats.Chunker (chunks start at tensor
+// starts; content-defined cuts elsewhere), passes each chunk to put on up to
+// putWorkers goroutines, and returns the chunks in file order, the file's
+// tensor index, and its size.
+func ingest(ctx context.Context, src source, maxChunk int, put putFunc) ([]cas.ChunkRef, *FileIndex, int64, error) {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(putWorkers)
 	// One slot per chunk, filled by the worker that stores it.
 	var slots []*cas.ChunkRef
 	var starts []int64
 	var prev int64
-	submit := func(cuts []int64) {
+	submit := func(cuts []formats.Cut) {
 		for _, cut := range cuts {
-			slot, off, n := new(cas.ChunkRef), prev, cut-prev
+			slot, off, n, dtype := new(cas.ChunkRef), prev, cut.End-prev, cut.DType
 			slots = append(slots, slot)
 			starts = append(starts, off)
-			prev = cut
+			prev = cut.End
 			g.Go(func() error {
 				buf := make([]byte, n)
-				if err := readFull(r, buf, off); err != nil {
+				if err := readFull(src, buf, off); err != nil {
 					return err
 				}
-				ref, err := put(gctx, buf)
+				ref, err := put(gctx, buf, dtype)
 				*slot = ref
 				return err
 			})
 		}
 	}
 	ch := formats.NewChunker(maxChunk)
-	block := make([]byte, min(readBlock, size))
-	for off := int64(0); off < size && gctx.Err() == nil; {
-		n := min(int64(len(block)), size-off)
-		if err := readFull(r, block[:n], off); err != nil {
+	var block []byte
+	var size int64
+	for gctx.Err() == nil {
+		n, err := src.avail(gctx, size, readBlock)
+		if err != nil {
 			g.Wait()
-			return nil, nil, err
+			return nil, nil, 0, err
 		}
-		submit(ch.Write(block[:n]))
-		off += n
+		if n == 0 {
+			break
+		}
+		if block == nil {
+			block = make([]byte, readBlock)
+		}
+		if err := readFull(src, block[:n], size); err != nil {
+			g.Wait()
+			return nil, nil, 0, err
+		}
+		submit(ch.WriteCuts(block[:n]))
+		size += n
 	}
-	cuts, fix := ch.Close()
+	cuts, fix := ch.CloseCuts()
 	submit(cuts)
 	if err := g.Wait(); err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
 	if prev != size {
-		return nil, nil, fmt.Errorf("chunker covered %d of %d bytes", prev, size)
+		return nil, nil, 0, fmt.Errorf("chunker covered %d of %d bytes", prev, size)
 	}
 	refs := make([]cas.ChunkRef, len(slots))
 	for i, s := range slots {
 		refs[i] = *s
 	}
-	ix, err := buildIndex(r, fix, refs, starts)
+	ix, err := buildIndex(src, fix, refs, starts)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
-	return refs, ix, nil
+	return refs, ix, size, nil
 }
 
 func readFull(r io.ReaderAt, buf []byte, off int64) error {
@@ -194,7 +225,8 @@ func searchStarts(starts []int64, off int64) int {
 // its chunks (hashed, not stored) and tensor index. The CLI uses it on files
 // outside any mount.
 func IndexFile(ctx context.Context, r io.ReaderAt, size int64, chunkSize int) ([]cas.ChunkRef, *FileIndex, error) {
-	return ingest(ctx, r, size, chunkSize, func(_ context.Context, data []byte) (cas.ChunkRef, error) {
+	refs, ix, _, err := ingest(ctx, fixedSource{r, size}, chunkSize, func(_ context.Context, data []byte, _ string) (cas.ChunkRef, error) {
 		return cas.ChunkRef{ID: cas.Sum(data), Len: uint32(len(data))}, nil
 	})
+	return refs, ix, err
 }
