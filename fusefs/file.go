@@ -54,6 +54,7 @@ type fileNode struct {
 	cachedGen     uint64       // gen when a read handle last got the kernel's cached pages
 	fork          *fileNode    // the new version being staged for n's writers
 	stream        *stream      // ingest following the writes, when staging started empty
+	asyncErr      error        // a background commit's failure, for the next close or fsync
 	spans         []tensorSpan // tensor byte ranges of the manifest, for prefetch
 
 	reads readState // sequential-read detection, for prefetch
@@ -478,11 +479,39 @@ func (n *fileNode) Flush(ctx context.Context, f fs.FileHandle) syscall.Errno {
 	if h, _ := f.(*handle); !h.commitsOnClose(ctx) {
 		return 0
 	}
+	if n.fsys.asyncCommit {
+		// Report a background commit's failure at the next close or fsync.
+		err := n.takeAsyncErr()
+		n.fsys.pending.Add(1)
+		go func() {
+			defer n.fsys.pending.Done()
+			if err := n.commit(context.Background()); err != nil {
+				n.fsys.log.Printf("background commit of %q: %v", n.name, err)
+				n.mu.Lock()
+				n.asyncErr = err
+				n.mu.Unlock()
+			}
+		}()
+		return n.fsys.toErrno("commit", err)
+	}
 	return n.fsys.toErrno("commit", n.commit(context.WithoutCancel(ctx)))
 }
 
+// Fsync commits (waiting for a background commit in flight: commits of one
+// file are serialized) and reports a background commit's failure.
 func (n *fileNode) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall.Errno {
-	return n.fsys.toErrno("commit", n.commit(context.WithoutCancel(ctx)))
+	if err := n.commit(context.WithoutCancel(ctx)); err != nil {
+		return n.fsys.toErrno("commit", err)
+	}
+	return n.fsys.toErrno("commit", n.takeAsyncErr())
+}
+
+func (n *fileNode) takeAsyncErr() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	err := n.asyncErr
+	n.asyncErr = nil
+	return err
 }
 
 func (n *fileNode) Release(ctx context.Context, f fs.FileHandle) syscall.Errno {

@@ -44,16 +44,34 @@ type FS struct {
 	// callers (gc) can see manifests that the catalog no longer names.
 	openMu    sync.Mutex
 	openFiles map[*fileNode]int
+
+	asyncCommit bool           // close returns before the commit (WithAsyncCommit)
+	pending     sync.WaitGroup // background commits in flight
 }
+
+// Option configures New.
+type Option func(*FS)
+
+// WithAsyncCommit makes close(2) return once the file's bytes are staged,
+// with the commit following in the background (seeds/003's non-blocking
+// checkpointing): fsync of the file waits for its commit and reports its
+// error; readers see the staged bytes meanwhile; a crash before the commit
+// loses that file's new version (the previous one stays). A file replaced
+// while others have it open shows its new version under its name only once
+// the commit lands.
+func WithAsyncCommit() Option { return func(f *FS) { f.asyncCommit = true } }
 
 // New returns the filesystem of store. It creates runs/ when the store's root is
 // empty (a fresh store). logger receives errors that cannot be returned to a
 // caller (a commit at RELEASE); nil discards them.
-func New(store *cas.Store, logger *log.Logger) (*FS, error) {
+func New(store *cas.Store, logger *log.Logger, opts ...Option) (*FS, error) {
 	if logger == nil {
 		logger = log.New(discard{}, "", 0)
 	}
 	f := &FS{store: store, log: logger, openFiles: map[*fileNode]int{}}
+	for _, o := range opts {
+		o(f)
+	}
 	// Taken before the transaction: AllocIno may run a transaction of its own.
 	runsIno, err := store.AllocIno()
 	if err != nil {
@@ -198,6 +216,7 @@ func (f *FS) Stats() (cas.Stats, error) { return f.store.Stats() }
 // CommitAll commits every file with uncommitted content (used at unmount, after
 // the kernel has let go of the mount).
 func (f *FS) CommitAll(ctx context.Context) error {
+	f.pending.Wait()
 	f.openMu.Lock()
 	nodes := make([]*fileNode, 0, len(f.openFiles))
 	for n := range f.openFiles {

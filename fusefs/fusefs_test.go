@@ -900,3 +900,41 @@ func inoOfPath(t *testing.T, p string) uint64 {
 	}
 	return st.Ino
 }
+
+// TestAsyncCommit: with WithAsyncCommit, close returns before the commit;
+// readers see the staged bytes, fsync waits for the commit, and unmount
+// commits what is pending.
+func TestAsyncCommit(t *testing.T) {
+	m := &testMount{t: t, store: filepath.Join(t.TempDir(), "store"), dir: t.TempDir(), opts: []Option{WithAsyncCommit()}}
+	m.mount()
+	t.Cleanup(m.unmount)
+	for i := 0; i < 5; i++ {
+		data := randBytes(uint64(i), 3<<20+i)
+		p := m.path(fmt.Sprintf("runs/a%d", i))
+		mustWrite(t, p, data)
+		mustEqualFile(t, p, data) // staged or committed: the same bytes
+	}
+	f, err := os.OpenFile(m.path("runs/a4"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatalf("fsync: %v", err)
+	}
+	f.Close()
+	// fsync of a4 waited for its commit; the others were queued before it.
+	deadline := time.Now().Add(10 * time.Second)
+	for m.stats().Files != 5 {
+		if time.Now().After(deadline) {
+			t.Fatalf("background commits did not land: %+v", m.stats())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	last := randBytes(99, 5<<20)
+	mustWrite(t, m.path("runs/last"), last)
+	m.remount() // commits what is pending before the store closes
+	mustEqualFile(t, m.path("runs/last"), last)
+	if st := m.stats(); st.Files != 6 {
+		t.Fatalf("after remount: %d files", st.Files)
+	}
+}

@@ -124,6 +124,7 @@ func sha(b []byte) string {
 // testMount is a store mounted in this process.
 type testMount struct {
 	t     testing.TB
+	opts  []Option
 	store string
 	dir   string // mountpoint
 	srv   *fuse.Server
@@ -151,7 +152,7 @@ func (m *testMount) mount() {
 	if err != nil {
 		m.t.Fatal(err)
 	}
-	fsys, err := New(s, log.New(os.Stderr, "ckptfs: ", 0))
+	fsys, err := New(s, log.New(os.Stderr, "ckptfs: ", 0), m.opts...)
 	if err != nil {
 		s.Close()
 		m.t.Fatal(err)

@@ -23,11 +23,21 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 	fl.Var(&cacheSize, "cache-size", "memory for decoded chunks (e.g. 256MiB, 1GiB)")
 	readAhead := fl.Int("readahead-kb", fusefs.DefaultReadAheadKB, "kernel readahead of the mount in KiB (0: kernel default)")
 	debug := fl.Bool("debug", false, "log every FUSE request to stderr")
+	commitMode := fl.String("commit", "sync", "sync: close returns once the file is committed; async: once its bytes are staged (fsync waits for the commit)")
 	pos, err := parseArgs(fl, args, 2)
 	if err != nil {
 		return err
 	}
 	storeDir, mnt := pos[0], pos[1]
+	var fsOpts []fusefs.Option
+	switch *commitMode {
+	case "sync":
+	case "async":
+		fsOpts = append(fsOpts, fusefs.WithAsyncCommit())
+	default:
+		fmt.Fprintf(stderr, "ckptfs mount: --commit must be sync or async, not %q\n", *commitMode)
+		return errUsage
+	}
 	setMemoryLimit(int64(cacheSize))
 
 	// Check the mountpoint before touching the store, so a failure changes nothing.
@@ -42,7 +52,7 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 	defer store.Close()
 
 	logger := log.New(stderr, "ckptfs: ", log.LstdFlags)
-	fsys, err := fusefs.New(store, logger)
+	fsys, err := fusefs.New(store, logger, fsOpts...)
 	if err != nil {
 		return err
 	}
