@@ -13,14 +13,22 @@
 //
 // # Writes and commit
 //
-// A file's new content is staged in a spool file (STORE/spool) and becomes the
-// committed content when a FLUSH (close of any descriptor), an fsync, or the last
-// RELEASE finds it dirty: the spool is cut into chunks of at most the store's chunk
-// size, new chunks are written and made durable, and the manifest, the node record
-// and the directory entry are put in one catalog transaction. Only then does
-// close(2) return, and commit errors surface from close or fsync (the kernel
-// ignores RELEASE's result). A crash before that leaves the previous version (or
-// no file, if it was new): a file created or renamed into place before its first
+// A file's new content is staged in a spool file (STORE/spool, unlinked at
+// creation) and becomes the committed content at a commit: the spool is cut
+// into chunks (formats.Chunker: tensor-aligned, content-defined elsewhere), new
+// chunks are written and made durable, and the manifest (with the tensor index),
+// the node record and the directory entry are put in one catalog transaction.
+// When staging starts from an empty file, a stream (stream.go) cuts, hashes and
+// stores chunks while the bytes arrive, so the commit only finishes the tail.
+//
+// What commits: the close (FLUSH) of a descriptor by a process that changed the
+// file through it, or that opened it if nothing was changed (handle.go: a forked
+// child closing its inherited copies at exec must not commit a file its parent
+// is half-way through); fsync; and the RELEASE of the last writer. Only then
+// does close(2) return, and commit errors surface from close or fsync (the
+// kernel ignores RELEASE's result). With WithAsyncCommit, close returns first
+// and fsync waits. A crash before the commit leaves the previous version (or no
+// file, if it was new): a file created or renamed into place before its first
 // commit is kept out of the catalog, and a committed file it replaced by rename
 // (the "shadow") stays in the catalog until the replacing file commits.
 //
@@ -36,10 +44,13 @@
 // one (what safetensors, torch.distributed.checkpoint and most checkpoint writers
 // do) gives the new version a new inode: readers of the old one, mmap included, keep
 // reading the old bytes, which stay in memory (the manifest) and in the store (GC
-// marks from manifests; the daemon's open files count as roots) until they close.
+// marks from manifests, and from LiveManifests for files the daemon has open)
+// until they close.
 // Read handles get FOPEN_KEEP_CACHE while the file's content is unchanged since the
 // last open for reading; after a change the next open drops the kernel's cached
-// pages.
+// pages. Reads are assembled from verified chunks through the store's cache,
+// handed to the kernel without a copy (ReadResultVector); prefetch.go loads the
+// rest of a tensor being read, and more ahead of a long sequential reader.
 //
 // # Locking
 //
