@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/ckptfs/ckptfs/cas"
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -55,6 +56,11 @@ func (d *manifestsDir) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno
 }
 
 func (d *manifestsDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	// A miss must not be cached as a negative entry (the bridge would give it
+	// the mount's negative timeout): the file may commit a moment later. With a
+	// non-zero entry timeout set, go-fuse returns ENOENT as an error, which the
+	// kernel does not cache.
+	out.SetEntryTimeout(time.Nanosecond)
 	ino, err := strconv.ParseUint(name, 10, 64)
 	if err != nil || ino < cas.FirstIno {
 		return nil, syscall.ENOENT
