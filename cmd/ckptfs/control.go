@@ -18,18 +18,22 @@ import (
 	"github.com/ckptfs/ckptfs/gc"
 )
 
-// The serving daemon listens on STORE/daemon.sock so that gc and fsck, given a
-// mountpoint, run inside it: the store is locked by the daemon, and only the
-// daemon knows the manifests of open files and coordinates with its commits.
+// The serving daemon listens on STORE/daemon.sock so that gc, fsck and du,
+// given a mountpoint, run inside it: the store is locked by the daemon, and
+// only the daemon knows the manifests of open files and coordinates with its
+// commits.
 // The protocol is one JSON request line, answered by JSON lines: any number of
 // {"progress": …} and then one {"result": …} or {"error": "…"}.
 const socketName = "daemon.sock"
 
 type controlRequest struct {
-	Op       string        `json:"op"` // "gc" or "fsck"
+	Op       string        `json:"op"` // "gc", "fsck" or "du"
 	Grace    time.Duration `json:"grace"`
 	DryRun   bool          `json:"dry_run"`
 	ReadData bool          `json:"read_data"`
+	// Groups are du's sets of files, by inode number (what stat says in the
+	// mount); the result is a duResult.
+	Groups [][]uint64 `json:"groups,omitempty"`
 }
 
 type controlReply struct {
@@ -76,6 +80,10 @@ func handleControl(ctx context.Context, conn net.Conn, store *cas.Store, fsys *f
 	case "fsck":
 		var r gc.FsckResult
 		r, err = gc.Fsck(ctx, store, gc.FsckOptions{ReadData: req.ReadData, Progress: progress})
+		result = r
+	case "du":
+		var r duResult
+		r, err = diskUsage(store, fsys.LiveManifests(), req.Groups)
 		result = r
 	default:
 		err = fmt.Errorf("unknown operation %q", req.Op)

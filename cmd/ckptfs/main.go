@@ -34,6 +34,11 @@ var commands = []command{
 	{"diff", "[flags] FILE_A FILE_B", "compare two checkpoints tensor by tensor, and what B adds to the store beyond A", runDiff},
 	{"gc", "[flags] MOUNTPOINT|STORE", "delete chunks no file uses any more (inside the daemon when given a mountpoint)", runGC},
 	{"fsck", "[flags] MOUNTPOINT|STORE", "check the store's catalog and objects; exits 1 naming each file and chunk at fault", runFsck},
+	{"log", "[flags] RUN_DIR", "one row per step of a run: files, bytes, bytes added to the store, tensors changed, metrics", runLog},
+	{"best", "--metric NAME [--mode min|max] RUN_DIR", "print the directory of the run's best step by a metric", runBest},
+	{"du", "[flags] PATH...", "bytes of files in a mount: logical, unique, and what deleting them would free", runDu},
+	{"import", "[flags] MOUNTPOINT|STORE SRC DEST", "copy a directory of checkpoints into a store at DEST (relative to the mount root); print the savings", runImport},
+	{"report", "-o FILE.html RUN_DIR", "write a self-contained HTML page of a run: bytes per step, tensor changes, metric curves", runReport},
 }
 
 // errUsage marks a usage error (exit status 2); the flag set has printed help.

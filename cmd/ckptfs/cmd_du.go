@@ -1,0 +1,163 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+	"text/tabwriter"
+
+	"github.com/ckptfs/ckptfs/gc"
+)
+
+// du walks each PATH in the mount for its files' inode numbers and asks the
+// daemon, which has every manifest, what they cost and what deleting them
+// would free (du.go).
+func runDu(ctx context.Context, c command, args []string, stdout, stderr io.Writer) error {
+	fl := newFlags(c, stderr)
+	asJSON := fl.Bool("json", false, "print JSON")
+	paths, err := parseArgsMin(fl, args, 1)
+	if err != nil {
+		return err
+	}
+	var root string
+	var rootDev uint64
+	groups := make([][]uint64, len(paths))
+	for i, p := range paths {
+		r, dev, err := mountRootFor(p)
+		if err != nil {
+			return err
+		}
+		if root == "" {
+			root, rootDev = r, dev
+		} else if r != root {
+			return fmt.Errorf("%s and %s are in different mounts (%s, %s): run du once per mount", paths[0], p, root, r)
+		}
+		if groups[i], err = inodesUnder(p, root, rootDev); err != nil {
+			return err
+		}
+	}
+	t, err := resolveTarget(root)
+	if err != nil {
+		return err
+	}
+	var res duResult
+	if err := callDaemon(ctx, t.socket, controlRequest{Op: "du", Groups: groups}, func(gc.Progress) {}, &res); err != nil {
+		return err
+	}
+	if len(res.Groups) != len(paths) {
+		return fmt.Errorf("the daemon answered %d groups for %d paths", len(res.Groups), len(paths))
+	}
+	type pathUsage struct {
+		Path string `json:"path"`
+		duUsage
+	}
+	out := struct {
+		Paths []pathUsage `json:"paths"`
+		Total duUsage     `json:"total"`
+	}{Total: res.Total}
+	for i, p := range paths {
+		out.Paths = append(out.Paths, pathUsage{p, res.Groups[i]})
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "FILES\tLOGICAL\tUNIQUE\tDELETING FREES\tON DISK\tPATH")
+	row := func(u duUsage, name string) {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", u.Files, formatBytes(u.LogicalBytes), formatBytes(u.UniqueBytes), formatBytes(u.FreesBytes), formatBytes(u.FreesStoredBytes), name)
+	}
+	for _, pu := range out.Paths {
+		row(pu.duUsage, pu.Path)
+	}
+	if len(paths) > 1 {
+		row(res.Total, "total (all paths together)")
+	}
+	return tw.Flush()
+}
+
+// mountRootFor returns the root of the ckptfs mount holding p (p itself, or
+// an ancestor) and the mount's device number.
+func mountRootFor(p string) (string, uint64, error) {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", 0, err
+	}
+	var st syscall.Stat_t
+	if err := syscall.Lstat(abs, &st); err != nil {
+		return "", 0, fmt.Errorf("%s: %w", p, err)
+	}
+	if _, err := os.Stat(filepath.Join(abs, ".ckptfs", "stats.json")); err == nil {
+		return abs, st.Dev, nil
+	}
+	if root, ok := mountRootOf(abs, st.Dev); ok {
+		return root, st.Dev, nil
+	}
+	return "", 0, fmt.Errorf("%s is not in a ckptfs mount (du asks the daemon: give paths under a mountpoint)", p)
+}
+
+// inodesUnder lists the inode numbers of the regular files at or below p, on
+// the mount's device, leaving out the mount's .ckptfs directory.
+func inodesUnder(p, root string, dev uint64) ([]uint64, error) {
+	ctl := filepath.Join(root, ".ckptfs")
+	inos := []uint64{}
+	err := filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		abs, err := filepath.Abs(path)
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && abs == ctl {
+			return filepath.SkipDir
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		st, ok := info.Sys().(*syscall.Stat_t)
+		if !ok || st.Dev != dev {
+			return nil
+		}
+		inos = append(inos, st.Ino)
+		return nil
+	})
+	return inos, err
+}
+
+// parseArgsMin is parseArgs for commands that take min or more arguments.
+func parseArgsMin(fl *flag.FlagSet, args []string, min int) ([]string, error) {
+	var pos []string
+	for {
+		if err := fl.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, errUsage
+		}
+		args = fl.Args()
+		if len(args) == 0 {
+			break
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+	if len(pos) < min {
+		fmt.Fprintf(fl.Output(), "ckptfs %s: want at least %d argument(s), got %d\n\n", fl.Name(), min, len(pos))
+		fl.Usage()
+		return nil, errUsage
+	}
+	return pos, nil
+}

@@ -1,0 +1,442 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ckptfs/ckptfs/cas"
+	"github.com/ckptfs/ckptfs/fusefs"
+	"github.com/ckptfs/ckptfs/gc"
+	"golang.org/x/sys/unix"
+)
+
+// import copies a directory tree into a store through a mount, so that its
+// files are chunked and deduplicated exactly as if training had written them
+// there. Given an unmounted store it mounts the store itself, on a temporary
+// directory, for the copy. Each file is written under a temporary name and
+// renamed into place once committed: an interrupted import leaves whole files
+// (and at most one temporary file), never a truncated checkpoint under its
+// real name.
+
+// importEntry is one thing to copy.
+type importEntry struct {
+	rel  string // relative to SRC; "." for SRC itself
+	mode fs.FileMode
+	size int64
+	st   syscall.Stat_t
+	link string // symlink target
+}
+
+// importSummary is import's answer.
+type importSummary struct {
+	Source       string   `json:"source"`
+	Target       string   `json:"target"`
+	Dest         string   `json:"dest"` // relative to the mount root
+	Files        int      `json:"files"`
+	Dirs         int      `json:"dirs"`
+	Symlinks     int      `json:"symlinks"`
+	Skipped      []string `json:"skipped,omitempty"` // sockets, devices, FIFOs
+	LogicalBytes int64    `json:"logical_bytes"`     // bytes of the files imported
+	AddedBytes   int64    `json:"added_bytes"`       // growth of the store's unique bytes
+	Ratio        *float64 `json:"ratio"`             // logical / added; null when nothing was added
+	Seconds      float64  `json:"seconds"`
+}
+
+// copyBlock matches the mount's largest write.
+const copyBlock = 1 << 20
+
+func runImport(ctx context.Context, c command, args []string, stdout, stderr io.Writer) error {
+	fl := newFlags(c, stderr)
+	asJSON := fl.Bool("json", false, "print the summary as JSON")
+	pos, err := parseArgs(fl, args, 3)
+	if err != nil {
+		return err
+	}
+	targetArg, src, destArg := pos[0], pos[1], pos[2]
+	dest, err := cleanDest(destArg)
+	if err != nil {
+		return err
+	}
+	srcAbs, err := filepath.Abs(src)
+	if err != nil {
+		return err
+	}
+	if srcAbs, err = filepath.EvalSymlinks(srcAbs); err != nil { // SRC may be a link to the run
+		return err
+	}
+	entries, total, err := planImport(srcAbs)
+	if err != nil {
+		return err
+	}
+
+	mnt, unmount, err := importMount(targetArg, stderr)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	sum, err := importInto(ctx, mnt, srcAbs, dest, entries, total, stderr)
+	if err != nil && ctx.Err() != nil {
+		err = fmt.Errorf("interrupted: %s is partial (%d of %d files imported; no file is truncated)", dest, sum.Files, countFiles(entries))
+	}
+	if uerr := unmount(); err == nil {
+		err = uerr
+	}
+	if err != nil {
+		return err
+	}
+	sum.Target, _ = filepath.Abs(targetArg)
+	sum.Seconds = time.Since(start).Seconds()
+	if sum.AddedBytes > 0 {
+		r := float64(sum.LogicalBytes) / float64(sum.AddedBytes)
+		sum.Ratio = &r
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(sum)
+	}
+	fmt.Fprintf(stdout, "imported %s into %s at %s: %d files, %d directories, %d symlinks\n", sum.Source, sum.Target, sum.Dest, sum.Files, sum.Dirs, sum.Symlinks)
+	tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
+	fmt.Fprintf(tw, "logical\t%s\t(%d bytes)\n", formatBytes(sum.LogicalBytes), sum.LogicalBytes)
+	fmt.Fprintf(tw, "added to the store\t%s\t(%d bytes of new chunks)\n", formatBytes(sum.AddedBytes), sum.AddedBytes)
+	if sum.Ratio != nil {
+		fmt.Fprintf(tw, "ratio\t%.2fx\t(logical / added; saved %s)\n", *sum.Ratio, formatBytes(sum.LogicalBytes-sum.AddedBytes))
+	} else {
+		fmt.Fprintf(tw, "ratio\t-\t(every chunk was in the store already)\n")
+	}
+	if len(sum.Skipped) > 0 {
+		fmt.Fprintf(tw, "skipped\t%d\t(not files, directories or symlinks: %s)\n", len(sum.Skipped), strings.Join(sum.Skipped, ", "))
+	}
+	return tw.Flush()
+}
+
+func countFiles(entries []importEntry) int {
+	n := 0
+	for _, e := range entries {
+		if e.mode.IsRegular() {
+			n++
+		}
+	}
+	return n
+}
+
+// cleanDest checks DEST: a path below the mount root, outside .ckptfs.
+func cleanDest(d string) (string, error) {
+	bad := fmt.Errorf("DEST %q must be a new path below the mount root (e.g. runs/imported), outside .ckptfs", d)
+	for _, part := range strings.Split(d, "/") {
+		if part == ".." {
+			return "", bad
+		}
+	}
+	c := strings.TrimPrefix(filepath.Clean("/"+d), "/")
+	if c == "" || strings.Split(c, "/")[0] == ".ckptfs" {
+		return "", bad
+	}
+	return c, nil
+}
+
+// planImport lists SRC (a directory or one file) in walk order.
+func planImport(src string) ([]importEntry, int64, error) {
+	var entries []importEntry
+	var total int64
+	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		var e importEntry
+		if e.rel, err = filepath.Rel(src, p); err != nil {
+			return err
+		}
+		if err := syscall.Lstat(p, &e.st); err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		e.mode = fs.FileMode(e.st.Mode&0o7777).Perm() | modeType(e.st.Mode)
+		if e.st.Mode&syscall.S_ISUID != 0 {
+			e.mode |= fs.ModeSetuid
+		}
+		if e.st.Mode&syscall.S_ISGID != 0 {
+			e.mode |= fs.ModeSetgid
+		}
+		if e.st.Mode&syscall.S_ISVTX != 0 {
+			e.mode |= fs.ModeSticky
+		}
+		switch {
+		case e.mode.IsRegular():
+			e.size = e.st.Size
+			total += e.size
+		case e.mode&fs.ModeSymlink != 0:
+			if e.link, err = os.Readlink(p); err != nil {
+				return err
+			}
+		}
+		entries = append(entries, e)
+		return nil
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	if !entries[0].mode.IsDir() && !entries[0].mode.IsRegular() {
+		return nil, 0, fmt.Errorf("SRC %s is neither a directory nor a regular file", src)
+	}
+	return entries, total, nil
+}
+
+func modeType(m uint32) fs.FileMode {
+	switch m & syscall.S_IFMT {
+	case syscall.S_IFDIR:
+		return fs.ModeDir
+	case syscall.S_IFLNK:
+		return fs.ModeSymlink
+	case syscall.S_IFREG:
+		return 0
+	}
+	return fs.ModeIrregular
+}
+
+// importMount returns the mount root to copy into and what to call when done:
+// TARGET itself when it is a mountpoint, else a temporary mount of the store
+// TARGET (created when TARGET does not exist).
+func importMount(target string, stderr io.Writer) (string, func() error, error) {
+	if _, err := os.Stat(filepath.Join(target, ".ckptfs", "stats.json")); err == nil {
+		return target, func() error { return nil }, nil
+	}
+	_, err := os.Stat(filepath.Join(target, "catalog.db"))
+	if err != nil {
+		if _, serr := os.Stat(target); !errors.Is(serr, fs.ErrNotExist) {
+			return "", nil, fmt.Errorf("%s is neither a ckptfs mountpoint nor a store (is its daemon running?)", target)
+		}
+	}
+	store, err := cas.Open(target, cas.Options{})
+	if errors.Is(err, cas.ErrLocked) {
+		return "", nil, fmt.Errorf("%w: import into its mountpoint instead", err)
+	}
+	if err != nil {
+		return "", nil, err
+	}
+	logger := log.New(stderr, "ckptfs import: ", log.LstdFlags)
+	fsys, err := fusefs.New(store, logger)
+	if err != nil {
+		store.Close()
+		return "", nil, err
+	}
+	tmp, err := os.MkdirTemp("", "ckptfs-import-")
+	if err != nil {
+		store.Close()
+		return "", nil, err
+	}
+	srv, err := fusefs.Mount(fsys, tmp, fusefs.MountOptions{})
+	if err != nil {
+		store.Close()
+		os.Remove(tmp)
+		return "", nil, err
+	}
+	unmount := func() error {
+		err := srv.Unmount()
+		if err != nil {
+			logger.Printf("unmount: %v; detaching lazily", err)
+			err = syscall.Unmount(tmp, syscall.MNT_DETACH)
+		}
+		if err == nil {
+			srv.Wait()
+		}
+		if cerr := fsys.CommitAll(context.Background()); err == nil {
+			err = cerr
+		}
+		if cerr := store.Close(); err == nil {
+			err = cerr
+		}
+		if rerr := os.Remove(tmp); err == nil {
+			err = rerr
+		}
+		return err
+	}
+	return tmp, unmount, nil
+}
+
+func importInto(ctx context.Context, mnt, src, dest string, entries []importEntry, total int64, stderr io.Writer) (importSummary, error) {
+	sum := importSummary{Source: src, Dest: dest}
+	base := filepath.Join(mnt, dest)
+	if err := checkDestFree(base, dest); err != nil {
+		return sum, err
+	}
+	before, err := uniqueBytes(mnt)
+	if err != nil {
+		return sum, err
+	}
+	if err := os.MkdirAll(filepath.Dir(base), 0o755); err != nil {
+		return sum, err
+	}
+	bar := newProgressBar(stderr)
+	defer bar.done()
+	var done int64
+	progress := func(n int64) {
+		done += n
+		bar.update(gc.Progress{Phase: "import", Done: done, Total: total})
+	}
+	buf := make([]byte, copyBlock)
+	var dirs []importEntry // set their modes and times last, deepest first
+	for _, e := range entries {
+		if err := ctx.Err(); err != nil {
+			return sum, err
+		}
+		p := filepath.Join(base, e.rel)
+		switch {
+		case e.mode.IsDir():
+			// Writable until the end, whatever the source's mode.
+			if err := os.Mkdir(p, 0o700); err != nil && !(e.rel == "." && errors.Is(err, fs.ErrExist)) {
+				return sum, err
+			}
+			dirs = append(dirs, e)
+			sum.Dirs++
+		case e.mode.IsRegular():
+			if err := copyFile(ctx, filepath.Join(src, e.rel), p, e, buf, progress); err != nil {
+				return sum, err
+			}
+			sum.Files++
+			sum.LogicalBytes += e.size
+		case e.mode&fs.ModeSymlink != 0:
+			if err := os.Symlink(e.link, p); err != nil {
+				return sum, err
+			}
+			if err := setTimes(p, e, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				return sum, err
+			}
+			sum.Symlinks++
+		default:
+			sum.Skipped = append(sum.Skipped, filepath.Join(src, e.rel))
+		}
+	}
+	for i := len(dirs) - 1; i >= 0; i-- {
+		p := filepath.Join(base, dirs[i].rel)
+		if err := os.Chmod(p, dirs[i].mode&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky)); err != nil {
+			return sum, err
+		}
+		if err := setTimes(p, dirs[i], 0); err != nil {
+			return sum, err
+		}
+	}
+	after, err := uniqueBytes(mnt)
+	if err != nil {
+		return sum, err
+	}
+	sum.AddedBytes = max(0, after-before)
+	return sum, nil
+}
+
+// checkDestFree refuses a DEST that exists, unless it is an empty directory.
+func checkDestFree(base, dest string) error {
+	st, err := os.Lstat(base)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if st.IsDir() {
+		ents, err := os.ReadDir(base)
+		if err != nil {
+			return err
+		}
+		if len(ents) == 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("DEST %s exists in the store: import into a new path", dest)
+}
+
+// copyFile copies src to dst through a temporary name in dst's directory;
+// once committed it gets src's mode and times and its name.
+func copyFile(ctx context.Context, src, dst string, e importEntry, buf []byte, progress func(int64)) (err error) {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	tmp := filepath.Join(filepath.Dir(dst), fmt.Sprintf(".%s.ckptfs-import-%d", filepath.Base(dst), os.Getpid()))
+	if len(filepath.Base(tmp)) > 255 {
+		tmp = filepath.Join(filepath.Dir(dst), fmt.Sprintf(".ckptfs-import-%d", os.Getpid()))
+	}
+	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			out.Close() // the error that matters is err
+			os.Remove(tmp)
+		}
+	}()
+	// Plain reads and writes: no copy_file_range or splice into the mount.
+	var n int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		k, rerr := in.Read(buf)
+		if k > 0 {
+			if _, err := out.Write(buf[:k]); err != nil {
+				return err
+			}
+			n += int64(k)
+			progress(int64(k))
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return rerr
+		}
+	}
+	if n != e.size {
+		return fmt.Errorf("%s changed while being imported (%d bytes, was %d)", src, n, e.size)
+	}
+	// fsync commits the file and waits for the commit, also on a mount with
+	// --commit async (where close alone may return first): the summary's
+	// store statistics must include it.
+	if err := out.Sync(); err != nil {
+		return fmt.Errorf("%s: %w", dst, err)
+	}
+	if err := out.Close(); err != nil {
+		return fmt.Errorf("%s: %w", dst, err)
+	}
+	if err := os.Chmod(tmp, e.mode&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky)); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		return err
+	}
+	return setTimes(dst, e, 0)
+}
+
+// setTimes gives p e's access and modification times.
+func setTimes(p string, e importEntry, flags int) error {
+	ts := []unix.Timespec{unix.NsecToTimespec(e.st.Atim.Nano()), unix.NsecToTimespec(e.st.Mtim.Nano())}
+	if err := unix.UtimesNanoAt(unix.AT_FDCWD, p, ts, flags); err != nil {
+		return fmt.Errorf("set times of %s: %w", p, err)
+	}
+	return nil
+}
+
+// uniqueBytes reads the store's unique_bytes through the mount.
+func uniqueBytes(mnt string) (int64, error) {
+	st, err := readStats(mnt)
+	if err != nil {
+		return 0, err
+	}
+	u, ok := st["unique_bytes"].(float64)
+	if !ok {
+		return 0, fmt.Errorf("%s: stats.json has no unique_bytes", mnt)
+	}
+	return int64(u), nil
+}

@@ -1,0 +1,286 @@
+package main
+
+// Run history: log, best and report read a run directory as a sequence of
+// steps.
+//
+// A run directory (RUN_DIR) holds one sub-directory per saved step. Its
+// children that are directories (not symlinks to them) with a step number are
+// its steps: the whole name if numeric ("500"), else the trailing number
+// ("checkpoint-500", "step_10", "epoch3"). Children without a number (HF's
+// "runs/" TensorBoard logs, "final") are not steps and are listed as skipped.
+// Steps are ordered by number, then name.
+//
+// A step's files are every regular file below its directory (symlinks are not
+// followed). In a mount their chunks and tensor index come from the
+// manifests (no data is read); elsewhere the files are chunked as a commit
+// would (fileview.go), so the numbers say what storing them would cost.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// stepDir is one step directory of a run.
+type stepDir struct {
+	Step int64
+	Name string // the directory's name
+	Path string // absolute
+}
+
+var trailingNumber = regexp.MustCompile(`[0-9]+$`)
+
+// listSteps returns runDir's step directories in step order, and the names of
+// the child directories that have no step number.
+func listSteps(runDir string) (steps []stepDir, skipped []string, err error) {
+	abs, err := filepath.Abs(runDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := os.Stat(abs)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !st.IsDir() {
+		return nil, nil, fmt.Errorf("%s is not a directory", runDir)
+	}
+	ents, err := os.ReadDir(abs)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		n, err := strconv.ParseInt(trailingNumber.FindString(e.Name()), 10, 64)
+		if err != nil { // no trailing digits, or too many
+			skipped = append(skipped, e.Name())
+			continue
+		}
+		steps = append(steps, stepDir{Step: n, Name: e.Name(), Path: filepath.Join(abs, e.Name())})
+	}
+	sort.Slice(steps, func(i, j int) bool {
+		if steps[i].Step != steps[j].Step {
+			return steps[i].Step < steps[j].Step
+		}
+		return steps[i].Name < steps[j].Name
+	})
+	return steps, skipped, nil
+}
+
+// stepRow is what log prints for one step.
+type stepRow struct {
+	Step           int64              `json:"step"`
+	Name           string             `json:"name"`
+	Path           string             `json:"path"`
+	Files          int                `json:"files"`
+	LogicalBytes   int64              `json:"logical_bytes"`   // sum of the files' sizes
+	UniqueBytes    int64              `json:"unique_bytes"`    // bytes of the step's distinct chunks
+	AddedBytes     int64              `json:"added_bytes"`     // bytes of distinct chunks no earlier step of the run has
+	AddedChunks    int                `json:"added_chunks"`    // how many such chunks
+	Tensors        int                `json:"tensors"`         // distinct tensor names in the step's checkpoint files
+	TensorsChanged int                `json:"tensors_changed"` // names whose bytes differ from the previous step, added or removed (all, at the first step)
+	PendingFiles   int                `json:"pending_files,omitempty"`
+	Metrics        map[string]float64 `json:"metrics"`
+
+	// tensors maps each tensor name to its content key (tensorKey).
+	tensors map[string]string
+}
+
+// runHistory is log's answer for one run.
+type runHistory struct {
+	RunDir       string    `json:"run_dir"`
+	Steps        []stepRow `json:"steps"`
+	LogicalBytes int64     `json:"logical_bytes"` // all steps
+	UniqueBytes  int64     `json:"unique_bytes"`  // distinct chunks of all steps: the run's cost in a store of its own
+	Skipped      []string  `json:"skipped,omitempty"`
+	Warnings     []string  `json:"warnings,omitempty"`
+}
+
+// loadHistory reads every step of runDir: files, chunks, tensors, metrics.
+func loadHistory(ctx context.Context, runDir string) (*runHistory, error) {
+	steps, skipped, err := listSteps(runDir)
+	if err != nil {
+		return nil, err
+	}
+	abs, _ := filepath.Abs(runDir) // listSteps succeeded with it
+	h := &runHistory{RunDir: abs, Steps: []stepRow{}, Skipped: skipped}
+	seen := map[string]bool{} // chunks of earlier steps
+	var prev map[string]string
+	for _, sd := range steps {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		row, warns, err := loadStep(ctx, sd)
+		if err != nil {
+			return nil, err
+		}
+		h.Warnings = append(h.Warnings, warns...)
+		row.TensorsChanged = tensorsChanged(prev, row.tensors)
+		prev = row.tensors
+		for id, n := range row.chunks {
+			if !seen[id] {
+				seen[id] = true
+				row.AddedBytes += int64(n)
+				row.AddedChunks++
+			}
+		}
+		h.LogicalBytes += row.LogicalBytes
+		h.UniqueBytes += row.AddedBytes
+		h.Steps = append(h.Steps, row.stepRow)
+	}
+	return h, nil
+}
+
+// loadedStep is a stepRow with the step's distinct chunks.
+type loadedStep struct {
+	stepRow
+	chunks map[string]uint32
+}
+
+// viewWorkers is how many files of a step are loaded at once: manifests in a
+// mount are small reads; local files are chunked and hashed, which IndexFile
+// spreads over the cores itself.
+const viewWorkers = 4
+
+func loadStep(ctx context.Context, sd stepDir) (loadedStep, []string, error) {
+	row := loadedStep{
+		stepRow: stepRow{Step: sd.Step, Name: sd.Name, Path: sd.Path, tensors: map[string]string{}},
+		chunks:  map[string]uint32{},
+	}
+	var warns []string
+	m, mw, err := readStepMetrics(sd)
+	if err != nil {
+		return row, nil, err
+	}
+	row.Metrics = m
+	warns = append(warns, mw...)
+
+	var files []string
+	err = filepath.WalkDir(sd.Path, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			files = append(files, p)
+		}
+		return nil
+	})
+	if err != nil {
+		return row, nil, err
+	}
+	views := make([]*fileView, len(files))
+	sizes := make([]int64, len(files))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(viewWorkers)
+	var mu sync.Mutex
+	for i, p := range files {
+		g.Go(func() error {
+			v, size, err := loadStepFile(gctx, p)
+			if errors.Is(err, errNoManifest) {
+				mu.Lock()
+				warns = append(warns, fmt.Sprintf("%s: no committed content yet (being written?); counted without its chunks", p))
+				mu.Unlock()
+				err = nil
+			}
+			views[i], sizes[i] = v, size
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return row, nil, err
+	}
+	// Tensor names may repeat across a step's files (a model and an optimizer
+	// file); such a name's key combines every file's hash.
+	perName := map[string][]string{}
+	for i, v := range views {
+		row.Files++
+		row.LogicalBytes += sizes[i]
+		if v == nil {
+			row.PendingFiles++
+			continue
+		}
+		for _, c := range v.Chunks {
+			if _, ok := row.chunks[c.ID]; !ok {
+				row.chunks[c.ID] = c.Len
+				row.UniqueBytes += int64(c.Len)
+			}
+		}
+		if v.Index == nil {
+			continue
+		}
+		rel, _ := filepath.Rel(sd.Path, v.Path) // v.Path is below sd.Path
+		for _, t := range v.Index.Tensors {
+			perName[t.Name] = append(perName[t.Name], rel+"="+t.Hash)
+		}
+	}
+	for name, keys := range perName {
+		row.tensors[name] = tensorKey(keys)
+	}
+	row.Tensors = len(row.tensors)
+	return row, warns, nil
+}
+
+// tensorKey is a tensor name's content key in a step: its hash when one file
+// has it, else every file=hash, sorted.
+func tensorKey(fileHashes []string) string {
+	if len(fileHashes) == 1 {
+		_, h, _ := strings.Cut(fileHashes[0], "=")
+		return h
+	}
+	sort.Strings(fileHashes)
+	return strings.Join(fileHashes, ";")
+}
+
+// tensorsChanged counts the names whose key differs between prev and cur,
+// including names only one of them has.
+func tensorsChanged(prev, cur map[string]string) int {
+	n := 0
+	for name, k := range cur {
+		if old, ok := prev[name]; !ok || old != k {
+			n++
+		}
+	}
+	for name := range prev {
+		if _, ok := cur[name]; !ok {
+			n++
+		}
+	}
+	return n
+}
+
+var errNoManifest = errors.New("no committed content")
+
+// loadStepFile loads one file's view; an empty file needs none. A file in a
+// mount with no committed manifest yet gives errNoManifest and its size.
+func loadStepFile(ctx context.Context, p string) (*fileView, int64, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(p, &st); err != nil {
+		return nil, 0, fmt.Errorf("%s: %w", p, err)
+	}
+	if st.Size == 0 {
+		return &fileView{Path: p}, 0, nil
+	}
+	if root, ok := mountRootOf(p, st.Dev); ok {
+		_, err := os.Stat(filepath.Join(root, ".ckptfs", "manifests", strconv.FormatUint(st.Ino, 10)))
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, st.Size, errNoManifest
+		}
+	}
+	v, err := loadFileView(ctx, p)
+	if err != nil {
+		return nil, 0, err
+	}
+	return v, v.Size, nil
+}
