@@ -147,15 +147,21 @@ func (d *dirNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttr
 	if _, ok := in.GetSize(); ok {
 		return syscall.EISDIR
 	}
-	d.fsys.nsMu.Lock()
-	defer d.fsys.nsMu.Unlock()
-	rec := d.attr
+	return d.fsys.setattrNS(&d.attr, in, out, 2)
+}
+
+// setattrNS applies a mode, owner or time change to a directory's or a
+// symlink's attributes (guarded by nsMu) and persists them.
+func (f *FS) setattrNS(attr *cas.Node, in *fuse.SetAttrIn, out *fuse.AttrOut, nlink uint32) syscall.Errno {
+	f.nsMu.Lock()
+	defer f.nsMu.Unlock()
+	rec := *attr
 	applySetattr(&rec, in, time.Now().UnixNano())
-	if err := d.fsys.store.Update(func(tx *cas.Tx) error { return tx.PutNode(rec) }); err != nil {
-		return d.fsys.toErrno("setattr", err)
+	if err := f.store.Update(func(tx *cas.Tx) error { return tx.PutNode(rec) }); err != nil {
+		return f.toErrno("setattr", err)
 	}
-	d.attr = rec
-	fillAttr(&out.Attr, &d.attr, 2)
+	*attr = rec
+	fillAttr(&out.Attr, attr, nlink)
 	return 0
 }
 
@@ -591,14 +597,5 @@ func (s *symlinkNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.Set
 	if _, ok := in.GetSize(); ok {
 		return syscall.EINVAL
 	}
-	s.fsys.nsMu.Lock()
-	defer s.fsys.nsMu.Unlock()
-	rec := s.attr
-	applySetattr(&rec, in, time.Now().UnixNano())
-	if err := s.fsys.store.Update(func(tx *cas.Tx) error { return tx.PutNode(rec) }); err != nil {
-		return s.fsys.toErrno("setattr", err)
-	}
-	s.attr = rec
-	fillAttr(&out.Attr, &s.attr, 1)
-	return 0
+	return s.fsys.setattrNS(&s.attr, in, out, 1)
 }

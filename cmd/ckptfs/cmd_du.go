@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -135,29 +133,4 @@ func inodesUnder(p, root string, dev uint64) ([]uint64, error) {
 		return nil
 	})
 	return inos, err
-}
-
-// parseArgsMin is parseArgs for commands that take min or more arguments.
-func parseArgsMin(fl *flag.FlagSet, args []string, min int) ([]string, error) {
-	var pos []string
-	for {
-		if err := fl.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
-			}
-			return nil, errUsage
-		}
-		args = fl.Args()
-		if len(args) == 0 {
-			break
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
-	}
-	if len(pos) < min {
-		fmt.Fprintf(fl.Output(), "ckptfs %s: want at least %d argument(s), got %d\n\n", fl.Name(), min, len(pos))
-		fl.Usage()
-		return nil, errUsage
-	}
-	return pos, nil
 }

@@ -18,15 +18,9 @@ func runLog(ctx context.Context, c command, args []string, stdout, stderr io.Wri
 	if err != nil {
 		return err
 	}
-	h, err := loadHistory(ctx, pos[0])
+	h, err := loadSteps(ctx, "log", pos[0], stderr)
 	if err != nil {
 		return err
-	}
-	if len(h.Steps) == 0 {
-		return errNoSteps(pos[0], h.Skipped)
-	}
-	for _, w := range h.Warnings {
-		fmt.Fprintf(stderr, "ckptfs log: warning: %s\n", w)
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)

@@ -51,15 +51,9 @@ func runReport(ctx context.Context, c command, args []string, stdout, stderr io.
 		fl.Usage()
 		return errUsage
 	}
-	h, err := loadHistory(ctx, pos[0])
+	h, err := loadSteps(ctx, "report", pos[0], stderr)
 	if err != nil {
 		return err
-	}
-	if len(h.Steps) == 0 {
-		return errNoSteps(pos[0], h.Skipped)
-	}
-	for _, w := range h.Warnings {
-		fmt.Fprintf(stderr, "ckptfs report: warning: %s\n", w)
 	}
 	page, err := renderReport(h, time.Now())
 	if err != nil {

@@ -108,6 +108,34 @@ func newFlags(c command, stderr io.Writer) *flag.FlagSet {
 // parseArgs parses args (flags may come before or after the positional
 // arguments) and checks that there are want positional arguments.
 func parseArgs(fl *flag.FlagSet, args []string, want int) ([]string, error) {
+	pos, err := splitArgs(fl, args)
+	if err != nil {
+		return nil, err
+	}
+	if len(pos) != want {
+		fmt.Fprintf(fl.Output(), "ckptfs %s: want %d argument(s), got %d\n\n", fl.Name(), want, len(pos))
+		fl.Usage()
+		return nil, errUsage
+	}
+	return pos, nil
+}
+
+// parseArgsMin is parseArgs for commands that take min or more arguments.
+func parseArgsMin(fl *flag.FlagSet, args []string, min int) ([]string, error) {
+	pos, err := splitArgs(fl, args)
+	if err != nil {
+		return nil, err
+	}
+	if len(pos) < min {
+		fmt.Fprintf(fl.Output(), "ckptfs %s: want at least %d argument(s), got %d\n\n", fl.Name(), min, len(pos))
+		fl.Usage()
+		return nil, errUsage
+	}
+	return pos, nil
+}
+
+// splitArgs parses the flags among args and returns the positional arguments.
+func splitArgs(fl *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
 		if err := fl.Parse(args); err != nil {
@@ -118,17 +146,11 @@ func parseArgs(fl *flag.FlagSet, args []string, want int) ([]string, error) {
 		}
 		args = fl.Args()
 		if len(args) == 0 {
-			break
+			return pos, nil
 		}
 		pos = append(pos, args[0])
 		args = args[1:]
 	}
-	if len(pos) != want {
-		fmt.Fprintf(fl.Output(), "ckptfs %s: want %d argument(s), got %d\n\n", fl.Name(), want, len(pos))
-		fl.Usage()
-		return nil, errUsage
-	}
-	return pos, nil
 }
 
 // byteSize is a flag value like 256MiB, 1G or 1048576.

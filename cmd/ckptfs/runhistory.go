@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -106,6 +107,22 @@ type runHistory struct {
 	UniqueBytes  int64     `json:"unique_bytes"`  // distinct chunks of all steps: the run's cost in a store of its own
 	Skipped      []string  `json:"skipped,omitempty"`
 	Warnings     []string  `json:"warnings,omitempty"`
+}
+
+// loadSteps is loadHistory for a command: it fails when runDir has no step
+// directory and prints the history's warnings to stderr.
+func loadSteps(ctx context.Context, cmd, runDir string, stderr io.Writer) (*runHistory, error) {
+	h, err := loadHistory(ctx, runDir)
+	if err != nil {
+		return nil, err
+	}
+	if len(h.Steps) == 0 {
+		return nil, errNoSteps(runDir, h.Skipped)
+	}
+	for _, w := range h.Warnings {
+		fmt.Fprintf(stderr, "ckptfs %s: warning: %s\n", cmd, w)
+	}
+	return h, nil
 }
 
 // loadHistory reads every step of runDir: files, chunks, tensors, metrics.
