@@ -38,8 +38,16 @@ func (s *Store) NewBatch() *Batch {
 }
 
 // Put stores data as a chunk and returns its reference. When the chunk is
-// already indexed nothing is written. data is not retained.
+// already indexed nothing is written. data is not retained. It is
+// PutHinted(ctx, data, Hint{}).
 func (b *Batch) Put(ctx context.Context, data []byte) (ChunkRef, error) {
+	return b.PutHinted(ctx, data, Hint{})
+}
+
+// PutHinted is Put with a hint of what data holds (see Hint), used to pick its
+// codec when the chunk is new. The chunk ID is the hash of data whatever the
+// hint, so hinted and unhinted puts of the same bytes dedupe.
+func (b *Batch) PutHinted(ctx context.Context, data []byte, h Hint) (ChunkRef, error) {
 	if b.s.readOnly {
 		return ChunkRef{}, errors.New("store is open read-only")
 	}
@@ -89,7 +97,7 @@ func (b *Batch) Put(ctx context.Context, data []byte) (ChunkRef, error) {
 	s.flightMu.Unlock()
 
 	var dirs []string
-	f.info, dirs, f.err = s.writeObject(id, data)
+	f.info, dirs, f.err = s.writeObject(id, data, h)
 
 	s.flightMu.Lock()
 	delete(s.flights, id)
@@ -157,7 +165,7 @@ func (t *Tx) CommitBatch(b *Batch) error {
 // under a temporary name, fdatasync'd, renamed into place. It returns the
 // directories whose entries changed (to fsync before the commit). An object that
 // already exists is kept if it verifies, and replaced otherwise.
-func (s *Store) writeObject(id ID, data []byte) (ChunkInfo, []string, error) {
+func (s *Store) writeObject(id ID, data []byte, h Hint) (ChunkInfo, []string, error) {
 	path := s.objectPath(id)
 	if _, err := os.Stat(path); err == nil {
 		if info, err := s.VerifyObject(id); err == nil {
@@ -168,7 +176,7 @@ func (s *Store) writeObject(id ID, data []byte) (ChunkInfo, []string, error) {
 	if err != nil {
 		return ChunkInfo{}, nil, err
 	}
-	obj, codec := s.codecs.encodeObject(data)
+	obj, codec := s.codecs.encodeObject(data, h)
 	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
 	if err != nil {
 		return ChunkInfo{}, nil, fmt.Errorf("write chunk %v: %w", id, err)

@@ -58,17 +58,17 @@ func parseObjectHeader(b []byte) (objectHeader, error) {
 }
 
 // encodeObject returns the object file bytes for raw, and its codec.
-func (c *codecs) encodeObject(raw []byte) ([]byte, Codec) {
-	codec, payload := c.encode(raw)
-	h := objectHeader{
+func (c *codecs) encodeObject(raw []byte, h Hint) ([]byte, Codec) {
+	obj := make([]byte, objectHeaderSize, objectHeaderSize+len(raw)+64)
+	codec, obj := c.appendEncoded(obj, raw, h)
+	payload := obj[objectHeaderSize:]
+	hdr := objectHeader{
 		codec:      codec,
 		rawLen:     uint32(len(raw)),
 		payloadLen: uint32(len(payload)),
 		crc:        crc32.Checksum(payload, castagnoli),
 	}
-	obj := make([]byte, 0, objectHeaderSize+len(payload))
-	obj = append(obj, h.marshal()...)
-	obj = append(obj, payload...)
+	copy(obj, hdr.marshal())
 	return obj, codec
 }
 
