@@ -56,7 +56,7 @@ func rotrPlanes(L, H uint64) (uint64, uint64) {
 		(H>>1)&0x7F7F7F7F7F7F7F7F | (L&0x0101010101010101)<<7
 }
 
-func split2(raw []byte, p0, p1 []byte, rot bool) {
+func split2Go(raw []byte, p0, p1 []byte, rot bool) {
 	n := len(p0)
 	p1 = p1[:n]
 	raw = raw[:2*n]
@@ -90,7 +90,7 @@ func split2(raw []byte, p0, p1 []byte, rot bool) {
 	}
 }
 
-func merge2(out []byte, p0, p1 []byte, rot bool) {
+func merge2Go(out []byte, p0, p1 []byte, rot bool) {
 	n := len(p0)
 	p1 = p1[:n]
 	out = out[:2*n]

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/ckptfs/ckptfs/cas"
+	"github.com/ckptfs/ckptfs/formats"
 )
 
 // A stream ingests a file while it is being written (DESIGN.md, write path):
@@ -185,7 +186,12 @@ func (s *stream) abandon() {
 	s.batch.Release()
 }
 
-// putChunk stores one chunk of a commit, with its dtype as a hint.
+// putChunk stores one chunk of a commit, telling cas the element size of the
+// tensor data it holds, so bf16/fp16/fp32 chunks get the byte-grouped codec.
 func putChunk(ctx context.Context, b *cas.Batch, data []byte, dtype string) (cas.ChunkRef, error) {
-	return b.Put(ctx, data)
+	var h cas.Hint
+	if bits := formats.DTypeBits(dtype); bits == 16 || bits == 32 {
+		h.ElemSize = bits / 8
+	}
+	return b.PutHinted(ctx, data, h)
 }
