@@ -340,14 +340,7 @@ func (s *Store) CacheSize() int64 { return s.cache.budget }
 
 // loadChunk reads, verifies and decodes chunk id from its object file.
 func (s *Store) loadChunk(id ID) ([]byte, error) {
-	obj, err := os.ReadFile(s.objectPath(id))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("chunk %v: %w", id, ErrMissing)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read chunk %v: %w", id, err)
-	}
-	raw, err := s.codecs.decodeObject(id, obj)
+	raw, _, err := s.readObject(id)
 	if err != nil {
 		return nil, err
 	}
@@ -357,17 +350,26 @@ func (s *Store) loadChunk(id ID) ([]byte, error) {
 
 // VerifyObject reads and fully verifies chunk id's object, bypassing the cache.
 func (s *Store) VerifyObject(id ID) (ChunkInfo, error) {
-	obj, err := os.ReadFile(s.objectPath(id))
-	if errors.Is(err, fs.ErrNotExist) {
-		return ChunkInfo{}, fmt.Errorf("chunk %v: %w", id, ErrMissing)
-	}
-	if err != nil {
-		return ChunkInfo{}, fmt.Errorf("read chunk %v: %w", id, err)
-	}
-	raw, err := s.codecs.decodeObject(id, obj)
+	raw, obj, err := s.readObject(id)
 	if err != nil {
 		return ChunkInfo{}, err
 	}
 	h, _ := parseObjectHeader(obj) // decodeObject parsed it already
 	return ChunkInfo{RawLen: uint32(len(raw)), StoredLen: uint32(len(obj)), Codec: h.codec}, nil
+}
+
+// readObject returns chunk id's decoded, verified bytes and its object file.
+func (s *Store) readObject(id ID) (raw, obj []byte, err error) {
+	obj, err = os.ReadFile(s.objectPath(id))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, fmt.Errorf("chunk %v: %w", id, ErrMissing)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("read chunk %v: %w", id, err)
+	}
+	raw, err = s.codecs.decodeObject(id, obj)
+	if err != nil {
+		return nil, nil, err
+	}
+	return raw, obj, nil
 }

@@ -278,24 +278,28 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	if err != nil {
 		return nil, nil, 0, d.fsys.toErrno("create", err)
 	}
-	now := time.Now().UnixNano()
-	uid, gid := callerOwner(ctx)
-	n := &fileNode{
-		nodeBase: nodeBase{fsys: d.fsys, attr: cas.Node{
-			Ino: ino, Mode: syscall.S_IFREG | mode&0o7777, UID: uid, GID: gid,
-			Atime: now, Mtime: now, Ctime: now,
-		}},
-		dir:      d,
-		name:     name,
-		manifest: &cas.Manifest{},
-		dirty:    true, // an empty new file is content to commit too
-	}
-	d.touch(now)
+	n := d.fsys.newFile(ctx, ino, mode)
+	n.dir, n.name = d, name
+	n.dirty = true // an empty new file is content to commit too
+	d.touch(n.attr.Ctime)
 	inode := d.NewPersistentInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFREG, Ino: ino})
 	fh, fuseFlags := n.openHandle(ctx, flags)
 	fh.creator = true
 	fillAttr(&out.Attr, &n.attr, 1)
 	return inode, fh, fuseFlags, 0
+}
+
+// newFile returns an empty regular file owned by the caller, with no name yet.
+func (f *FS) newFile(ctx context.Context, ino uint64, mode uint32) *fileNode {
+	now := time.Now().UnixNano()
+	uid, gid := callerOwner(ctx)
+	return &fileNode{
+		nodeBase: nodeBase{fsys: f, attr: cas.Node{
+			Ino: ino, Mode: syscall.S_IFREG | mode&0o7777, UID: uid, GID: gid,
+			Atime: now, Mtime: now, Ctime: now,
+		}},
+		manifest: &cas.Manifest{},
+	}
 }
 
 // Tmpfile makes a file in no directory (O_TMPFILE). It lives in memory and the
@@ -305,15 +309,7 @@ func (d *dirNode) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *f
 	if err != nil {
 		return nil, nil, 0, d.fsys.toErrno("tmpfile", err)
 	}
-	now := time.Now().UnixNano()
-	uid, gid := callerOwner(ctx)
-	n := &fileNode{
-		nodeBase: nodeBase{fsys: d.fsys, attr: cas.Node{
-			Ino: ino, Mode: syscall.S_IFREG | mode&0o7777, UID: uid, GID: gid,
-			Atime: now, Mtime: now, Ctime: now,
-		}},
-		manifest: &cas.Manifest{},
-	}
+	n := d.fsys.newFile(ctx, ino, mode)
 	n.unlinked.Store(true)
 	inode := d.NewInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFREG, Ino: ino})
 	fh, fuseFlags := n.openHandle(ctx, flags)

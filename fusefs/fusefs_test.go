@@ -884,8 +884,7 @@ func TestStreamingIngestEdges(t *testing.T) {
 		})
 	}
 	m.remount()
-	for i, c := range cases {
-		_ = c
+	for i := range cases {
 		got, err := os.ReadFile(m.path(fmt.Sprintf("runs/s%d", i)))
 		if err != nil || len(got) == 0 {
 			t.Fatalf("after remount: %v", err)

@@ -65,7 +65,7 @@ func (d *manifestsDir) Lookup(ctx context.Context, name string, out *fuse.EntryO
 	if err != nil || ino < cas.FirstIno {
 		return nil, syscall.ENOENT
 	}
-	data, errno := d.render(ino)
+	data, errno := d.fsys.renderManifest(ino)
 	if errno != 0 {
 		return nil, errno
 	}
@@ -79,10 +79,11 @@ func (d *manifestsDir) Lookup(ctx context.Context, name string, out *fuse.EntryO
 	return d.NewInode(ctx, f, fs.StableAttr{Mode: syscall.S_IFREG, Ino: ino | 1<<62}), 0
 }
 
-func (d *manifestsDir) render(ino uint64) ([]byte, syscall.Errno) {
+// renderManifest returns the ManifestJSON of committed file ino.
+func (f *FS) renderManifest(ino uint64) ([]byte, syscall.Errno) {
 	var m *cas.Manifest
 	var node cas.Node
-	err := d.fsys.store.View(func(tx *cas.Tx) error {
+	err := f.store.View(func(tx *cas.Tx) error {
 		var ok bool
 		var err error
 		if node, ok, err = tx.Node(ino); err != nil || !ok || !node.IsRegular() {
@@ -92,14 +93,14 @@ func (d *manifestsDir) render(ino uint64) ([]byte, syscall.Errno) {
 		return err
 	})
 	if err != nil {
-		return nil, d.fsys.toErrno("manifest", err)
+		return nil, f.toErrno("manifest", err)
 	}
 	if m == nil {
 		return nil, syscall.ENOENT
 	}
 	ix, err := ParseFileIndex(m.Extra)
 	if err != nil {
-		return nil, d.fsys.toErrno("manifest", err)
+		return nil, f.toErrno("manifest", err)
 	}
 	out := ManifestJSON{Ino: ino, Size: m.Size(), Index: ix, Chunks: make([]ChunkJSON, len(m.Chunks))}
 	for i, c := range m.Chunks {
@@ -107,7 +108,7 @@ func (d *manifestsDir) render(ino uint64) ([]byte, syscall.Errno) {
 	}
 	b, err := json.Marshal(out)
 	if err != nil {
-		return nil, d.fsys.toErrno("manifest", err)
+		return nil, f.toErrno("manifest", err)
 	}
 	return append(b, '\n'), 0
 }
@@ -129,8 +130,7 @@ func (f *manifestFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, u
 	if isWrite(flags) {
 		return nil, 0, syscall.EROFS
 	}
-	d := &manifestsDir{fsys: f.fsys}
-	data, errno := d.render(f.ino)
+	data, errno := f.fsys.renderManifest(f.ino)
 	if errno != 0 {
 		return nil, 0, errno
 	}
@@ -146,7 +146,7 @@ func (f *manifestFile) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.
 	out.Nlink = 1
 	if h, ok := fh.(*statsHandle); ok {
 		out.Size = uint64(len(h.data))
-	} else if data, errno := (&manifestsDir{fsys: f.fsys}).render(f.ino); errno == 0 {
+	} else if data, errno := f.fsys.renderManifest(f.ino); errno == 0 {
 		out.Size = uint64(len(data))
 	}
 	out.SetTimeout(0)
