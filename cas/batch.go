@@ -54,7 +54,10 @@ func (b *Batch) PutHinted(ctx context.Context, data []byte, h Hint) (ChunkRef, e
 	if len(data) > maxChunkSize {
 		return ChunkRef{}, fmt.Errorf("chunk of %d bytes is over the %d limit", len(data), maxChunkSize)
 	}
-	id := Sum(data)
+	id, err := b.s.sum(ctx, data)
+	if err != nil {
+		return ChunkRef{}, err
+	}
 	ref := ChunkRef{ID: id, Len: uint32(len(data))}
 	// Pin before looking at the index: from here until Release, a sweep will
 	// not delete this chunk, and a sweep already deleting it finishes first.
@@ -109,6 +112,17 @@ func (b *Batch) PutHinted(ctx context.Context, data []byte, h Hint) (ChunkRef, e
 	}
 	b.note(id, f.info, dirs)
 	return ref, nil
+}
+
+// sum hashes data in one of the store's hash slots.
+func (s *Store) sum(ctx context.Context, data []byte) (ID, error) {
+	select {
+	case s.hashSlots <- struct{}{}:
+	case <-ctx.Done():
+		return ID{}, ctx.Err()
+	}
+	defer func() { <-s.hashSlots }()
+	return Sum(data), nil
 }
 
 func (b *Batch) note(id ID, info ChunkInfo, dirs []string) {

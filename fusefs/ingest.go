@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
+	"sync/atomic"
 
 	"github.com/ckptfs/ckptfs/cas"
 	"github.com/ckptfs/ckptfs/formats"
@@ -74,19 +76,36 @@ func (f fixedSource) avail(_ context.Context, off, want int64) (int64, error) {
 // starts; content-defined cuts elsewhere), passes each chunk to put on up to
 // putWorkers goroutines, and returns the chunks in file order, the file's
 // tensor index, and its size.
+//
+// Each byte is read from src once: a chunk that lies inside one block is put
+// straight from that block (blocks are reference-counted and recycled, so a
+// commit allocates a handful of them, not a buffer per chunk); only a chunk
+// that straddles two blocks is read again into its own buffer.
 func ingest(ctx context.Context, src source, maxChunk int, put putFunc) ([]cas.ChunkRef, *FileIndex, int64, error) {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(putWorkers)
+	var blocks blockPool
 	// One slot per chunk, filled by the worker that stores it.
 	var slots []*cas.ChunkRef
 	var starts []int64
 	var prev int64
-	submit := func(cuts []formats.Cut) {
+	submit := func(cuts []formats.Cut, blk *block) {
 		for _, cut := range cuts {
 			slot, off, n, dtype := new(cas.ChunkRef), prev, cut.End-prev, cut.DType
 			slots = append(slots, slot)
 			starts = append(starts, off)
 			prev = cut.End
+			if blk != nil && off >= blk.off {
+				blk.refs.Add(1)
+				data := blk.buf[off-blk.off : off-blk.off+n]
+				g.Go(func() error {
+					defer blocks.release(blk)
+					ref, err := put(gctx, data, dtype)
+					*slot = ref
+					return err
+				})
+				continue
+			}
 			g.Go(func() error {
 				buf := make([]byte, n)
 				if err := readFull(src, buf, off); err != nil {
@@ -99,7 +118,6 @@ func ingest(ctx context.Context, src source, maxChunk int, put putFunc) ([]cas.C
 		}
 	}
 	ch := formats.NewChunker(maxChunk)
-	var block []byte
 	var size int64
 	for gctx.Err() == nil {
 		n, err := src.avail(gctx, size, readBlock)
@@ -110,18 +128,19 @@ func ingest(ctx context.Context, src source, maxChunk int, put putFunc) ([]cas.C
 		if n == 0 {
 			break
 		}
-		if block == nil {
-			block = make([]byte, readBlock)
-		}
-		if err := readFull(src, block[:n], size); err != nil {
+		blk := blocks.get()
+		blk.off, blk.buf = size, blk.buf[:n]
+		if err := readFull(src, blk.buf, size); err != nil {
+			blocks.release(blk)
 			g.Wait()
 			return nil, nil, 0, err
 		}
-		submit(ch.WriteCuts(block[:n]))
+		submit(ch.WriteCuts(blk.buf), blk)
+		blocks.release(blk) // the chunker keeps no reference to what it was fed
 		size += n
 	}
 	cuts, fix := ch.CloseCuts()
-	submit(cuts)
+	submit(cuts, nil)
 	if err := g.Wait(); err != nil {
 		return nil, nil, 0, err
 	}
@@ -137,6 +156,45 @@ func ingest(ctx context.Context, src source, maxChunk int, put putFunc) ([]cas.C
 		return nil, nil, 0, err
 	}
 	return refs, ix, size, nil
+}
+
+// A block is readBlock bytes of the file at off, shared by the workers putting
+// the chunks inside it; refs counts the streamer and those workers.
+type block struct {
+	buf  []byte
+	off  int64
+	refs atomic.Int32
+}
+
+// blockPool recycles one ingest's blocks: fresh memory costs a page fault per
+// page, which on these VMs is dearer than the copy that fills it.
+type blockPool struct {
+	mu   sync.Mutex
+	free []*block
+}
+
+// get returns a block holding one reference.
+func (p *blockPool) get() *block {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var b *block
+	if k := len(p.free); k > 0 {
+		b, p.free = p.free[k-1], p.free[:k-1]
+	} else {
+		b = &block{buf: make([]byte, readBlock)}
+	}
+	b.buf = b.buf[:cap(b.buf)]
+	b.refs.Store(1)
+	return b
+}
+
+func (p *blockPool) release(b *block) {
+	if b.refs.Add(-1) != 0 {
+		return
+	}
+	p.mu.Lock()
+	p.free = append(p.free, b)
+	p.mu.Unlock()
 }
 
 func readFull(r io.ReaderAt, buf []byte, off int64) error {
