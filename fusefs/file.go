@@ -46,14 +46,14 @@ type fileNode struct {
 	manifest      *cas.Manifest
 	offsets       []int64 // offsets[i] = file offset of manifest.Chunks[i]
 	committedSize int64
-	spool         *os.File     // non-nil while content is staged
+	spool         *os.File     // the staged content, unless a stream holds it
 	dirty         bool         // content or size changed since the last commit
 	writers       int          // open handles that may write (for a fork: its origin's)
 	handles       int          // all open handles
 	gen           uint64       // bumped by every content change
 	cachedGen     uint64       // gen when a read handle last got the kernel's cached pages
 	fork          *fileNode    // the new version being staged for n's writers
-	stream        *stream      // ingest following the writes, when staging started empty
+	stream        *stream      // the staged content, when written in order from empty
 	asyncErr      error        // a background commit's failure, for the next close or fsync
 	spans         []tensorSpan // tensor byte ranges of the manifest, for prefetch
 
@@ -96,7 +96,7 @@ func (n *fileNode) openHandle(ctx context.Context, flags uint32) (*handle, uint3
 		// No page-cache copy of written bytes, and requests of MaxWrite.
 		return h, fuse.FOPEN_DIRECT_IO
 	}
-	if n.spool == nil && n.cachedGen == n.gen {
+	if !n.staged() && n.cachedGen == n.gen {
 		return h, fuse.FOPEN_KEEP_CACHE
 	}
 	n.cachedGen = n.gen
@@ -128,7 +128,7 @@ func (n *fileNode) changeTarget(h fs.FileHandle) *fileNode {
 	if n.fork != nil {
 		return n.fork
 	}
-	if n.spool != nil || n.handles <= n.writers || n.unlinked.Load() {
+	if n.staged() || n.handles <= n.writers || n.unlinked.Load() {
 		return n
 	}
 	ino, err := n.fsys.store.AllocIno()
@@ -224,6 +224,20 @@ func (n *fileNode) Read(ctx context.Context, f fs.FileHandle, dest []byte, off i
 		return t.Read(ctx, nil, dest, off)
 	}
 	n.mu.RLock()
+	if n.stream != nil {
+		// Reading what is being streamed: give it a spool first.
+		n.mu.RUnlock()
+		n.mu.Lock()
+		var err error
+		if n.stream != nil {
+			err = n.materialize(ctx)
+		}
+		n.mu.Unlock()
+		if err != nil {
+			return nil, n.fsys.toErrno("read staged", err)
+		}
+		n.mu.RLock()
+	}
 	if n.spool != nil {
 		defer n.mu.RUnlock()
 		end := min(off+int64(len(dest)), n.attr.Size)
@@ -290,22 +304,26 @@ func (n *fileNode) readChunks(ctx context.Context, m *cas.Manifest, offsets []in
 	return vecs, nil
 }
 
-// stage makes sure the spool holds the file's whole content, copying the
-// committed content when keep > 0 (its first keep bytes). mu held.
+// staged reports whether n has content not committed yet (mu held).
+func (n *fileNode) staged() bool { return n.spool != nil || n.stream != nil }
+
+// stage makes sure n's content is staged: from empty in a stream when keep is
+// 0, else in a spool holding a copy of the committed content's first keep
+// bytes. mu held.
 func (n *fileNode) stage(ctx context.Context, keep int64) error {
-	if n.spool != nil {
+	if n.staged() {
 		return nil
 	}
-	f, err := os.CreateTemp(n.fsys.store.SpoolDir(), fmt.Sprintf("%d-*", n.attr.Ino))
-	if err != nil {
-		return fmt.Errorf("create spool file: %w", err)
-	}
-	// The spool is private to this process: unlink it now so a crash leaves nothing.
-	if err := os.Remove(f.Name()); err != nil {
-		f.Close()
-		return fmt.Errorf("create spool file: %w", err)
-	}
 	keep = min(keep, n.committedSize)
+	if keep == 0 {
+		n.attr.Size = 0
+		n.startStream()
+		return nil
+	}
+	f, err := n.fsys.newSpool(n.attr.Ino)
+	if err != nil {
+		return err
+	}
 	for off := int64(0); off < keep; {
 		vecs, err := n.readChunks(ctx, n.manifest, n.offsets, off, 4<<20)
 		if err != nil {
@@ -323,10 +341,21 @@ func (n *fileNode) stage(ctx context.Context, keep int64) error {
 	}
 	n.spool = f
 	n.attr.Size = keep
-	if keep == 0 {
-		n.startStream()
-	}
 	return nil
+}
+
+// newSpool creates a spool file for file ino. It is private to this process:
+// unlinked at once, so a crash leaves nothing.
+func (f *FS) newSpool(ino uint64) (*os.File, error) {
+	sp, err := os.CreateTemp(f.store.SpoolDir(), fmt.Sprintf("%d-*", ino))
+	if err != nil {
+		return nil, fmt.Errorf("create spool file: %w", err)
+	}
+	if err := os.Remove(sp.Name()); err != nil {
+		sp.Close()
+		return nil, fmt.Errorf("create spool file: %w", err)
+	}
+	return sp, nil
 }
 
 func (n *fileNode) Write(ctx context.Context, f fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
@@ -341,12 +370,26 @@ func (n *fileNode) Write(ctx context.Context, f fs.FileHandle, data []byte, off 
 	if err := n.stage(ctx, n.attr.Size); err != nil {
 		return 0, n.fsys.toErrno("write", err)
 	}
+	if st := n.stream; st != nil {
+		ok, err := st.write(data, off)
+		if ok && err != nil {
+			// The streamer failed (the store is full?): what it took is lost.
+			n.revert()
+			return 0, n.fsys.toErrno("write", err)
+		}
+		if ok {
+			n.attr.Size = max(n.attr.Size, off+int64(len(data)))
+			n.changed()
+			return uint32(len(data)), 0
+		}
+		if err := n.materialize(ctx); err != nil {
+			n.revert()
+			return 0, n.fsys.toErrno("write", err)
+		}
+	}
 	k, err := n.spool.WriteAt(data, off)
 	if end := off + int64(k); end > n.attr.Size {
 		n.attr.Size = end
-	}
-	if n.stream != nil && k > 0 {
-		n.stream.wrote(off, off+int64(k))
 	}
 	if k > 0 {
 		n.changed()
@@ -373,11 +416,26 @@ func (n *fileNode) resize(ctx context.Context, size int64) error {
 	if err := n.stage(ctx, size); err != nil {
 		return err
 	}
-	if err := n.spool.Truncate(size); err != nil {
-		return fmt.Errorf("truncate spool: %w", err)
+	if st := n.stream; st != nil {
+		switch {
+		case size == 0:
+			// Truncated to nothing again (open with O_TRUNC): start over.
+			st.abandon()
+			n.stream = nil
+			n.startStream()
+		case size >= st.written():
+			st.extend(size)
+		default:
+			if err := n.materialize(ctx); err != nil {
+				n.revert()
+				return err
+			}
+		}
 	}
-	if n.stream != nil {
-		n.stream.resized(size)
+	if n.spool != nil {
+		if err := n.spool.Truncate(size); err != nil {
+			return fmt.Errorf("truncate spool: %w", err)
+		}
 	}
 	n.attr.Size = size
 	n.changed()
@@ -557,6 +615,23 @@ func (n *fileNode) releaseWriter() {
 	n.mu.Unlock()
 }
 
+// revert drops staged content that cannot be committed (its stream failed):
+// n shows its committed content again, as after a crash before the commit
+// (mu held).
+func (n *fileNode) revert() {
+	if st := n.stream; st != nil {
+		st.abandon()
+		n.stream = nil
+	}
+	if n.spool != nil {
+		n.spool.Close()
+		n.spool = nil
+	}
+	n.attr.Size = n.committedSize
+	n.dirty = false
+	n.gen++
+}
+
 // dropSpoolLocked frees the spool once nothing can change or needs it (mu held).
 func (n *fileNode) dropSpoolLocked() {
 	if n.writers == 0 && !n.dirty && n.spool != nil {
@@ -610,15 +685,14 @@ func (n *fileNode) commitLocked(ctx context.Context, origin *fileNode, originAtt
 	var ix *FileIndex
 	if st := n.stream; st != nil {
 		// The chunks were stored while the file was written: finish the tail.
-		n.stream = nil
-		var ok bool
-		if refs, ix, ok = st.finish(n.attr.Size); ok {
-			batch = st.batch
-		} else {
-			st.batch.Release()
+		var err error
+		if refs, ix, err = st.finish(n.attr.Size); err != nil {
+			n.revert() // releases the stream's batch
+			return nil, fmt.Errorf("staged content lost: %w", err)
 		}
-	}
-	if batch == nil {
+		n.stream = nil
+		batch = st.batch
+	} else {
 		batch = n.fsys.store.NewBatch()
 		if n.spool != nil && n.attr.Size > 0 {
 			put := func(ctx context.Context, data []byte, dtype string) (cas.ChunkRef, error) {

@@ -45,6 +45,8 @@ type FS struct {
 	openMu    sync.Mutex
 	openFiles map[*fileNode]int
 
+	blocks blockPool // memory of streams (stream.go)
+
 	asyncCommit bool           // close returns before the commit (WithAsyncCommit)
 	pending     sync.WaitGroup // background commits in flight
 }

@@ -62,6 +62,21 @@ type source interface {
 	avail(ctx context.Context, off, want int64) (int64, error)
 }
 
+// releaser is a source that lets bytes go once they are cut: ingest reads
+// below the last cut no more, and reads what buildIndex needs through
+// indexReader.
+type releaser interface {
+	release(off int64)
+	indexReader(ctx context.Context, refs []cas.ChunkRef, starts []int64) io.ReaderAt
+}
+
+// borrower is a source that holds its bytes in blocks of readBlock and lends
+// them instead of copying: borrow returns the block (one reference taken)
+// holding exactly [off, off+n), which avail granted.
+type borrower interface {
+	borrow(off, n int64) (*block, []byte)
+}
+
 // fixedSource is a file whose size is known and whose bytes are all there.
 type fixedSource struct {
 	io.ReaderAt
@@ -84,12 +99,12 @@ func (f fixedSource) avail(_ context.Context, off, want int64) (int64, error) {
 func ingest(ctx context.Context, src source, maxChunk int, put putFunc) ([]cas.ChunkRef, *FileIndex, int64, error) {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(putWorkers)
-	var blocks blockPool
+	var blocks ingestBlocks
 	// One slot per chunk, filled by the worker that stores it.
 	var slots []*cas.ChunkRef
 	var starts []int64
 	var prev int64
-	submit := func(cuts []formats.Cut, blk *block) {
+	submit := func(cuts []formats.Cut, blk *block) error { // blk: the bytes from blk.off just fed
 		for _, cut := range cuts {
 			slot, off, n, dtype := new(cas.ChunkRef), prev, cut.End-prev, cut.DType
 			slots = append(slots, slot)
@@ -99,99 +114,132 @@ func ingest(ctx context.Context, src source, maxChunk int, put putFunc) ([]cas.C
 				blk.refs.Add(1)
 				data := blk.buf[off-blk.off : off-blk.off+n]
 				g.Go(func() error {
-					defer blocks.release(blk)
+					defer blk.unref()
 					ref, err := put(gctx, data, dtype)
 					*slot = ref
 					return err
 				})
 				continue
 			}
+			// Read now: the source may let these bytes go once they are cut.
+			buf := make([]byte, n)
+			if err := readFull(src, buf, off); err != nil {
+				return err
+			}
 			g.Go(func() error {
-				buf := make([]byte, n)
-				if err := readFull(src, buf, off); err != nil {
-					return err
-				}
 				ref, err := put(gctx, buf, dtype)
 				*slot = ref
 				return err
 			})
 		}
+		if r, ok := src.(releaser); ok {
+			r.release(prev)
+		}
+		return nil
+	}
+	// collect returns the chunks stored so far, in file order (after g.Wait).
+	collect := func() []cas.ChunkRef {
+		refs := make([]cas.ChunkRef, len(slots))
+		for i, s := range slots {
+			refs[i] = *s
+		}
+		return refs
 	}
 	ch := formats.NewChunker(maxChunk)
 	var size int64
 	for gctx.Err() == nil {
 		n, err := src.avail(gctx, size, readBlock)
 		if err != nil {
-			g.Wait()
-			return nil, nil, 0, err
+			if werr := g.Wait(); werr != nil {
+				return nil, nil, 0, werr
+			}
+			return collect(), nil, prev, err
 		}
 		if n == 0 {
 			break
 		}
-		blk := blocks.get()
-		blk.off, blk.buf = size, blk.buf[:n]
-		if err := readFull(src, blk.buf, size); err != nil {
-			blocks.release(blk)
+		var blk *block
+		var data []byte
+		if b, ok := src.(borrower); ok {
+			blk, data = b.borrow(size, n)
+		} else {
+			blk = blocks.get()
+			blk.off, data = size, blk.buf[:n]
+			if err := readFull(src, data, size); err != nil {
+				blk.unref()
+				g.Wait()
+				return nil, nil, 0, err
+			}
+		}
+		err = submit(ch.WriteCuts(data), blk)
+		blk.unref() // the chunker keeps no reference to what it was fed
+		if err != nil {
 			g.Wait()
 			return nil, nil, 0, err
 		}
-		submit(ch.WriteCuts(blk.buf), blk)
-		blocks.release(blk) // the chunker keeps no reference to what it was fed
 		size += n
 	}
 	cuts, fix := ch.CloseCuts()
-	submit(cuts, nil)
+	if err := submit(cuts, nil); err != nil {
+		g.Wait()
+		return nil, nil, 0, err
+	}
 	if err := g.Wait(); err != nil {
 		return nil, nil, 0, err
 	}
 	if prev != size {
 		return nil, nil, 0, fmt.Errorf("chunker covered %d of %d bytes", prev, size)
 	}
-	refs := make([]cas.ChunkRef, len(slots))
-	for i, s := range slots {
-		refs[i] = *s
+	refs := collect()
+	var ixr io.ReaderAt = src
+	if r, ok := src.(releaser); ok {
+		ixr = r.indexReader(ctx, refs, starts)
 	}
-	ix, err := buildIndex(src, fix, refs, starts)
+	ix, err := buildIndex(ixr, fix, refs, starts)
 	if err != nil {
 		return nil, nil, 0, err
 	}
 	return refs, ix, size, nil
 }
 
-// A block is readBlock bytes of the file at off, shared by the workers putting
-// the chunks inside it; refs counts the streamer and those workers.
+// A block is up to readBlock bytes of the file at off, shared by the
+// ingest and the workers putting the chunks inside it. refs counts them (and,
+// for a stream's block, the stream); the last unref gives it back to owner.
 type block struct {
-	buf  []byte
-	off  int64
-	refs atomic.Int32
+	buf   []byte
+	off   int64
+	refs  atomic.Int32
+	owner interface{ recycle(*block) }
 }
 
-// blockPool recycles one ingest's blocks: fresh memory costs a page fault per
-// page, which on these VMs is dearer than the copy that fills it.
-type blockPool struct {
+func (b *block) unref() {
+	if b.refs.Add(-1) == 0 {
+		b.owner.recycle(b)
+	}
+}
+
+// ingestBlocks recycles the blocks one ingest reads its source into.
+type ingestBlocks struct {
 	mu   sync.Mutex
 	free []*block
 }
 
 // get returns a block holding one reference.
-func (p *blockPool) get() *block {
+func (p *ingestBlocks) get() *block {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var b *block
 	if k := len(p.free); k > 0 {
 		b, p.free = p.free[k-1], p.free[:k-1]
 	} else {
-		b = &block{buf: make([]byte, readBlock)}
+		b = &block{buf: make([]byte, readBlock), owner: p}
 	}
 	b.buf = b.buf[:cap(b.buf)]
 	b.refs.Store(1)
 	return b
 }
 
-func (p *blockPool) release(b *block) {
-	if b.refs.Add(-1) != 0 {
-		return
-	}
+func (p *ingestBlocks) recycle(b *block) {
 	p.mu.Lock()
 	p.free = append(p.free, b)
 	p.mu.Unlock()

@@ -3,57 +3,67 @@ package fusefs
 import (
 	"context"
 	"errors"
-	"os"
-	"sort"
+	"fmt"
+	"io"
 	"sync"
 
 	"github.com/ckptfs/ckptfs/cas"
 	"github.com/ckptfs/ckptfs/formats"
 )
 
-// A stream ingests a file while it is being written (DESIGN.md, write path):
-// a goroutine follows the contiguous prefix of written bytes, cuts, hashes and
-// stores its chunks, so that close only finishes the tail and commits.
+// A stream stages a file that is written from empty, in order, without a
+// spool (DESIGN.md, write path): writes append to memory blocks, and a
+// goroutine cuts, hashes and stores chunks from them as they fill, so that
+// close only finishes the tail and commits. Memory holds only the bytes the
+// chunker has not cut yet, at most streamMem per file: a writer that gets
+// further ahead waits. Bytes already cut live in the store (as the objects of
+// the stream's batch, pinned until its commit).
 //
-// It starts when staging starts from an empty file (a new file, or one
-// truncated by open(O_TRUNC)). Bytes count as there once a write has put them
-// in the spool; a hole (from ftruncate to the full size before writing, as
-// safetensors does) is not there until written, or until the commit says the
-// file is final. The streamer claims a range (advances its cursor) before
-// reading it, so a write or a truncation below the cursor means its result no
-// longer matches the spool: the stream is broken, and the commit discards it
-// and ingests the spool from scratch. Chunks a broken stream stored are
-// harmless orphans for gc.
+// Anything but appending — a write elsewhere, a truncation below what was
+// written, a read of the staged bytes — first materializes the stream: the
+// streamer stops, the chunks it stored and the bytes still in memory are
+// copied into a spool file, and the file continues as a spooled one, ingested
+// whole at commit. Common writers (torch.save, safetensors, numpy, HF) only
+// append, possibly after sizing the file with ftruncate.
 //
-// Locking: the file's mu is taken before s.mu (Write, resize); the streamer
-// goroutine takes only s.mu, never the file's mu, so a commit that holds the
-// file's mu can wait for it.
+// A pre-sizing truncation makes [there, size) a hole: it reads as zeros unless
+// written (in order) before the commit.
+//
+// Locking: the file's mu is taken before s.mu (write, resize, materialize);
+// the streamer goroutine takes only s.mu, never the file's mu, so a writer
+// holding the file's mu may wait for it.
 type stream struct {
-	spool *os.File
+	fsys  *FS
 	batch *cas.Batch
 
-	mu       sync.Mutex
-	cond     *sync.Cond
-	there    int64  // [0, there) is written
-	extents  []span // written ranges beyond there, sorted, disjoint
-	consumed int64  // the streamer's cursor
-	final    bool
-	size     int64 // with final: the file's size
-	broken   bool
-	cancel   context.CancelFunc
+	mu     sync.Mutex
+	cond   *sync.Cond
+	base   int64    // file offset of blocks[0], a multiple of streamBlock
+	blocks []*block // memory holding [base, there); each holds a reference for the stream
+	there  int64    // [0, there) is written
+	final  bool     // the commit said the file ends at size
+	size   int64
+	stop   bool // materialize wants the streamer to stop
+	cancel context.CancelFunc
 
 	done  chan struct{}
-	refs  []cas.ChunkRef
+	refs  []cas.ChunkRef // when done: the chunks of [0, cut)
+	cut   int64
 	index *FileIndex
 	err   error
 }
 
-type span struct{ off, end int64 }
+const (
+	streamBlock = readBlock
+	// streamMem bounds the memory one stream holds; a writer ahead of the
+	// streamer by that much waits for it.
+	streamMem = 8 * streamBlock
+)
 
-// startStream begins ingesting spool as it is written (file mu held).
+// startStream stages n (empty) in a stream (file mu held).
 func (n *fileNode) startStream() {
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &stream{spool: n.spool, batch: n.fsys.store.NewBatch(), cancel: cancel, done: make(chan struct{})}
+	s := &stream{fsys: n.fsys, batch: n.fsys.store.NewBatch(), cancel: cancel, done: make(chan struct{})}
 	s.cond = sync.NewCond(&s.mu)
 	n.stream = s
 	go func() {
@@ -61,24 +71,26 @@ func (n *fileNode) startStream() {
 		put := func(ctx context.Context, data []byte, dtype string) (cas.ChunkRef, error) {
 			return putChunk(ctx, s.batch, data, dtype)
 		}
-		var size int64
-		s.refs, s.index, size, s.err = ingest(ctx, s, n.fsys.store.ChunkSize(), put)
-		if s.err == nil && size != s.size {
+		refs, ix, cut, err := ingest(ctx, s, n.fsys.store.ChunkSize(), put)
+		s.mu.Lock()
+		s.refs, s.index, s.cut, s.err = refs, ix, cut, err
+		if err == nil && cut != s.size {
 			s.err = errors.New("stream ended before the file's end")
 		}
+		s.cond.Broadcast() // a writer waiting for room
+		s.mu.Unlock()
 	}()
 }
 
-// ReadAt reads the spool (ingest's reads stay below what avail granted).
-func (s *stream) ReadAt(p []byte, off int64) (int, error) { return s.spool.ReadAt(p, off) }
+var errStreamStopped = errors.New("stream stopped")
 
 // avail waits for bytes from off, claiming what it grants.
 func (s *stream) avail(ctx context.Context, off, want int64) (int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for {
-		if s.broken {
-			return 0, errStreamBroken
+		if s.stop {
+			return 0, errStreamStopped
 		}
 		if err := ctx.Err(); err != nil {
 			return 0, err
@@ -88,7 +100,6 @@ func (s *stream) avail(ctx context.Context, off, want int64) (int64, error) {
 			limit = s.size
 		}
 		if n := min(want, limit-off); n > 0 && (n == want || s.final) {
-			s.consumed = off + n
 			return n, nil
 		}
 		if s.final {
@@ -98,92 +109,287 @@ func (s *stream) avail(ctx context.Context, off, want int64) (int64, error) {
 	}
 }
 
-var errStreamBroken = errors.New("stream broken by a write below its cursor")
+// ReadAt copies staged bytes that avail granted and release has not dropped;
+// the hole past what was written reads as zeros.
+func (s *stream) ReadAt(p []byte, off int64) (int, error) {
+	s.mu.Lock()
+	if off < s.base {
+		s.mu.Unlock()
+		return 0, fmt.Errorf("stream: read at %d below its memory at %d", off, s.base)
+	}
+	// Bytes below there never change while the streamer runs (changing them
+	// stops it first), so they are copied without the lock.
+	base, there, blocks := s.base, s.there, s.blocks
+	s.mu.Unlock()
+	k := 0
+	for k < len(p) && off < there {
+		rel := off - base
+		b := blocks[rel/streamBlock].buf[rel%streamBlock:]
+		c := copy(p[k:], b[:min(int64(len(b)), there-off)])
+		k += c
+		off += int64(c)
+	}
+	clear(p[k:])
+	return len(p), nil
+}
 
-// wrote records that [off, end) is in the spool (file mu held).
-func (s *stream) wrote(off, end int64) {
+// borrow lends the block holding [off, off+n), and those bytes: avail
+// granted them, so off is the start of a block and nothing changes them any
+// more. Past the written bytes (a hole) they are zeros.
+func (s *stream) borrow(off, n int64) (*block, []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if off < s.consumed {
-		s.broken = true
+	rel := off - s.base
+	if rel < 0 || rel%streamBlock != 0 {
+		panic(fmt.Sprintf("stream: borrow at %d, memory at %d", off, s.base))
+	}
+	var b *block
+	if i := int(rel / streamBlock); i < len(s.blocks) {
+		b = s.blocks[i]
+		b.refs.Add(1)
+	} else {
+		b = &block{buf: s.fsys.blocks.get(), off: off, owner: &s.fsys.blocks}
+		b.refs.Store(1)
+	}
+	if written := max(s.there-off, 0); written < n {
+		clear(b.buf[written:n])
+	}
+	return b, b.buf[:n]
+}
+
+// release lets the memory below off go: the chunker has cut up to there.
+func (s *stream) release(off int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	freed := false
+	for len(s.blocks) > 0 && s.base+streamBlock <= off && s.base+streamBlock <= s.there {
+		s.blocks[0].unref()
+		s.blocks[0] = nil
+		s.blocks = s.blocks[1:]
+		s.base += streamBlock
+		freed = true
+	}
+	if freed {
 		s.cond.Broadcast()
-		return
 	}
-	if off > s.there {
-		s.addExtent(span{off, end})
-		return
+}
+
+// write appends data at off (file mu held). ok is false when off is not where
+// the stream ends: the caller materializes. err is the streamer's failure.
+func (s *stream) write(data []byte, off int64) (ok bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if off != s.there {
+		return false, nil
 	}
-	s.there = max(s.there, end)
-	// Absorb extents the write made contiguous.
-	for len(s.extents) > 0 && s.extents[0].off <= s.there {
-		s.there = max(s.there, s.extents[0].end)
-		s.extents = s.extents[1:]
+	for len(data) > 0 {
+		for s.there-s.base >= streamMem && !s.ended() {
+			s.cond.Wait()
+		}
+		if s.ended() {
+			if s.err != nil {
+				return true, s.err
+			}
+			return true, errors.New("stream ended early")
+		}
+		rel := s.there - s.base
+		i := int(rel / streamBlock)
+		if i == len(s.blocks) {
+			b := &block{buf: s.fsys.blocks.get(), off: s.base + rel, owner: &s.fsys.blocks}
+			b.refs.Store(1)
+			s.blocks = append(s.blocks, b)
+		}
+		c := copy(s.blocks[i].buf[rel%streamBlock:], data)
+		data = data[c:]
+		s.there += int64(c)
 	}
 	s.cond.Broadcast()
+	return true, nil
 }
 
-func (s *stream) addExtent(e span) {
-	i := sort.Search(len(s.extents), func(i int) bool { return s.extents[i].off > e.off })
-	s.extents = append(s.extents, span{})
-	copy(s.extents[i+1:], s.extents[i:])
-	s.extents[i] = e
-	// Merge overlapping neighbours.
-	out := s.extents[:0]
-	for _, x := range s.extents {
-		if len(out) > 0 && x.off <= out[len(out)-1].end {
-			out[len(out)-1].end = max(out[len(out)-1].end, x.end)
-			continue
-		}
-		out = append(out, x)
+// ended reports whether the streamer goroutine has finished (s.mu held).
+func (s *stream) ended() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
 	}
-	s.extents = out
 }
 
-// resized records a truncation to size (file mu held).
-func (s *stream) resized(size int64) {
+// extend records a truncation to size ≥ there (file mu held): a hole.
+func (s *stream) extend(size int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if size < s.consumed {
-		s.broken = true
-		s.cond.Broadcast()
-		return
-	}
-	s.there = min(s.there, size)
-	out := s.extents[:0]
-	for _, x := range s.extents {
-		if x.off < size {
-			out = append(out, span{x.off, min(x.end, size)})
-		}
-	}
-	s.extents = out
+	s.size = size
 }
 
-// finish declares the file final at size and waits for the streamer. It
-// returns ok=false when the stream cannot be used (broken, failed).
-func (s *stream) finish(size int64) (refs []cas.ChunkRef, ix *FileIndex, ok bool) {
+// written is the end of the appended bytes.
+func (s *stream) written() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.there
+}
+
+// finish declares the file final at size and waits for the streamer.
+func (s *stream) finish(size int64) ([]cas.ChunkRef, *FileIndex, error) {
 	s.mu.Lock()
 	s.final, s.size = true, size
 	s.cond.Broadcast()
 	s.mu.Unlock()
 	<-s.done
-	s.mu.Lock()
-	broken := s.broken
-	s.mu.Unlock()
-	if broken || s.err != nil {
-		return nil, nil, false
+	s.freeMemory()
+	if s.err != nil {
+		return nil, nil, s.err
 	}
-	return s.refs, s.index, true
+	return s.refs, s.index, nil
 }
 
-// abandon stops the streamer and drops its pins.
-func (s *stream) abandon() {
+// halt stops the streamer and waits for it. The chunks of [0, s.cut) are
+// then in s.refs and the bytes from s.cut to there in memory, unless s.err.
+func (s *stream) halt() {
 	s.mu.Lock()
-	s.broken = true
+	s.stop = true
 	s.cond.Broadcast()
 	s.mu.Unlock()
-	s.cancel()
 	<-s.done
+}
+
+// abandon stops the streamer and drops its memory and pins.
+func (s *stream) abandon() {
+	s.halt()
+	s.cancel()
+	s.freeMemory()
 	s.batch.Release()
+}
+
+func (s *stream) freeMemory() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, b := range s.blocks {
+		b.unref()
+	}
+	s.blocks = nil
+}
+
+// materialize turns n's stream into a spool holding the same bytes (file mu
+// held): the chunks the stream stored, read back from the store, then what is
+// still in memory, then the hole up to the staged size.
+func (n *fileNode) materialize(ctx context.Context) error {
+	s := n.stream
+	s.halt()
+	defer func() {
+		s.cancel()
+		s.freeMemory()
+		s.batch.Release()
+		n.stream = nil
+	}()
+	if s.err != nil && !errors.Is(s.err, errStreamStopped) {
+		return fmt.Errorf("staged content lost: %w", s.err)
+	}
+	f, err := n.fsys.newSpool(n.attr.Ino)
+	if err != nil {
+		return err
+	}
+	var off int64
+	for _, ref := range s.refs {
+		data, err := n.fsys.store.ReadChunk(ctx, ref)
+		if err != nil {
+			f.Close()
+			return fmt.Errorf("materialize stream: %w", err)
+		}
+		if _, err := f.WriteAt(data, off); err != nil {
+			f.Close()
+			return fmt.Errorf("materialize stream: %w", err)
+		}
+		off += int64(len(data))
+	}
+	if off != s.cut {
+		f.Close()
+		return fmt.Errorf("materialize stream: chunks cover %d bytes, the stream cut %d", off, s.cut)
+	}
+	rest := make([]byte, min(s.there-off, streamBlock))
+	for off < s.there {
+		k := min(int64(len(rest)), s.there-off)
+		s.ReadAt(rest[:k], off)
+		if _, err := f.WriteAt(rest[:k], off); err != nil {
+			f.Close()
+			return fmt.Errorf("materialize stream: %w", err)
+		}
+		off += k
+	}
+	if err := f.Truncate(n.attr.Size); err != nil {
+		f.Close()
+		return fmt.Errorf("materialize stream: %w", err)
+	}
+	n.spool = f
+	return nil
+}
+
+func (s *stream) indexReader(ctx context.Context, refs []cas.ChunkRef, starts []int64) io.ReaderAt {
+	return chunkReader{ctx, s.fsys.store, refs, starts}
+}
+
+// chunkReader reads a file from its chunks in the store (after a stream's
+// memory is gone: tensor hashes of views that do not start a chunk).
+type chunkReader struct {
+	ctx    context.Context
+	store  *cas.Store
+	refs   []cas.ChunkRef
+	starts []int64
+}
+
+func (r chunkReader) ReadAt(p []byte, off int64) (int, error) {
+	k := 0
+	for k < len(p) {
+		i := searchStarts(r.starts, off)
+		if i < 0 || i >= len(r.refs) || off >= r.starts[i]+int64(r.refs[i].Len) {
+			return k, io.EOF
+		}
+		data, err := r.store.ReadChunk(r.ctx, r.refs[i])
+		if err != nil {
+			return k, err
+		}
+		c := copy(p[k:], data[off-r.starts[i]:])
+		k += c
+		off += int64(c)
+	}
+	return k, nil
+}
+
+// blockPool recycles memory blocks of streamBlock bytes. Fresh memory costs a
+// page fault per page, which on these VMs is dearer than the copy that fills
+// it, so a few free blocks are kept.
+type blockPool struct {
+	mu   sync.Mutex
+	free [][]byte
+}
+
+const blockPoolKeep = 16
+
+func (p *blockPool) get() []byte {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if k := len(p.free); k > 0 {
+		b := p.free[k-1]
+		p.free = p.free[:k-1]
+		return b
+	}
+	return make([]byte, streamBlock)
+}
+
+// recycle takes back a stream block's memory once nothing refers to it.
+func (p *blockPool) recycle(b *block) { p.put(b.buf) }
+
+func (p *blockPool) put(b []byte) {
+	if b == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.free) < blockPoolKeep {
+		p.free = append(p.free, b[:streamBlock])
+	}
 }
 
 // putChunk stores one chunk of a commit, telling cas the element size of the
