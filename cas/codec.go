@@ -125,16 +125,25 @@ func (c *codecs) appendEncoded(dst, raw []byte, h Hint) (Codec, []byte) {
 
 // decode decodes payload into a new buffer of exactly rawLen bytes.
 func (c *codecs) decode(codec Codec, payload []byte, rawLen int) ([]byte, error) {
+	return c.decodeInto(codec, payload, rawLen, nil)
+}
+
+// decodeInto is decode into a buffer of rawLen bytes from alloc (nil: make).
+// The result never aliases payload.
+func (c *codecs) decodeInto(codec Codec, payload []byte, rawLen int, alloc func(int) []byte) ([]byte, error) {
+	if alloc == nil {
+		alloc = func(n int) []byte { return make([]byte, n) }
+	}
 	switch codec {
 	case CodecRaw:
 		if len(payload) != rawLen {
 			return nil, fmt.Errorf("raw payload is %d bytes, header says %d", len(payload), rawLen)
 		}
-		out := make([]byte, rawLen)
+		out := alloc(rawLen)
 		copy(out, payload)
 		return out, nil
 	case CodecZstd:
-		out, err := c.zdec.DecodeAll(payload, make([]byte, 0, rawLen))
+		out, err := c.zdec.DecodeAll(payload, alloc(rawLen)[:0])
 		if err != nil {
 			return nil, fmt.Errorf("zstd: %w", err)
 		}
@@ -143,7 +152,7 @@ func (c *codecs) decode(codec Codec, payload []byte, rawLen int) ([]byte, error)
 		}
 		return out, nil
 	case CodecByteGroup:
-		out := make([]byte, rawLen)
+		out := alloc(rawLen)
 		if err := c.decodeByteGroup(out, payload); err != nil {
 			return nil, err
 		}

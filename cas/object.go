@@ -75,6 +75,11 @@ func (c *codecs) encodeObject(raw []byte, h Hint) ([]byte, Codec) {
 // decodeObject verifies and decodes a whole object file and checks that its
 // bytes hash to id. Every failure wraps ErrCorrupt.
 func (c *codecs) decodeObject(id ID, obj []byte) ([]byte, error) {
+	return c.decodeObjectInto(id, obj, nil)
+}
+
+// decodeObjectInto is decodeObject into a buffer from alloc (see decodeInto).
+func (c *codecs) decodeObjectInto(id ID, obj []byte, alloc func(int) []byte) ([]byte, error) {
 	h, err := parseObjectHeader(obj)
 	if err != nil {
 		return nil, fmt.Errorf("chunk %v: %w: %v", id, ErrCorrupt, err)
@@ -86,7 +91,7 @@ func (c *codecs) decodeObject(id ID, obj []byte) ([]byte, error) {
 	if crc32.Checksum(payload, castagnoli) != h.crc {
 		return nil, fmt.Errorf("chunk %v: %w: payload checksum mismatch", id, ErrCorrupt)
 	}
-	raw, err := c.decode(h.codec, payload, int(h.rawLen))
+	raw, err := c.decodeInto(h.codec, payload, int(h.rawLen), alloc)
 	if err != nil {
 		return nil, fmt.Errorf("chunk %v: %w: %v", id, ErrCorrupt, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -87,6 +89,7 @@ type Store struct {
 	storeReadBytes atomic.Int64
 
 	hashSlots chan struct{} // see Options.HashWorkers
+	objBufs   sync.Pool     // *[]byte: object files being read
 }
 
 // Open opens the store in dir, creating it (and dir) when dir holds no store.
@@ -149,7 +152,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		db.Close()
 		return nil, err
 	}
-	s.cache = newCache(opts.CacheSize)
+	s.cache = newCache(opts.CacheSize, s.chunkSize)
 	if !opts.ReadOnly && !opts.KeepSpool {
 		if err := s.resetSpool(); err != nil {
 			s.Close()
@@ -332,8 +335,8 @@ func (s *Store) objectPath(id ID) string {
 // ReadChunk returns the raw bytes of ref's chunk, from the cache or loaded and
 // verified from its object. The returned slice is shared: never modify it.
 func (s *Store) ReadChunk(ctx context.Context, ref ChunkRef) ([]byte, error) {
-	data, err := s.cache.get(ref.ID, func() ([]byte, error) {
-		return s.loadChunk(ref.ID)
+	data, err := s.cache.get(ref.ID, func(alloc func(int) []byte) ([]byte, error) {
+		return s.loadChunk(ref.ID, alloc)
 	})
 	if err != nil {
 		return nil, err
@@ -344,15 +347,41 @@ func (s *Store) ReadChunk(ctx context.Context, ref ChunkRef) ([]byte, error) {
 	return data, nil
 }
 
+// AcquireChunk is ReadChunk for callers that give the bytes back: the chunk's
+// buffer is reused for another chunk after Release (and after the cache let it
+// go). Reads through the mount use it, so streaming a large file recycles a
+// few buffers instead of faulting in fresh memory for every chunk.
+func (s *Store) AcquireChunk(ctx context.Context, ref ChunkRef) (*Chunk, error) {
+	e, err := s.cache.acquire(ref.ID, func(alloc func(int) []byte) ([]byte, error) {
+		return s.loadChunk(ref.ID, alloc)
+	})
+	if err != nil {
+		return nil, err
+	}
+	k := &Chunk{Data: e.data, c: s.cache, e: e}
+	if len(e.data) != int(ref.Len) {
+		k.Release()
+		return nil, fmt.Errorf("chunk %v: %w: %d bytes, manifest says %d", ref.ID, ErrCorrupt, len(e.data), ref.Len)
+	}
+	return k, nil
+}
+
 // Cached reports whether chunk id is in the decoded-chunk cache.
 func (s *Store) Cached(id ID) bool { return s.cache.has(id) }
 
 // CacheSize is the decoded-chunk cache's budget in bytes.
 func (s *Store) CacheSize() int64 { return s.cache.budget }
 
-// loadChunk reads, verifies and decodes chunk id from its object file.
-func (s *Store) loadChunk(id ID) ([]byte, error) {
-	raw, _, err := s.readObject(id)
+// loadChunk reads, verifies and decodes chunk id from its object file. The
+// object is read into a recycled buffer: the decoded bytes never alias it.
+func (s *Store) loadChunk(id ID, alloc func(int) []byte) ([]byte, error) {
+	buf, _ := s.objBufs.Get().(*[]byte)
+	if buf == nil {
+		buf = new([]byte)
+	}
+	raw, obj, err := s.readObject(id, *buf, alloc)
+	*buf = obj
+	s.objBufs.Put(buf)
 	if err != nil {
 		return nil, err
 	}
@@ -362,7 +391,7 @@ func (s *Store) loadChunk(id ID) ([]byte, error) {
 
 // VerifyObject reads and fully verifies chunk id's object, bypassing the cache.
 func (s *Store) VerifyObject(id ID) (ChunkInfo, error) {
-	raw, obj, err := s.readObject(id)
+	raw, obj, err := s.readObject(id, nil, nil)
 	if err != nil {
 		return ChunkInfo{}, err
 	}
@@ -370,18 +399,79 @@ func (s *Store) VerifyObject(id ID) (ChunkInfo, error) {
 	return ChunkInfo{RawLen: uint32(len(raw)), StoredLen: uint32(len(obj)), Codec: h.codec}, nil
 }
 
-// readObject returns chunk id's decoded, verified bytes and its object file.
-func (s *Store) readObject(id ID) (raw, obj []byte, err error) {
-	obj, err = os.ReadFile(s.objectPath(id))
+// readObject returns chunk id's decoded, verified bytes and its object file,
+// read into buf when it is large enough.
+func (s *Store) readObject(id ID, buf []byte, alloc func(int) []byte) (raw, obj []byte, err error) {
+	obj, err = readFileInto(s.objectPath(id), buf)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, fmt.Errorf("chunk %v: %w", id, ErrMissing)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("read chunk %v: %w", id, err)
 	}
-	raw, err = s.codecs.decodeObject(id, obj)
+	raw, err = s.codecs.decodeObjectInto(id, obj, alloc)
 	if err != nil {
 		return nil, nil, err
 	}
 	return raw, obj, nil
+}
+
+// readFileInto reads the file at path into buf, or a new buffer if buf is too
+// small for it. It reads with O_DIRECT where the filesystem allows: objects
+// are read once into the decoded-chunk cache, so a page-cache copy would only
+// cost a copy, page allocations and memory the cache could use. The returned
+// slice starts at a page boundary inside buf's backing array.
+func readFileInto(path string, buf []byte) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_DIRECT, 0)
+	direct := err == nil
+	if errors.Is(err, syscall.EINVAL) { // tmpfs and others: no O_DIRECT
+		f, err = os.Open(path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	// One byte more than the size (rounded up to whole pages for O_DIRECT): a
+	// file that grew is read whole, and caught by the header's length check.
+	want := int(st.Size()) + 1
+	if direct {
+		want = (want + directAlign - 1) &^ (directAlign - 1)
+	}
+	buf = alignedBuf(buf, want)
+	n := 0
+	for n < want {
+		k, err := f.Read(buf[n:want])
+		n += k
+		if errors.Is(err, io.EOF) || k == 0 {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		if direct && n%directAlign != 0 {
+			break // a short direct read ends at the end of the file
+		}
+	}
+	return buf[:n], nil
+}
+
+const directAlign = 4096
+
+// alignedBuf returns a slice of at least n bytes starting at a multiple of
+// directAlign, reusing buf's array when it can.
+func alignedBuf(buf []byte, n int) []byte {
+	buf = buf[:cap(buf)]
+	if len(buf) < n+directAlign {
+		const step = 256 << 10 // room to spare, so the next object likely fits
+		buf = make([]byte, (n+directAlign+step)/step*step+step)
+	}
+	off := int(uintptr(unsafe.Pointer(&buf[0])) & (directAlign - 1))
+	if off != 0 {
+		off = directAlign - off
+	}
+	return buf[off:]
 }

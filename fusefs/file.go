@@ -257,51 +257,86 @@ func (n *fileNode) Read(ctx context.Context, f fs.FileHandle, dest []byte, off i
 	if m == nil {
 		return nil, syscall.EIO // Open loads it
 	}
-	vecs, err := n.readChunks(ctx, m, offsets, off, len(dest))
+	res, err := n.readChunks(ctx, m, offsets, off, len(dest))
 	if err != nil {
 		return nil, n.fsys.toErrno("read", err)
 	}
 	n.prefetchAfter(m, offsets, spans, off, min(off+int64(len(dest)), m.Size()))
-	return fuse.ReadResultVector(vecs), 0
+	return res, 0
 }
 
-// readChunks returns the bytes [off, off+size) of manifest m (clipped at its end)
-// as slices of cached chunks. Chunks not cached are loaded in parallel.
-func (n *fileNode) readChunks(ctx context.Context, m *cas.Manifest, offsets []int64, off int64, size int) ([][]byte, error) {
+// chunkResult answers a read with slices of cached chunks, written to the
+// kernel with writev (no copy); Done releases the chunks once they are sent.
+type chunkResult struct {
+	vecs   [][]byte
+	chunks []*cas.Chunk
+}
+
+func (r *chunkResult) Size() int {
+	n := 0
+	for _, v := range r.vecs {
+		n += len(v)
+	}
+	return n
+}
+
+func (r *chunkResult) Bytes(buf []byte) ([]byte, fuse.Status) {
+	out := buf[:0]
+	for _, v := range r.vecs {
+		out = append(out, v...)
+	}
+	return out, fuse.OK
+}
+
+// Slices makes go-fuse write the slices with writev.
+func (r *chunkResult) Slices() ([][]byte, fuse.Status) { return r.vecs, fuse.OK }
+
+func (r *chunkResult) Done() {
+	for _, c := range r.chunks {
+		c.Release()
+	}
+	r.chunks, r.vecs = nil, nil
+}
+
+// readChunks returns the bytes [off, off+size) of manifest m (clipped at its
+// end) as slices of cached chunks, held until the result's Done. Chunks not
+// cached are loaded in parallel.
+func (n *fileNode) readChunks(ctx context.Context, m *cas.Manifest, offsets []int64, off int64, size int) (*chunkResult, error) {
 	total := m.Size()
 	end := min(off+int64(size), total)
 	if off >= end {
-		return nil, nil
+		return &chunkResult{}, nil
 	}
 	first := sort.Search(len(offsets), func(i int) bool { return offsets[i] > off }) - 1
 	last := sort.Search(len(offsets), func(i int) bool { return offsets[i] >= end }) - 1
-	chunks := make([][]byte, last-first+1)
+	res := &chunkResult{chunks: make([]*cas.Chunk, last-first+1)}
 	load := func(i int) error {
-		data, err := n.fsys.store.ReadChunk(ctx, m.Chunks[first+i])
-		chunks[i] = data
+		c, err := n.fsys.store.AcquireChunk(ctx, m.Chunks[first+i])
+		res.chunks[i] = c
 		return err
 	}
-	if len(chunks) == 1 {
+	if len(res.chunks) == 1 {
 		if err := load(0); err != nil {
 			return nil, err
 		}
 	} else {
 		var g errgroup.Group
-		for i := range chunks {
+		for i := range res.chunks {
 			g.Go(func() error { return load(i) })
 		}
 		if err := g.Wait(); err != nil {
+			res.Done()
 			return nil, err
 		}
 	}
-	vecs := make([][]byte, 0, len(chunks))
-	for i, data := range chunks {
+	res.vecs = make([][]byte, 0, len(res.chunks))
+	for i, c := range res.chunks {
 		start := offsets[first+i]
 		lo := max(off-start, 0)
-		hi := min(end-start, int64(len(data)))
-		vecs = append(vecs, data[lo:hi])
+		hi := min(end-start, int64(len(c.Data)))
+		res.vecs = append(res.vecs, c.Data[lo:hi])
 	}
-	return vecs, nil
+	return res, nil
 }
 
 // staged reports whether n has content not committed yet (mu held).
@@ -325,19 +360,21 @@ func (n *fileNode) stage(ctx context.Context, keep int64) error {
 		return err
 	}
 	for off := int64(0); off < keep; {
-		vecs, err := n.readChunks(ctx, n.manifest, n.offsets, off, 4<<20)
+		res, err := n.readChunks(ctx, n.manifest, n.offsets, off, 4<<20)
 		if err != nil {
 			f.Close()
 			return fmt.Errorf("copy committed content to spool: %w", err)
 		}
-		for _, v := range vecs {
+		for _, v := range res.vecs {
 			v = v[:min(int64(len(v)), keep-off)]
 			if _, err := f.WriteAt(v, off); err != nil {
+				res.Done()
 				f.Close()
 				return fmt.Errorf("copy committed content to spool: %w", err)
 			}
 			off += int64(len(v))
 		}
+		res.Done()
 	}
 	n.spool = f
 	n.attr.Size = keep

@@ -96,9 +96,11 @@ func (n *fileNode) prefetchAfter(m *cas.Manifest, offsets []int64, spans []tenso
 			defer rs.running.Add(-1)
 			for _, c := range part {
 				// A failure (a corrupt chunk) shows when the reader gets there.
-				if _, err := n.fsys.store.ReadChunk(context.Background(), c); err != nil {
+				k, err := n.fsys.store.AcquireChunk(context.Background(), c)
+				if err != nil {
 					return
 				}
+				k.Release()
 			}
 		}()
 	}

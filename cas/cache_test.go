@@ -1,0 +1,100 @@
+package cas
+
+import (
+	"bytes"
+	"fmt"
+	"sync"
+	"testing"
+)
+
+// TestCacheRecyclesOnlyReleasedBuffers: an evicted chunk's buffer is reused
+// for later loads only once every holder released it, and never when it was
+// handed out as a plain slice.
+func TestCacheRecyclesOnlyReleasedBuffers(t *testing.T) {
+	const size = 64
+	c := newCache(2*size, size) // room for two chunks
+	fill := func(b byte) func(func(int) []byte) ([]byte, error) {
+		return func(alloc func(int) []byte) ([]byte, error) {
+			buf := alloc(size)
+			for i := range buf {
+				buf[i] = b
+			}
+			return buf, nil
+		}
+	}
+	id := func(i int) ID { return Sum([]byte(fmt.Sprint(i))) }
+
+	held, err := c.acquire(id(1), fill(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared, err := c.get(id(2), fill(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Load enough other chunks to evict 1 and 2 many times over.
+	for i := 3; i < 20; i++ {
+		e, err := c.acquire(id(i), fill(byte(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		(&Chunk{Data: e.data, c: c, e: e}).Release()
+	}
+	if !bytes.Equal(held.data, bytes.Repeat([]byte{1}, size)) {
+		t.Fatalf("a held chunk's buffer was reused: %v", held.data[:8])
+	}
+	if !bytes.Equal(shared, bytes.Repeat([]byte{2}, size)) {
+		t.Fatalf("a shared chunk's buffer was reused: %v", shared[:8])
+	}
+	heldData := held.data
+	(&Chunk{Data: held.data, c: c, e: held}).Release()
+	if len(c.free) == 0 {
+		t.Fatal("released evicted buffer was not kept for reuse")
+	}
+	e, err := c.acquire(id(100), fill(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if &e.data[0] != &heldData[0] {
+		t.Error("the next load did not reuse the released buffer")
+	}
+	if !bytes.Equal(shared, bytes.Repeat([]byte{2}, size)) {
+		t.Fatal("a shared chunk's buffer was reused")
+	}
+}
+
+// TestCacheConcurrentHolders: many readers acquiring and releasing chunks
+// through a small cache never see another chunk's bytes (run with -race).
+func TestCacheConcurrentHolders(t *testing.T) {
+	const size = 256
+	c := newCache(4*size, size)
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 2000; i++ {
+				k := byte((i*7 + g) % 13)
+				e, err := c.acquire(Sum([]byte{k}), func(alloc func(int) []byte) ([]byte, error) {
+					buf := alloc(size)
+					for j := range buf {
+						buf[j] = k
+					}
+					return buf, nil
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for _, b := range e.data {
+					if b != k {
+						t.Errorf("chunk %d holds a byte %d", k, b)
+						return
+					}
+				}
+				(&Chunk{Data: e.data, c: c, e: e}).Release()
+			}
+		}()
+	}
+	wg.Wait()
+}
