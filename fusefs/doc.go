@@ -13,13 +13,21 @@
 //
 // # Writes and commit
 //
-// A file's new content is staged in a spool file (STORE/spool, unlinked at
-// creation) and becomes the committed content at a commit: the spool is cut
-// into chunks (formats.Chunker: tensor-aligned, content-defined elsewhere), new
-// chunks are written and made durable, and the manifest (with the tensor index),
-// the node record and the directory entry are put in one catalog transaction.
-// When staging starts from an empty file, a stream (stream.go) cuts, hashes and
-// stores chunks while the bytes arrive, so the commit only finishes the tail.
+// A file's new content is staged until a commit makes it the committed
+// content: its bytes are cut into chunks (formats.Chunker: tensor-aligned,
+// content-defined elsewhere), new chunks are written and made durable, and the
+// manifest (with the tensor index), the node record and the directory entry are
+// put in one catalog transaction. A file written from empty in order (the way
+// torch.save, safetensors, numpy and HF write) is staged in a stream
+// (stream.go): writes land in memory blocks that are chunked, hashed and stored
+// as they fill, so the commit only finishes the tail and no byte is written
+// twice. Any other change (a write elsewhere, a truncation below what was
+// written, a read of the staged bytes, a change to a committed file that keeps
+// some of its content) stages the content in a spool file (STORE/spool,
+// unlinked at creation), ingested whole at commit; a stream turns into a spool
+// when such a change reaches it. A stream whose chunks cannot be stored (the
+// store is full) cannot be committed: the file reverts to its committed
+// content, and the write, close or fsync reports the error.
 //
 // What commits: the close (FLUSH) of a descriptor by a process that changed the
 // file through it, or that opened it if nothing was changed (handle.go: a forked
@@ -33,7 +41,7 @@
 // (the "shadow") stays in the catalog until the replacing file commits.
 //
 // Write handles use FOPEN_DIRECT_IO (no page-cache copy; 1 MiB requests). Writing
-// to a committed file first copies its committed content into the spool unless the
+// to a committed file first copies its committed content into a spool unless the
 // first change is a truncation to zero (open with O_TRUNC), which is the common case.
 //
 // # Versions, inodes and the page cache
