@@ -22,8 +22,11 @@ import (
 // The window never exceeds a quarter of the cache, so prefetching cannot evict
 // what is being read. At most prefetchLoads chunks load at once per file.
 const (
-	prefetchAhead = 8 << 20
-	streakBytes   = 16 << 20
+	prefetchAhead = 16 << 20
+	// streakBytes must exceed one mmap read-around batch (twice the kernel
+	// readahead under POSIX_FADV_SEQUENTIAL, 2 MiB by default), whose READs
+	// look sequential: a lazy reader's single fault must not start a stream.
+	streakBytes   = 4 << 20
 	prefetchLoads = 4
 )
 
