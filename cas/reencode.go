@@ -1,0 +1,192 @@
+package cas
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"runtime"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Deferred encoding. Encoding a new chunk costs more CPU than hashing it (the
+// byte-grouped Huffman coder runs at ~1.2–1.6 GB/s per core), so on a small
+// machine a large save is bounded by the codec. The commit path therefore
+// encodes inline only while an encode slot is free (Options.InlineEncoders);
+// a chunk that finds none is stored raw (a normal CodecRaw object: header and
+// CRC, readable at once) and its commit adds a row to the re-encode queue.
+// ReencodeOne, called by the daemon while the filesystem is idle, takes rows
+// off the queue and replaces each raw object by its encoded form.
+//
+// The queue is the catalog bucket "reencode": chunk ID → PendingReencode. It
+// was added without a format bump: Open creates the bucket in older stores,
+// an older ckptfs ignores it (raw objects are ordinary objects to it), and the
+// only trace an older binary can leave is a queue row whose chunk it swept,
+// which ReencodeOne drops and fsck reports as a note. Invariants:
+//
+//   - A queue row is written in the transaction that indexes its chunk
+//     (Tx.CommitBatch), and only if that transaction adds the index row, so a
+//     chunk is queued iff it was indexed as a raw-pending object.
+//   - Sweep deletes a chunk's queue row in the transaction that deletes its
+//     index row. (ReencodeOne also drops rows of chunks that are not indexed,
+//     for stores an older ckptfs swept.)
+//   - ReencodeOne pins the chunk (as a batch does, sweep.go) for its whole
+//     run, so a concurrent collection neither deletes it underneath nor races
+//     the index update; the collection spares the chunk and a later one frees
+//     it if it is garbage.
+//   - The encoded object is published like any object (temporary name,
+//     fdatasync, rename over the raw one) and its directory fsync'd before one
+//     transaction updates the index row (stored length, codec), the
+//     stored-bytes counter and the queue. Readers open the object by name and
+//     take codec and lengths from its header, so either version reads back the
+//     same verified bytes, and the decoded-chunk cache needs no invalidation.
+//   - A crash between the rename and the transaction leaves an encoded object
+//     whose index row still describes the raw one, with the queue row still
+//     present. That is the one state where an index row may disagree with its
+//     object: fsck accepts it when a queue row exists ("re-encode pending"),
+//     and the next ReencodeOne of the chunk repairs the row from the object
+//     header. An index row that says encoded always names an encoded object:
+//     its transaction came after the rename was durable.
+//   - The re-encoded object keeps the raw object's mtime, so re-encoding does
+//     not restart the collector's grace period.
+
+// PendingReencode is one row of the re-encode queue.
+type PendingReencode struct {
+	Hint   Hint   // what the chunk holds, as the Put that stored it said
+	RawLen uint32 // the chunk's raw length, counted in Counts.ReencodePendingBytes
+}
+
+const pendingRecordVersion = 1
+
+func (p PendingReencode) marshal() []byte {
+	b := make([]byte, 0, 6)
+	b = append(b, pendingRecordVersion, byte(p.Hint.ElemSize))
+	return binary.LittleEndian.AppendUint32(b, p.RawLen)
+}
+
+func unmarshalPending(b []byte) (PendingReencode, error) {
+	if len(b) != 6 || b[0] != pendingRecordVersion {
+		return PendingReencode{}, errors.New("bad re-encode queue record")
+	}
+	return PendingReencode{Hint: Hint{ElemSize: int(b[1])}, RawLen: binary.LittleEndian.Uint32(b[2:])}, nil
+}
+
+// newEncodeSlots returns the inline-encode semaphore for Options.InlineEncoders.
+func newEncodeSlots(n int) chan struct{} {
+	switch {
+	case n < 0:
+		return nil
+	case n == 0:
+		n = max(1, runtime.NumCPU()/2)
+	}
+	return make(chan struct{}, n)
+}
+
+// tryEncodeSlot takes an inline-encode slot without waiting. An empty chunk
+// needs none (it is raw whatever the codec).
+func (s *Store) tryEncodeSlot(n int) (release func(), ok bool) {
+	if n == 0 {
+		return func() {}, true
+	}
+	select {
+	case s.encodeSlots <- struct{}{}: // a nil channel is never ready
+		return func() { <-s.encodeSlots }, true
+	default:
+		return nil, false
+	}
+}
+
+// initReencode sets up the encode budget and ReencodeOne's lock, and creates
+// the queue bucket in a store made before it existed.
+func (s *Store) initReencode(inlineEncoders int) error {
+	s.encodeSlots = newEncodeSlots(inlineEncoders)
+	s.reencodeSem = make(chan struct{}, 1)
+	if s.readOnly {
+		return nil // Tx methods treat a missing bucket as an empty queue
+	}
+	var ok bool
+	if err := s.db.View(func(tx *bolt.Tx) error { ok = tx.Bucket(bucketReencode) != nil; return nil }); err != nil {
+		return err
+	}
+	if ok {
+		return nil
+	}
+	return s.db.Update(func(tx *bolt.Tx) error {
+		if _, err := tx.CreateBucketIfNotExists(bucketReencode); err != nil {
+			return fmt.Errorf("create re-encode queue: %w", err)
+		}
+		return nil
+	})
+}
+
+// queueReencode adds chunk id to the re-encode queue.
+func (t *Tx) queueReencode(id ID, h Hint, rawLen uint32) error {
+	b := t.b(bucketReencode)
+	if b == nil {
+		return errors.New("catalog has no re-encode queue")
+	}
+	if b.Get(id[:]) == nil {
+		if err := t.addCounter(keyReencodeChunks, 1); err != nil {
+			return err
+		}
+		if err := t.addCounter(keyReencodeBytes, int64(rawLen)); err != nil {
+			return err
+		}
+	}
+	return b.Put(id[:], PendingReencode{Hint: h, RawLen: rawLen}.marshal())
+}
+
+// unqueueReencode removes chunk id's queue row, if it has one.
+func (t *Tx) unqueueReencode(id ID) error {
+	b := t.b(bucketReencode)
+	if b == nil {
+		return nil
+	}
+	v := b.Get(id[:])
+	if v == nil {
+		return nil
+	}
+	p, err := unmarshalPending(v)
+	if err != nil {
+		return fmt.Errorf("chunk %v: %w", id, err)
+	}
+	if err := t.addCounter(keyReencodeChunks, -1); err != nil {
+		return err
+	}
+	if err := t.addCounter(keyReencodeBytes, -int64(p.RawLen)); err != nil {
+		return err
+	}
+	return b.Delete(id[:])
+}
+
+// PendingReencode returns chunk id's re-encode queue row.
+func (t *Tx) PendingReencode(id ID) (PendingReencode, bool, error) {
+	b := t.b(bucketReencode)
+	if b == nil {
+		return PendingReencode{}, false, nil
+	}
+	v := b.Get(id[:])
+	if v == nil {
+		return PendingReencode{}, false, nil
+	}
+	p, err := unmarshalPending(v)
+	if err != nil {
+		return p, false, fmt.Errorf("chunk %v: %w", id, err)
+	}
+	return p, true, nil
+}
+
+// ForEachPendingReencode calls fn for every row of the re-encode queue.
+func (t *Tx) ForEachPendingReencode(fn func(id ID, p PendingReencode) error) error {
+	b := t.b(bucketReencode)
+	if b == nil {
+		return nil
+	}
+	return b.ForEach(func(k, v []byte) error {
+		p, err := unmarshalPending(v)
+		if err != nil || len(k) != IDSize {
+			return fmt.Errorf("re-encode row %x: bad record", k)
+		}
+		return fn(ID(k), p)
+	})
+}
