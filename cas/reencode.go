@@ -1,9 +1,14 @@
 package cas
 
 import (
+	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"runtime"
 
 	bolt "go.etcd.io/bbolt"
@@ -188,5 +193,182 @@ func (t *Tx) ForEachPendingReencode(fn func(id ID, p PendingReencode) error) err
 			return fmt.Errorf("re-encode row %x: bad record", k)
 		}
 		return fn(ID(k), p)
+	})
+}
+
+// ReencodeOne takes one chunk off the re-encode queue and stores it encoded if
+// that makes it smaller; it drops the row without rewriting anything when the
+// encoding does not pay, when the chunk is no longer indexed, or when an
+// interrupted earlier run already replaced the object (then it repairs the
+// index row from the object header). more reports whether other rows remain.
+//
+// Rows are taken in key order, resuming after the previous call's, so one row
+// that keeps failing (an I/O error) does not stall the rest: its error is
+// returned and the row stays. A chunk whose object is corrupt or missing is
+// dropped from the queue (re-encoding cannot help; fsck names it) and the
+// error, wrapping ErrCorrupt or ErrMissing, is returned.
+//
+// Calls are serialised; each runs about one chunk's read, encode and two
+// fsyncs, and gives up between steps when ctx is done.
+func (s *Store) ReencodeOne(ctx context.Context) (more bool, err error) {
+	return s.reencodeOne(ctx, nil)
+}
+
+// reencodeOne is ReencodeOne with a hook run after the encoded object has been
+// renamed into place, before the catalog transaction; an error from it ends
+// the call there (SimulateReencodeCrash).
+func (s *Store) reencodeOne(ctx context.Context, afterRename func(ID) error) (bool, error) {
+	if s.readOnly {
+		return false, errors.New("store is open read-only")
+	}
+	select {
+	case s.reencodeSem <- struct{}{}:
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+	defer func() { <-s.reencodeSem }()
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	var id ID
+	var found, more bool
+	err := s.View(func(tx *Tx) error {
+		b := tx.b(bucketReencode)
+		if b == nil {
+			return nil
+		}
+		c := b.Cursor()
+		k, _ := c.Seek(s.reencodeNext)
+		if k != nil && s.reencodeNext != nil && bytes.Equal(k, s.reencodeNext) {
+			k, _ = c.Next()
+		}
+		if k == nil {
+			k, _ = c.First()
+		}
+		if k == nil {
+			return nil
+		}
+		if len(k) != IDSize {
+			return fmt.Errorf("re-encode row %x: bad key", k)
+		}
+		id, found = ID(k), true
+		if next, _ := c.Next(); next != nil {
+			more = true
+		} else if first, _ := c.First(); !bytes.Equal(first, id[:]) {
+			more = true
+		}
+		return nil
+	})
+	if err != nil || !found {
+		return false, err
+	}
+	s.reencodeNext = append(s.reencodeNext[:0], id[:]...)
+	if err := s.reencode(ctx, id, afterRename); err != nil {
+		return more, fmt.Errorf("re-encode chunk %v: %w", id, err)
+	}
+	return more, nil
+}
+
+func (s *Store) reencode(ctx context.Context, id ID, afterRename func(ID) error) error {
+	// From here on no sweep deletes the chunk (or its rows); one that was
+	// deleting it has finished.
+	if err := s.pin(ctx, id); err != nil {
+		return err
+	}
+	defer s.unpin([]ID{id})
+
+	var info ChunkInfo
+	var p PendingReencode
+	var indexed, queued bool
+	err := s.View(func(tx *Tx) error {
+		var err error
+		if info, indexed, err = tx.Chunk(id); err != nil {
+			return err
+		}
+		p, queued, err = tx.PendingReencode(id)
+		return err
+	})
+	if err != nil || !queued {
+		return err
+	}
+	if !indexed {
+		return s.finishReencode(id, nil)
+	}
+	// Read the object itself, not through the read path: the bytes must come
+	// from the file this call will replace.
+	path := s.objectPath(id)
+	var raw []byte
+	obj, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		err = ErrMissing
+	case err == nil:
+		raw, err = s.codecs.decodeObject(id, obj)
+	}
+	if errors.Is(err, ErrCorrupt) || errors.Is(err, ErrMissing) {
+		if derr := s.finishReencode(id, nil); derr != nil {
+			return errors.Join(err, derr)
+		}
+		return fmt.Errorf("%w (dropped from the re-encode queue)", err)
+	}
+	if err != nil {
+		return err
+	}
+	hdr, _ := parseObjectHeader(obj) // decodeObject parsed it already
+	onDisk := ChunkInfo{RawLen: info.RawLen, StoredLen: uint32(len(obj)), Codec: hdr.codec}
+	if onDisk != info || onDisk.Codec != CodecRaw {
+		// An earlier run renamed its object into place and stopped before its
+		// transaction: the object header is the truth.
+		return s.finishReencode(id, &onDisk)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	enc, codec := s.codecs.encodeObject(raw, p.Hint)
+	if codec == CodecRaw || len(enc) >= len(obj) {
+		return s.finishReencode(id, nil) // does not compress: stays raw
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if err := publishObject(path, enc, st.ModTime()); err != nil {
+		return err
+	}
+	if err := syncDir(filepath.Dir(path)); err != nil {
+		return err
+	}
+	if afterRename != nil {
+		if err := afterRename(id); err != nil {
+			return err
+		}
+	}
+	return s.finishReencode(id, &ChunkInfo{RawLen: info.RawLen, StoredLen: uint32(len(enc)), Codec: codec})
+}
+
+// finishReencode drops chunk id's queue row and, when stored is not nil, sets
+// its index row's stored length and codec (keeping the stored-bytes counter
+// right), in one transaction.
+func (s *Store) finishReencode(id ID, stored *ChunkInfo) error {
+	return s.Update(func(tx *Tx) error {
+		if stored != nil {
+			cur, ok, err := tx.Chunk(id)
+			if err != nil {
+				return err
+			}
+			if ok {
+				next := ChunkInfo{RawLen: cur.RawLen, StoredLen: stored.StoredLen, Codec: stored.Codec}
+				if err := tx.b(bucketChunks).Put(id[:], next.marshal()); err != nil {
+					return err
+				}
+				if err := tx.addCounter(keyStored, int64(next.StoredLen)-int64(cur.StoredLen)); err != nil {
+					return err
+				}
+			}
+		}
+		return tx.unqueueReencode(id)
 	})
 }
