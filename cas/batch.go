@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"time"
 )
 
 // Batch collects the chunks of one commit. Put writes each chunk's object unless
@@ -220,7 +219,7 @@ func (s *Store) writeObject(id ID, data []byte, h Hint) (info ChunkInfo, dirs []
 	} else {
 		obj, pending = rawObject(data), true
 	}
-	if err := publishObject(path, obj, time.Time{}); err != nil {
+	if err := publishObject(path, obj); err != nil {
 		return ChunkInfo{}, nil, false, fmt.Errorf("write chunk %v: %w", id, err)
 	}
 	dirs = append(dirs, filepath.Dir(path))
@@ -229,9 +228,7 @@ func (s *Store) writeObject(id ID, data []byte, h Hint) (info ChunkInfo, dirs []
 
 // publishObject writes obj to path atomically: a temporary file in path's
 // directory, fdatasync'd, renamed over path. The caller fsyncs the directory.
-// A non-zero mtime is set on the file before the rename (a re-encoded object
-// keeps its original's age, which the collector's grace period reads).
-func publishObject(path string, obj []byte, mtime time.Time) error {
+func publishObject(path string, obj []byte) error {
 	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
 	if err != nil {
 		return err
@@ -244,11 +241,6 @@ func publishObject(path string, obj []byte, mtime time.Time) error {
 	}
 	if _, err := f.Write(obj); err != nil {
 		return fail(err)
-	}
-	if !mtime.IsZero() {
-		if err := os.Chtimes(tmp, mtime, mtime); err != nil {
-			return fail(err)
-		}
 	}
 	if err := fdatasync(f); err != nil {
 		return fail(err)

@@ -52,8 +52,9 @@ import (
 //     and the next ReencodeOne of the chunk repairs the row from the object
 //     header. An index row that says encoded always names an encoded object:
 //     its transaction came after the rename was durable.
-//   - The re-encoded object keeps the raw object's mtime, so re-encoding does
-//     not restart the collector's grace period.
+//   - The re-encoded object gets the raw object's mtime (set after the rename,
+//     never on the temporary file, which a collection would then take for an
+//     old crash leftover), so re-encoding does not restart the grace period.
 
 // PendingReencode is one row of the re-encode queue.
 type PendingReencode struct {
@@ -335,18 +336,29 @@ func (s *Store) reencode(ctx context.Context, id ID, afterRename func(ID) error)
 	if err != nil {
 		return err
 	}
-	if err := publishObject(path, enc, st.ModTime()); err != nil {
+	if err := publishObject(path, enc); err != nil {
 		return err
 	}
 	if err := syncDir(filepath.Dir(path)); err != nil {
 		return err
 	}
+	// Keep the raw object's age, which the collector's grace period reads. Set
+	// after the rename: a temporary file that looks old is one a collection
+	// removes as a crash leftover. Failing here costs only the grace clock, so
+	// the transaction still runs and the error is reported after it.
+	mtimeErr := os.Chtimes(path, st.ModTime(), st.ModTime())
 	if afterRename != nil {
 		if err := afterRename(id); err != nil {
 			return err
 		}
 	}
-	return s.finishReencode(id, &ChunkInfo{RawLen: info.RawLen, StoredLen: uint32(len(enc)), Codec: codec})
+	if err := s.finishReencode(id, &ChunkInfo{RawLen: info.RawLen, StoredLen: uint32(len(enc)), Codec: codec}); err != nil {
+		return err
+	}
+	if mtimeErr != nil {
+		return fmt.Errorf("re-encoded, but kept no mtime: %w", mtimeErr)
+	}
+	return nil
 }
 
 // finishReencode drops chunk id's queue row and, when stored is not nil, sets
