@@ -65,8 +65,12 @@ type PendingReencode struct {
 const pendingRecordVersion = 1
 
 func (p PendingReencode) marshal() []byte {
+	elem := p.Hint.ElemSize
+	if elem < 0 || elem > 255 {
+		elem = 0 // no such element width: store as "unknown", which a hint may always be
+	}
 	b := make([]byte, 0, 6)
-	b = append(b, pendingRecordVersion, byte(p.Hint.ElemSize))
+	b = append(b, pendingRecordVersion, byte(elem))
 	return binary.LittleEndian.AppendUint32(b, p.RawLen)
 }
 
