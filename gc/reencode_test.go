@@ -196,7 +196,7 @@ func TestReencodeRacesCollect(t *testing.T) {
 			}
 		})
 	}
-	const rounds = 120
+	const rounds = 60
 	for i := 0; i < rounds && !t.Failed(); i++ {
 		shared := compressible(uint64(500+i%5), 30000) // comes back after it was garbage
 		name := "f" + itoa(i)
