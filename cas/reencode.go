@@ -213,8 +213,9 @@ func (t *Tx) ForEachPendingReencode(fn func(id ID, p PendingReencode) error) err
 // dropped from the queue (re-encoding cannot help; fsck names it) and the
 // error, wrapping ErrCorrupt or ErrMissing, is returned.
 //
-// Calls are serialised; each runs about one chunk's read, encode and two
-// fsyncs, and gives up between steps when ctx is done.
+// Calls are serialised; each costs about one chunk's read and encode, an
+// fdatasync, a directory fsync and a catalog commit, and gives up between
+// steps when ctx is done.
 func (s *Store) ReencodeOne(ctx context.Context) (more bool, err error) {
 	return s.reencodeOne(ctx, nil)
 }
