@@ -144,12 +144,28 @@ func TestReencodeRacesCollect(t *testing.T) {
 		name string
 		m    *cas.Manifest
 	}
+	// Readers hold the files they are reading, which Collect sees through
+	// Live (as the daemon's open files): a file removed while a reader is on
+	// it keeps its chunks until the reader lets go.
 	var mu sync.Mutex
 	var kept []file
-	snapshot := func() []file {
+	held := map[int][]file{}
+	hold := func(reader int) []file {
 		mu.Lock()
 		defer mu.Unlock()
-		return append([]file(nil), kept...)
+		held[reader] = append([]file(nil), kept...)
+		return held[reader]
+	}
+	live := func() []*cas.Manifest {
+		mu.Lock()
+		defer mu.Unlock()
+		var ms []*cas.Manifest
+		for _, fs := range held {
+			for _, f := range fs {
+				ms = append(ms, f.m)
+			}
+		}
+		return ms
 	}
 	var reencoded, collections, reads atomic.Int64
 	var wg sync.WaitGroup
@@ -168,17 +184,17 @@ func TestReencodeRacesCollect(t *testing.T) {
 	})
 	wg.Go(func() {
 		for ctx.Err() == nil {
-			if _, err := Collect(ctx, s, Options{}); err != nil && ctx.Err() == nil {
+			if _, err := Collect(ctx, s, Options{Live: live}); err != nil && ctx.Err() == nil {
 				t.Errorf("collect: %v", err)
 				return
 			}
 			collections.Add(1)
 		}
 	})
-	for range 2 {
+	for reader := range 2 {
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				for _, f := range snapshot() {
+				for _, f := range hold(reader) {
 					for _, c := range f.m.Chunks {
 						// VerifyObject reads the object file itself, past the cache.
 						if _, err := s.VerifyObject(c.ID); err != nil {
