@@ -20,6 +20,7 @@ type Batch struct {
 
 	mu     sync.Mutex
 	added  map[ID]ChunkInfo    // chunks to index at commit
+	queue  map[ID]Hint         // of those, the ones stored raw, to re-encode later
 	dirs   map[string]struct{} // directories whose entries changed
 	pinned []ID                // chunks this batch keeps from the sweeper
 }
@@ -27,14 +28,16 @@ type Batch struct {
 // flight is an object being written by some batch; other batches putting the
 // same chunk wait for it instead of writing it twice.
 type flight struct {
-	done chan struct{}
-	info ChunkInfo
-	err  error
+	done    chan struct{}
+	info    ChunkInfo
+	pending bool // stored raw, to be queued for re-encoding with hint
+	hint    Hint
+	err     error
 }
 
 // NewBatch starts a batch.
 func (s *Store) NewBatch() *Batch {
-	return &Batch{s: s, added: map[ID]ChunkInfo{}, dirs: map[string]struct{}{}}
+	return &Batch{s: s, added: map[ID]ChunkInfo{}, queue: map[ID]Hint{}, dirs: map[string]struct{}{}}
 }
 
 // Put stores data as a chunk and returns its reference. When the chunk is
@@ -92,15 +95,15 @@ func (b *Batch) PutHinted(ctx context.Context, data []byte, h Hint) (ChunkRef, e
 		if f.err != nil {
 			return ref, f.err
 		}
-		b.note(id, f.info, nil)
+		b.note(id, f.info, nil, f.pending, f.hint)
 		return ref, nil
 	}
-	f := &flight{done: make(chan struct{})}
+	f := &flight{done: make(chan struct{}), hint: h}
 	s.flights[id] = f
 	s.flightMu.Unlock()
 
 	var dirs []string
-	f.info, dirs, f.err = s.writeObject(id, data, h)
+	f.info, dirs, f.pending, f.err = s.writeObject(id, data, h)
 
 	s.flightMu.Lock()
 	delete(s.flights, id)
@@ -110,7 +113,7 @@ func (b *Batch) PutHinted(ctx context.Context, data []byte, h Hint) (ChunkRef, e
 	if f.err != nil {
 		return ref, f.err
 	}
-	b.note(id, f.info, dirs)
+	b.note(id, f.info, dirs, f.pending, h)
 	return ref, nil
 }
 
@@ -125,10 +128,13 @@ func (s *Store) sum(ctx context.Context, data []byte) (ID, error) {
 	return Sum(data), nil
 }
 
-func (b *Batch) note(id ID, info ChunkInfo, dirs []string) {
+func (b *Batch) note(id ID, info ChunkInfo, dirs []string, pending bool, h Hint) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.added[id] = info
+	if pending {
+		b.queue[id] = h
+	}
 	for _, d := range dirs {
 		b.dirs[d] = struct{}{}
 	}
@@ -162,44 +168,76 @@ func (b *Batch) Release() {
 	b.s.unpin(pinned)
 }
 
-// CommitBatch adds the index rows of b's chunks. Call it after b.Sync, inside the
-// transaction that commits the manifests naming them.
+// CommitBatch adds the index rows of b's chunks, and the re-encode queue rows
+// of those stored raw because no inline encoder was free. A chunk that is
+// already indexed (another commit got there first) keeps its row and gets no
+// queue row, so a chunk is queued only if the row that indexes it was written
+// for a raw-pending object. Call it after b.Sync, inside the transaction that
+// commits the manifests naming the chunks.
 func (t *Tx) CommitBatch(b *Batch) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for id, info := range b.added {
-		if err := t.putChunk(id, info); err != nil {
+		added, err := t.putChunk(id, info)
+		if err != nil {
 			return fmt.Errorf("index chunk %v: %w", id, err)
+		}
+		if h, pending := b.queue[id]; pending && added {
+			if err := t.queueReencode(id, h, info.RawLen); err != nil {
+				return fmt.Errorf("queue chunk %v for re-encoding: %w", id, err)
+			}
 		}
 	}
 	return nil
 }
 
-// writeObject encodes data and publishes it as chunk id's object file: written
-// under a temporary name, fdatasync'd, renamed into place. It returns the
-// directories whose entries changed (to fsync before the commit). An object that
-// already exists is kept if it verifies, and replaced otherwise.
-func (s *Store) writeObject(id ID, data []byte, h Hint) (ChunkInfo, []string, error) {
+// writeObject publishes data as chunk id's object file: written under a
+// temporary name, fdatasync'd, renamed into place. It returns the directories
+// whose entries changed (to fsync before the commit).
+//
+// The payload is encoded inline when an encode slot is free (see
+// Options.InlineEncoders); otherwise it is stored raw and pending reports that
+// the chunk should be queued for a background re-encode. An object that already
+// exists is kept if it verifies (pending if it is raw: it may be an earlier
+// raw-pending write whose commit never happened), and replaced otherwise.
+func (s *Store) writeObject(id ID, data []byte, h Hint) (info ChunkInfo, dirs []string, pending bool, err error) {
 	path := s.objectPath(id)
 	if _, err := os.Stat(path); err == nil {
 		if info, err := s.VerifyObject(id); err == nil {
-			return info, nil, nil
+			return info, nil, info.Codec == CodecRaw && info.RawLen > 0, nil
 		}
 	}
-	dirs, err := s.makeObjectDir(filepath.Dir(path))
+	dirs, err = s.makeObjectDir(filepath.Dir(path))
 	if err != nil {
-		return ChunkInfo{}, nil, err
+		return ChunkInfo{}, nil, false, err
 	}
-	obj, codec := s.codecs.encodeObject(data, h)
+	var obj []byte
+	codec := CodecRaw
+	if release, ok := s.tryEncodeSlot(len(data)); ok {
+		obj, codec = s.codecs.encodeObject(data, h)
+		release()
+	} else {
+		obj, pending = rawObject(data), true
+	}
+	if err := publishObject(path, obj); err != nil {
+		return ChunkInfo{}, nil, false, fmt.Errorf("write chunk %v: %w", id, err)
+	}
+	dirs = append(dirs, filepath.Dir(path))
+	return ChunkInfo{RawLen: uint32(len(data)), StoredLen: uint32(len(obj)), Codec: codec}, dirs, pending, nil
+}
+
+// publishObject writes obj to path atomically: a temporary file in path's
+// directory, fdatasync'd, renamed over path. The caller fsyncs the directory.
+func publishObject(path string, obj []byte) error {
 	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
 	if err != nil {
-		return ChunkInfo{}, nil, fmt.Errorf("write chunk %v: %w", id, err)
+		return err
 	}
 	tmp := f.Name()
-	fail := func(err error) (ChunkInfo, []string, error) {
+	fail := func(err error) error {
 		f.Close()
 		os.Remove(tmp)
-		return ChunkInfo{}, nil, fmt.Errorf("write chunk %v: %w", id, err)
+		return err
 	}
 	if _, err := f.Write(obj); err != nil {
 		return fail(err)
@@ -212,10 +250,9 @@ func (s *Store) writeObject(id ID, data []byte, h Hint) (ChunkInfo, []string, er
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		os.Remove(tmp)
-		return ChunkInfo{}, nil, fmt.Errorf("write chunk %v: %w", id, err)
+		return err
 	}
-	dirs = append(dirs, filepath.Dir(path))
-	return ChunkInfo{RawLen: uint32(len(data)), StoredLen: uint32(len(obj)), Codec: codec}, dirs, nil
+	return nil
 }
 
 // makeObjectDir creates objects/ab/cd as needed. It returns the directories

@@ -16,15 +16,17 @@ import (
 //	dirents    parent ino (u64 BE) ‖ name → child ino (u64 BE)
 //	manifests  ino (u64 BE) → manifest of the file's committed content
 //	chunks     chunk ID → chunk record (raw length, stored length, codec)
+//	reencode   chunk ID → re-encode queue record (hint, raw length); see reencode.go
 var (
 	bucketMeta      = []byte("meta")
 	bucketNodes     = []byte("nodes")
 	bucketDirents   = []byte("dirents")
 	bucketManifests = []byte("manifests")
 	bucketChunks    = []byte("chunks")
+	bucketReencode  = []byte("reencode")
 )
 
-var allBuckets = [][]byte{bucketMeta, bucketNodes, bucketDirents, bucketManifests, bucketChunks}
+var allBuckets = [][]byte{bucketMeta, bucketNodes, bucketDirents, bucketManifests, bucketChunks, bucketReencode}
 
 // Meta keys.
 var (
@@ -37,6 +39,9 @@ var (
 	keyChunks    = []byte("chunks")
 	keyUnique    = []byte("unique_bytes")
 	keyStored    = []byte("stored_bytes")
+	// Rows of the re-encode queue and the raw bytes of their chunks.
+	keyReencodeChunks = []byte("reencode_chunks")
+	keyReencodeBytes  = []byte("reencode_bytes")
 )
 
 // FormatVersion is the catalog format this code writes. A store with a larger
@@ -384,22 +389,23 @@ func (t *Tx) Chunk(id ID) (ChunkInfo, bool, error) {
 	return c, true, nil
 }
 
-// putChunk adds chunk id to the index unless it is there already.
-func (t *Tx) putChunk(id ID, c ChunkInfo) error {
+// putChunk adds chunk id to the index unless it is there already, and reports
+// whether it added it.
+func (t *Tx) putChunk(id ID, c ChunkInfo) (bool, error) {
 	b := t.b(bucketChunks)
 	if b.Get(id[:]) != nil {
-		return nil
+		return false, nil
 	}
 	if err := b.Put(id[:], c.marshal()); err != nil {
-		return err
+		return false, err
 	}
 	if err := t.addCounter(keyChunks, 1); err != nil {
-		return err
+		return false, err
 	}
 	if err := t.addCounter(keyUnique, int64(c.RawLen)); err != nil {
-		return err
+		return false, err
 	}
-	return t.addCounter(keyStored, int64(c.StoredLen))
+	return true, t.addCounter(keyStored, int64(c.StoredLen))
 }
 
 // Counts are the catalog's counters.
@@ -410,6 +416,10 @@ type Counts struct {
 	UniqueBytes  int64 `json:"unique_bytes"`
 	StoredBytes  int64 `json:"stored_bytes"`
 	Chunks       int64 `json:"chunks"`
+	// ReencodePending counts chunks stored raw that wait for a background
+	// re-encode (reencode.go); ReencodePendingBytes is their raw size.
+	ReencodePending      int64 `json:"reencode_pending"`
+	ReencodePendingBytes int64 `json:"reencode_pending_bytes"`
 }
 
 // Counts returns the catalog's counters.
@@ -421,5 +431,8 @@ func (t *Tx) Counts() Counts {
 		UniqueBytes:  t.counter(keyUnique),
 		StoredBytes:  t.counter(keyStored),
 		Chunks:       t.counter(keyChunks),
+
+		ReencodePending:      t.counter(keyReencodeChunks),
+		ReencodePendingBytes: t.counter(keyReencodeBytes),
 	}
 }

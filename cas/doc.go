@@ -19,9 +19,12 @@
 //
 // # Invariants
 //
-//   - A published object file never changes: objects are written under a temporary
-//     name, fdatasync'd, renamed into place, and their directory fsync'd (Batch.Sync)
-//     before any catalog row may name them.
+//   - A published object file is never modified in place: objects are written
+//     under a temporary name, fdatasync'd, renamed into place, and their
+//     directory fsync'd (Batch.Sync) before any catalog row may name them. The
+//     one replacement is a re-encode (below): a file holding the same raw bytes
+//     under another codec, published the same way over the old name, so a
+//     reader gets one whole, verifiable version or the other.
 //   - The catalog is only changed in one bbolt transaction per operation
 //     (Store.Update); a file commit puts its new chunk index rows, its manifest and its
 //     namespace change in the same transaction, after Batch.Sync returned.
@@ -32,8 +35,42 @@
 //     project); garbage collection marks from manifests.
 //   - The store is opened by one process at a time: bbolt's exclusive flock on
 //     catalog.db is the store lock (ErrLocked when another process holds it).
+//   - An object is read by name and decoded from what its own header says; the
+//     index row's stored length and codec are statistics, and may lag the
+//     object while a re-encode is pending (below). Never size or decode a read
+//     from the index row.
 //
-// Counters for statistics (files, logical bytes, chunks, unique and stored bytes) live
-// in the catalog and are updated in the same transactions that change what they count,
-// so Stats is O(1) whatever the store's size.
+// # Deferred encoding
+//
+// A save must be bounded by the FUSE path and hashing, not by the codec. The
+// commit path encodes a new chunk inline only while one of
+// Options.InlineEncoders slots is free (default max(1, NumCPU/2); a
+// non-blocking try, so a commit never waits for an encoder). A chunk that
+// finds none is written raw (codec 0: an ordinary object, header and CRC
+// included, readable at once) and queued in the catalog bucket "reencode"
+// (chunk ID → hint and raw length) by the transaction that indexes it. The
+// daemon drains the queue while idle with Store.ReencodeOne, which replaces
+// the raw object by its encoded form when that is smaller: published like any
+// object (temporary name, fdatasync, rename, directory fsync), then one
+// transaction updates the index row, the stored-bytes counter and the queue.
+// Invariants (reencode.go has the details):
+//
+//   - A chunk is queued iff the row that indexed it was written for a raw
+//     object stored this way; a sweep drops the queue row with the index row.
+//   - ReencodeOne pins the chunk like a batch does, so a concurrent collection
+//     neither deletes it underneath nor races the index update.
+//   - After a crash between the rename and the transaction the object is
+//     encoded while its index row still describes the raw object. That is the
+//     only allowed disagreement between an index row and its object, and only
+//     while the chunk is queued; the next ReencodeOne of the chunk repairs
+//     the row from the object header, and fsck reports it as a note.
+//   - The queue was added without a format bump: Open creates the bucket in an
+//     older store, and an older ckptfs ignores it (raw objects are ordinary to
+//     it). The one trace an older binary can leave is a queue row whose chunk it
+//     swept; ReencodeOne drops such rows.
+//
+// Counters for statistics (files, logical bytes, chunks, unique and stored bytes,
+// re-encodes pending and their raw bytes) live in the catalog and are updated in
+// the same transactions that change what they count, so Stats is O(1) whatever
+// the store's size.
 package cas

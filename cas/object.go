@@ -72,6 +72,21 @@ func (c *codecs) encodeObject(raw []byte, h Hint) ([]byte, Codec) {
 	return obj, codec
 }
 
+// rawObject returns the object file bytes for raw stored unencoded (CodecRaw):
+// what a new chunk gets when no inline encoder is free (reencode.go).
+func rawObject(raw []byte) []byte {
+	obj := make([]byte, objectHeaderSize, objectHeaderSize+len(raw))
+	obj = append(obj, raw...)
+	hdr := objectHeader{
+		codec:      CodecRaw,
+		rawLen:     uint32(len(raw)),
+		payloadLen: uint32(len(raw)),
+		crc:        crc32.Checksum(raw, castagnoli),
+	}
+	copy(obj, hdr.marshal())
+	return obj
+}
+
 // decodeObject verifies and decodes a whole object file and checks that its
 // bytes hash to id. Every failure wraps ErrCorrupt.
 func (c *codecs) decodeObject(id ID, obj []byte) ([]byte, error) {

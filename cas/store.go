@@ -57,6 +57,11 @@ type Options struct {
 	// and on two cores a write is bounded by that path (one 1 MiB request at
 	// a time per writer), not by hashing at ~2.7 GB/s per core.
 	HashWorkers int
+	// InlineEncoders is how many new chunks may be encoded at once on the
+	// commit path (default max(1, NumCPU/2)). A new chunk that finds every
+	// slot taken is stored raw and queued for ReencodeOne; negative means
+	// never encode inline (tests). See reencode.go.
+	InlineEncoders int
 }
 
 // Store is an open chunk store. Its methods are safe for concurrent use.
@@ -76,6 +81,13 @@ type Store struct {
 	flights  map[ID]*flight // objects being written right now
 
 	madeDirs sync.Map // object directories known to exist
+
+	// Re-encoding (reencode.go): encodeSlots bounds inline encoders (nil: none);
+	// reencodeSem (capacity 1) serialises ReencodeOne and guards reencodeNext,
+	// the queue key after which the next ReencodeOne looks.
+	encodeSlots  chan struct{}
+	reencodeSem  chan struct{}
+	reencodeNext []byte
 
 	// Coordination with garbage collection (see sweep.go): chunks named by
 	// batches not committed yet are pinned; chunks being swept are deleting.
@@ -145,6 +157,10 @@ func Open(dir string, opts Options) (*Store, error) {
 	s := &Store{dir: dir, db: db, readOnly: opts.ReadOnly, flights: map[ID]*flight{},
 		pins: map[ID]int{}, deleting: map[ID]struct{}{}, hashSlots: make(chan struct{}, opts.HashWorkers)}
 	if err := s.init(opts.ChunkSize); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if err := s.initReencode(opts.InlineEncoders); err != nil {
 		db.Close()
 		return nil, err
 	}

@@ -175,6 +175,10 @@ func (s *Store) Sweep(ctx context.Context, candidates []ID) (SweepResult, error)
 				}
 				res.RawBytes += int64(info.RawLen)
 			}
+			// A queued chunk leaves the queue with its index row (reencode.go).
+			if err := tx.unqueueReencode(id); err != nil {
+				return err
+			}
 			doomed = append(doomed, id)
 		}
 		return nil

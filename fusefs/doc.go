@@ -60,6 +60,23 @@
 // handed to the kernel without a copy (ReadResultVector); prefetch.go loads the
 // rest of a tensor being read, and more ahead of a long sequential reader.
 //
+// # Background re-encoding
+//
+// Commits encode new chunks only while the store has an inline encoder free
+// (cas: deferred encoding); the rest are stored raw and queued, so a save is
+// bounded by the FUSE path and hashing, not by the codec. New starts a
+// goroutine (background.go) that drains the queue with cas.Store.ReencodeOne,
+// one chunk at a time, once the filesystem has been idle for the
+// WithReencodeIdle period (default 500 ms; <= 0 turns it off). Idle means no
+// activity noted for that long and no long operation in progress:
+// noteActivity (an atomic timestamp, cheap enough for every READ and WRITE)
+// and beginActivity/end around commits. Idleness is re-checked between chunks,
+// so a new save waits for at most one chunk's re-encode. Errors go to the FS
+// logger and back the runner off (1 s doubling to 1 min); the queue is
+// persistent, so a chunk left queued at unmount is re-encoded by a later
+// mount, and reads never depend on whether a chunk was re-encoded yet. Close
+// stops the goroutine; call it after CommitAll and before closing the store.
+//
 // # Locking
 //
 // FS.nsMu guards the namespace: directory children and attributes, and each file's

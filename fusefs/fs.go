@@ -49,6 +49,13 @@ type FS struct {
 
 	asyncCommit bool           // close returns before the commit (WithAsyncCommit)
 	pending     sync.WaitGroup // background commits in flight
+
+	// Background re-encoding (background.go).
+	act          activity
+	reencodeIdle time.Duration // idle time before it runs; <= 0: off
+	bgStop       context.CancelFunc
+	bgDone       chan struct{}
+	closeOnce    sync.Once
 }
 
 // Option configures New.
@@ -65,12 +72,15 @@ func WithAsyncCommit() Option { return func(f *FS) { f.asyncCommit = true } }
 
 // New returns the filesystem of store. It creates runs/ when the store's root is
 // empty (a fresh store). logger receives errors that cannot be returned to a
-// caller (a commit at RELEASE); nil discards them.
+// caller (a commit at RELEASE, a background re-encode); nil discards them.
+// New starts the background re-encoder (WithReencodeIdle): call Close once
+// the filesystem is done with, before closing the store.
 func New(store *cas.Store, logger *log.Logger, opts ...Option) (*FS, error) {
 	if logger == nil {
 		logger = log.New(discard{}, "", 0)
 	}
-	f := &FS{store: store, log: logger, openFiles: map[*fileNode]int{}}
+	f := &FS{store: store, log: logger, openFiles: map[*fileNode]int{},
+		act: activity{epoch: time.Now()}, reencodeIdle: DefaultReencodeIdle}
 	for _, o := range opts {
 		o(f)
 	}
@@ -106,6 +116,7 @@ func New(store *cas.Store, logger *log.Logger, opts ...Option) (*FS, error) {
 		return nil, fmt.Errorf("load root: %w", err)
 	}
 	f.root = &dirNode{nodeBase: nodeBase{fsys: f, attr: rootRec}}
+	f.startBackground()
 	return f, nil
 }
 

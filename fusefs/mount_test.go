@@ -125,6 +125,7 @@ func sha(b []byte) string {
 type testMount struct {
 	t     testing.TB
 	opts  []Option
+	cas0  cas.Options // store options; CacheSize defaults to 64 MiB
 	store string
 	dir   string // mountpoint
 	srv   *fuse.Server
@@ -148,7 +149,11 @@ func newMount(t testing.TB) *testMount {
 
 func (m *testMount) mount() {
 	m.t.Helper()
-	s, err := cas.Open(m.store, cas.Options{CacheSize: 64 << 20})
+	opts := m.cas0
+	if opts.CacheSize == 0 {
+		opts.CacheSize = 64 << 20
+	}
+	s, err := cas.Open(m.store, opts)
 	if err != nil {
 		m.t.Fatal(err)
 	}
@@ -159,6 +164,7 @@ func (m *testMount) mount() {
 	}
 	srv, err := Mount(fsys, m.dir, MountOptions{ReadAheadKB: DefaultReadAheadKB})
 	if err != nil {
+		fsys.Close()
 		s.Close()
 		m.t.Fatal(err)
 	}
@@ -186,6 +192,7 @@ func (m *testMount) unmount() {
 	if err := m.fsys.CommitAll(context.Background()); err != nil {
 		m.t.Errorf("commit at unmount: %v", err)
 	}
+	m.fsys.Close()
 	if err := m.cas.Close(); err != nil {
 		m.t.Errorf("close store: %v", err)
 	}

@@ -15,11 +15,22 @@
 // they are an hour old, whatever the grace: a live writer renames its
 // temporary file within seconds.
 //
+// Chunks stored raw and queued for re-encoding (cas: deferred encoding) need
+// nothing from Collect: Sweep drops a chunk's queue row with its index row, and
+// the re-encoder pins the chunk it works on, so a collection spares it.
+//
 // Fsck reads the catalog and the objects and reports every problem it finds in
 // one run: dangling directory entries, unreachable nodes, manifests without
 // nodes or with the wrong size, chunks that are not indexed or have no object,
-// index rows whose object is missing or of another size, counters that
-// disagree with what they count, and, with ReadData, objects that do not decode
-// and hash to their name. Spool leftovers are reported as notes (the next mount
-// empties the spool).
+// index rows whose object is missing or of another size (or, with ReadData,
+// codec), counters that disagree with what they count, and, with ReadData,
+// objects that do not decode and hash to their name. Spool leftovers are
+// reported as notes (the next mount empties the spool), and so are the two
+// states the re-encode queue may legitimately leave: an index row that lags
+// its object because a crash interrupted a re-encode after its rename (allowed
+// only while the chunk is queued; without a queue row the same disagreement is
+// a problem), and a queue row whose chunk is not indexed (only an older ckptfs,
+// which sweeps without knowing the queue, leaves one; this one drops the queue
+// row in the sweep's transaction). The daemon's next re-encode of the chunk
+// resolves either.
 package gc

@@ -56,6 +56,12 @@ func runFsck(ctx context.Context, c command, args []string, stdout, stderr io.Wr
 		for _, name := range res.SpoolLeftovers {
 			fmt.Fprintf(stdout, "note: spool leftover %s (the next mount removes it)\n", name)
 		}
+		for _, n := range res.Notes {
+			fmt.Fprintf(stdout, "note: %v\n", n)
+		}
+		if res.ReencodePending > 0 {
+			fmt.Fprintf(stdout, "note: %d chunks stored raw wait for re-encoding (the mounted daemon does it when idle)\n", res.ReencodePending)
+		}
 		fmt.Fprintf(stdout, "checked %d files, %d directories, %d chunks", res.Files, res.Dirs, res.Chunks)
 		if *readData {
 			fmt.Fprintf(stdout, " (%d objects read and verified)", res.ObjectsRead)

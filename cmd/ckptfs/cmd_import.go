@@ -232,11 +232,13 @@ func importMount(target string, stderr io.Writer) (string, func() error, error) 
 	}
 	tmp, err := os.MkdirTemp("", "ckptfs-import-")
 	if err != nil {
+		fsys.Close()
 		store.Close()
 		return "", nil, err
 	}
 	srv, err := fusefs.Mount(fsys, tmp, fusefs.MountOptions{})
 	if err != nil {
+		fsys.Close()
 		store.Close()
 		os.Remove(tmp)
 		return "", nil, err
@@ -253,6 +255,7 @@ func importMount(target string, stderr io.Writer) (string, func() error, error) 
 		if cerr := fsys.CommitAll(context.Background()); err == nil {
 			err = cerr
 		}
+		fsys.Close()
 		if cerr := store.Close(); err == nil {
 			err = cerr
 		}

@@ -56,6 +56,7 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 	if err != nil {
 		return err
 	}
+	defer fsys.Close() // stops the background re-encoder; runs before store.Close
 	srv, err := fusefs.Mount(fsys, mnt, fusefs.MountOptions{ReadAheadKB: *readAhead, Debug: *debug})
 	if err != nil {
 		return err
