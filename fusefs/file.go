@@ -220,6 +220,7 @@ func (n *fileNode) fillAttr(out *fuse.Attr) {
 }
 
 func (n *fileNode) Read(ctx context.Context, f fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	n.fsys.noteActivity()
 	if t := n.dataNode(f); t != n {
 		return t.Read(ctx, nil, dest, off)
 	}
@@ -396,6 +397,7 @@ func (f *FS) newSpool(ino uint64) (*os.File, error) {
 }
 
 func (n *fileNode) Write(ctx context.Context, f fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+	n.fsys.noteActivity()
 	if h, ok := f.(*handle); ok {
 		h.noteChange(ctx)
 	}
@@ -680,6 +682,7 @@ func (n *fileNode) dropSpoolLocked() {
 // commit makes the staged content the committed content, if there is any.
 // For a file with a fork in progress it commits the fork.
 func (n *fileNode) commit(ctx context.Context) error {
+	defer n.fsys.beginActivity()() // the re-encoder waits for commits
 	if t := n.dataNode(nil); t != n {
 		return t.commit(ctx)
 	}
