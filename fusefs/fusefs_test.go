@@ -804,13 +804,13 @@ func TestStreamingIngestEdges(t *testing.T) {
 	const mb = 1 << 20
 	cases := []struct {
 		name string
-		do   func(f *os.File, want []byte) []byte
+		do   func(t *testing.T, f *os.File, want []byte) []byte
 	}{
-		{"sequential", func(f *os.File, want []byte) []byte {
+		{"sequential", func(t *testing.T, f *os.File, want []byte) []byte {
 			f.Write(want)
 			return want
 		}},
-		{"rewrite below the cursor", func(f *os.File, want []byte) []byte {
+		{"rewrite below the cursor", func(t *testing.T, f *os.File, want []byte) []byte {
 			f.Write(want)
 			time.Sleep(50 * time.Millisecond) // let the stream consume
 			patch := randBytes(77, 3000)
@@ -818,7 +818,7 @@ func TestStreamingIngestEdges(t *testing.T) {
 			copy(want[10:], patch)
 			return want
 		}},
-		{"truncate below the cursor, then grow", func(f *os.File, want []byte) []byte {
+		{"truncate below the cursor, then grow", func(t *testing.T, f *os.File, want []byte) []byte {
 			f.Write(want)
 			time.Sleep(50 * time.Millisecond)
 			f.Truncate(int64(len(want) / 3))
@@ -827,20 +827,37 @@ func TestStreamingIngestEdges(t *testing.T) {
 			f.Write(tail)
 			return append(want[:len(want)/3:len(want)/3], tail...)
 		}},
-		{"gaps filled out of order", func(f *os.File, want []byte) []byte {
+		{"gaps filled out of order", func(t *testing.T, f *os.File, want []byte) []byte {
 			for _, i := range []int{3, 1, 0, 5, 2, 4} {
 				f.WriteAt(want[i*len(want)/6:(i+1)*len(want)/6], int64(i*len(want)/6))
 			}
 			return want
 		}},
-		{"pre-sized, written in order", func(f *os.File, want []byte) []byte {
+		{"pre-sized, written in order", func(t *testing.T, f *os.File, want []byte) []byte {
 			f.Truncate(int64(len(want)))
 			for off := 0; off < len(want); off += mb {
 				f.WriteAt(want[off:min(off+mb, len(want))], int64(off))
 			}
 			return want
 		}},
-		{"pre-sized, last block never written", func(f *os.File, want []byte) []byte {
+		{"read back while writing", func(t *testing.T, f *os.File, want []byte) []byte {
+			half := len(want) / 2
+			f.Write(want[:half])
+			time.Sleep(50 * time.Millisecond) // let the stream store some chunks
+			got := make([]byte, half)
+			if _, err := f.ReadAt(got, 0); err != nil || !bytes.Equal(got, want[:half]) {
+				t.Errorf("reading the staged half back: %v, equal %v", err, bytes.Equal(got, want[:half]))
+			}
+			f.Write(want[half:])
+			return want
+		}},
+		{"truncated to zero and rewritten", func(t *testing.T, f *os.File, want []byte) []byte {
+			f.Write(randBytes(79, 5*mb))
+			f.Truncate(0)
+			f.WriteAt(want, 0)
+			return want
+		}},
+		{"pre-sized, last block never written", func(t *testing.T, f *os.File, want []byte) []byte {
 			f.Truncate(int64(len(want)))
 			f.WriteAt(want[:len(want)-mb], 0)
 			clear(want[len(want)-mb:])
@@ -855,7 +872,7 @@ func TestStreamingIngestEdges(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := c.do(f, randBytes(uint64(100+i), 9*mb+123))
+			want := c.do(t, f, randBytes(uint64(100+i), 9*mb+123))
 			if err := f.Close(); err != nil {
 				t.Fatal(err)
 			}
