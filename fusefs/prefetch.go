@@ -16,8 +16,11 @@ import (
 //     lands in it (a lazy reader of one tensor fetches nothing it will not
 //     read; a single read-around request that touches a neighbouring tensor
 //     does not pull that tensor in), and
-//   - once a reader has read sequentially for streakBytes, the next
-//     prefetchAhead bytes whatever the tensors (a full load or a copy).
+//   - once a reader has read sequentially for streakBytes, across two whole
+//     tensors if the file has a tensor index, the next prefetchAhead bytes
+//     whatever the tensors (a full load or a copy). A lazy reader that reads
+//     all of one tensor, plus the kernel's read-around on both sides, does not
+//     pull in the tensors after it.
 //
 // The window never exceeds a quarter of the cache, so prefetching cannot evict
 // what is being read. At most prefetchLoads chunks load at once per file.
@@ -56,6 +59,19 @@ func tensorSpans(m *cas.Manifest) []tensorSpan {
 	return spans
 }
 
+// streamsTensors reports whether a sequential streak [start, end) looks like
+// a reader going through the file rather than one lazy reader taking one
+// tensor: it holds two whole tensors (or the file has no tensor index). A lazy
+// reader's streak holds one: its tensor, plus the kernel's read-around and
+// readahead on either side.
+func streamsTensors(spans []tensorSpan, start, end int64) bool {
+	if len(spans) == 0 {
+		return true
+	}
+	j := sort.Search(len(spans), func(i int) bool { return spans[i].off >= start })
+	return j+1 < len(spans) && spans[j+1].end <= end
+}
+
 // prefetchAfter starts loading what probably follows a read of [off, end).
 func (n *fileNode) prefetchAfter(m *cas.Manifest, offsets []int64, spans []tensorSpan, off, end int64) {
 	rs := &n.reads
@@ -73,7 +89,7 @@ func (n *fileNode) prefetchAfter(m *cas.Manifest, offsets []int64, spans []tenso
 	if i >= 0 && spans[i].end > end && sequential && off > spans[i].off {
 		limit = spans[i].end
 	}
-	if rs.streak.Load() >= streakBytes {
+	if streak := rs.streak.Load(); streak >= streakBytes && streamsTensors(spans, end-streak, end) {
 		limit = max(limit, end+prefetchAhead)
 	}
 	window := min(int64(prefetchAhead), n.fsys.store.CacheSize()/4)
