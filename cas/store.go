@@ -462,11 +462,14 @@ func readFileInto(path string, buf []byte) ([]byte, error) {
 	for n < want {
 		k, err := f.Read(buf[n:want])
 		n += k
-		if errors.Is(err, io.EOF) || k == 0 {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
 			return nil, err
+		}
+		if k == 0 {
+			break
 		}
 		if direct && n%directAlign != 0 {
 			break // a short direct read ends at the end of the file
