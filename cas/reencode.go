@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -275,6 +274,19 @@ func (s *Store) reencodeOne(ctx context.Context, afterRename func(ID) error) (bo
 	return more, nil
 }
 
+// reencodeRows returns chunk id's index row and its re-encode queue row.
+func (s *Store) reencodeRows(id ID) (info ChunkInfo, indexed bool, p PendingReencode, queued bool, err error) {
+	err = s.View(func(tx *Tx) error {
+		var err error
+		if info, indexed, err = tx.Chunk(id); err != nil {
+			return err
+		}
+		p, queued, err = tx.PendingReencode(id)
+		return err
+	})
+	return info, indexed, p, queued, err
+}
+
 func (s *Store) reencode(ctx context.Context, id ID, afterRename func(ID) error) error {
 	// From here on no sweep deletes the chunk (or its rows); one that was
 	// deleting it has finished.
@@ -283,17 +295,7 @@ func (s *Store) reencode(ctx context.Context, id ID, afterRename func(ID) error)
 	}
 	defer s.unpin([]ID{id})
 
-	var info ChunkInfo
-	var p PendingReencode
-	var indexed, queued bool
-	err := s.View(func(tx *Tx) error {
-		var err error
-		if info, indexed, err = tx.Chunk(id); err != nil {
-			return err
-		}
-		p, queued, err = tx.PendingReencode(id)
-		return err
-	})
+	info, indexed, p, queued, err := s.reencodeRows(id)
 	if err != nil || !queued {
 		return err
 	}
@@ -303,14 +305,7 @@ func (s *Store) reencode(ctx context.Context, id ID, afterRename func(ID) error)
 	// Read the object itself, not through the read path: the bytes must come
 	// from the file this call will replace.
 	path := s.objectPath(id)
-	var raw []byte
-	obj, err := os.ReadFile(path)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		err = ErrMissing
-	case err == nil:
-		raw, err = s.codecs.decodeObject(id, obj)
-	}
+	raw, obj, err := s.readObject(id, nil, nil)
 	if errors.Is(err, ErrCorrupt) || errors.Is(err, ErrMissing) {
 		if derr := s.finishReencode(id, nil); derr != nil {
 			return errors.Join(err, derr)

@@ -34,17 +34,7 @@ func putHinted(t *testing.T, s *Store, data []byte, h Hint) ChunkRef {
 // rows returns chunk id's index row and queue row.
 func rows(t *testing.T, s *Store, id ID) (ChunkInfo, bool, PendingReencode, bool) {
 	t.Helper()
-	var info ChunkInfo
-	var p PendingReencode
-	var indexed, queued bool
-	err := s.View(func(tx *Tx) error {
-		var err error
-		if info, indexed, err = tx.Chunk(id); err != nil {
-			return err
-		}
-		p, queued, err = tx.PendingReencode(id)
-		return err
-	})
+	info, indexed, p, queued, err := s.reencodeRows(id)
 	if err != nil {
 		t.Fatal(err)
 	}
