@@ -360,26 +360,36 @@ func (n *fileNode) stage(ctx context.Context, keep int64) error {
 	if err != nil {
 		return err
 	}
-	for off := int64(0); off < keep; {
-		res, err := n.readChunks(ctx, n.manifest, n.offsets, off, 4<<20)
-		if err != nil {
-			f.Close()
-			return fmt.Errorf("copy committed content to spool: %w", err)
-		}
-		for _, v := range res.vecs {
-			v = v[:min(int64(len(v)), keep-off)]
-			if _, err := f.WriteAt(v, off); err != nil {
-				res.Done()
-				f.Close()
-				return fmt.Errorf("copy committed content to spool: %w", err)
-			}
-			off += int64(len(v))
-		}
-		res.Done()
+	if _, err := n.fsys.spoolChunks(ctx, f, n.manifest.Chunks, keep); err != nil {
+		f.Close()
+		return fmt.Errorf("copy committed content to spool: %w", err)
 	}
 	n.spool = f
 	n.attr.Size = keep
 	return nil
+}
+
+// spoolChunks writes the content of chunks refs, from offset 0, into spool
+// up to limit bytes, and returns how many it wrote.
+func (f *FS) spoolChunks(ctx context.Context, spool *os.File, refs []cas.ChunkRef, limit int64) (int64, error) {
+	var off int64
+	for _, ref := range refs {
+		if off >= limit {
+			break
+		}
+		c, err := f.store.AcquireChunk(ctx, ref)
+		if err != nil {
+			return off, err
+		}
+		data := c.Data[:min(int64(len(c.Data)), limit-off)]
+		_, err = spool.WriteAt(data, off)
+		c.Release()
+		if err != nil {
+			return off, err
+		}
+		off += int64(len(data))
+	}
+	return off, nil
 }
 
 // newSpool creates a spool file for file ino. It is private to this process:

@@ -99,7 +99,7 @@ func (f fixedSource) avail(_ context.Context, off, want int64) (int64, error) {
 func ingest(ctx context.Context, src source, maxChunk int, put putFunc) ([]cas.ChunkRef, *FileIndex, int64, error) {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(putWorkers)
-	var blocks ingestBlocks
+	var blocks blockPool // when src does not lend its own
 	// One slot per chunk, filled by the worker that stores it.
 	var slots []*cas.ChunkRef
 	var starts []int64
@@ -163,8 +163,8 @@ func ingest(ctx context.Context, src source, maxChunk int, put putFunc) ([]cas.C
 		if b, ok := src.(borrower); ok {
 			blk, data = b.borrow(size, n)
 		} else {
-			blk = blocks.get()
-			blk.off, data = size, blk.buf[:n]
+			blk = blocks.block(size)
+			data = blk.buf[:n]
 			if err := readFull(src, data, size); err != nil {
 				blk.unref()
 				g.Wait()
@@ -204,45 +204,54 @@ func ingest(ctx context.Context, src source, maxChunk int, put putFunc) ([]cas.C
 
 // A block is up to readBlock bytes of the file at off, shared by the
 // ingest and the workers putting the chunks inside it. refs counts them (and,
-// for a stream's block, the stream); the last unref gives it back to owner.
+// for a stream's block, the stream); the last unref gives buf back to pool.
 type block struct {
-	buf   []byte
-	off   int64
-	refs  atomic.Int32
-	owner interface{ recycle(*block) }
+	buf  []byte
+	off  int64
+	refs atomic.Int32
+	pool *blockPool
 }
 
 func (b *block) unref() {
 	if b.refs.Add(-1) == 0 {
-		b.owner.recycle(b)
+		b.pool.put(b.buf)
 	}
 }
 
-// ingestBlocks recycles the blocks one ingest reads its source into.
-type ingestBlocks struct {
+// blockPool recycles buffers of readBlock bytes. Fresh memory costs a page
+// fault per page, which on these VMs is dearer than the copy that fills it,
+// so a few free buffers are kept.
+type blockPool struct {
 	mu   sync.Mutex
-	free []*block
+	free [][]byte
 }
 
-// get returns a block holding one reference.
-func (p *ingestBlocks) get() *block {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var b *block
-	if k := len(p.free); k > 0 {
-		b, p.free = p.free[k-1], p.free[:k-1]
-	} else {
-		b = &block{buf: make([]byte, readBlock), owner: p}
-	}
-	b.buf = b.buf[:cap(b.buf)]
+const blockPoolKeep = 16
+
+// block returns a block of the file at off holding one reference.
+func (p *blockPool) block(off int64) *block {
+	b := &block{buf: p.get(), off: off, pool: p}
 	b.refs.Store(1)
 	return b
 }
 
-func (p *ingestBlocks) recycle(b *block) {
+func (p *blockPool) get() []byte {
 	p.mu.Lock()
-	p.free = append(p.free, b)
-	p.mu.Unlock()
+	defer p.mu.Unlock()
+	if k := len(p.free); k > 0 {
+		b := p.free[k-1]
+		p.free = p.free[:k-1]
+		return b
+	}
+	return make([]byte, readBlock)
+}
+
+func (p *blockPool) put(b []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.free) < blockPoolKeep {
+		p.free = append(p.free, b[:readBlock])
+	}
 }
 
 func readFull(r io.ReaderAt, buf []byte, off int64) error {

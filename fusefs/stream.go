@@ -148,8 +148,7 @@ func (s *stream) borrow(off, n int64) (*block, []byte) {
 		b = s.blocks[i]
 		b.refs.Add(1)
 	} else {
-		b = &block{buf: s.fsys.blocks.get(), off: off, owner: &s.fsys.blocks}
-		b.refs.Store(1)
+		b = s.fsys.blocks.block(off)
 	}
 	if written := max(s.there-off, 0); written < n {
 		clear(b.buf[written:n])
@@ -195,9 +194,7 @@ func (s *stream) write(data []byte, off int64) (ok bool, err error) {
 		rel := s.there - s.base
 		i := int(rel / streamBlock)
 		if i == len(s.blocks) {
-			b := &block{buf: s.fsys.blocks.get(), off: s.base + rel, owner: &s.fsys.blocks}
-			b.refs.Store(1)
-			s.blocks = append(s.blocks, b)
+			s.blocks = append(s.blocks, s.fsys.blocks.block(s.base+rel))
 		}
 		c := copy(s.blocks[i].buf[rel%streamBlock:], data)
 		data = data[c:]
@@ -291,36 +288,28 @@ func (n *fileNode) materialize(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var off int64
-	for _, ref := range s.refs {
-		data, err := n.fsys.store.ReadChunk(ctx, ref)
-		if err != nil {
-			f.Close()
-			return fmt.Errorf("materialize stream: %w", err)
-		}
-		if _, err := f.WriteAt(data, off); err != nil {
-			f.Close()
-			return fmt.Errorf("materialize stream: %w", err)
-		}
-		off += int64(len(data))
+	fail := func(err error) error {
+		f.Close()
+		return fmt.Errorf("materialize stream: %w", err)
+	}
+	off, err := n.fsys.spoolChunks(ctx, f, s.refs, s.cut)
+	if err != nil {
+		return fail(err)
 	}
 	if off != s.cut {
-		f.Close()
-		return fmt.Errorf("materialize stream: chunks cover %d bytes, the stream cut %d", off, s.cut)
+		return fail(fmt.Errorf("chunks cover %d bytes, the stream cut %d", off, s.cut))
 	}
 	rest := make([]byte, min(s.there-off, streamBlock))
 	for off < s.there {
 		k := min(int64(len(rest)), s.there-off)
 		s.ReadAt(rest[:k], off)
 		if _, err := f.WriteAt(rest[:k], off); err != nil {
-			f.Close()
-			return fmt.Errorf("materialize stream: %w", err)
+			return fail(err)
 		}
 		off += k
 	}
 	if err := f.Truncate(n.attr.Size); err != nil {
-		f.Close()
-		return fmt.Errorf("materialize stream: %w", err)
+		return fail(err)
 	}
 	n.spool = f
 	return nil
@@ -355,41 +344,6 @@ func (r chunkReader) ReadAt(p []byte, off int64) (int, error) {
 		off += int64(c)
 	}
 	return k, nil
-}
-
-// blockPool recycles memory blocks of streamBlock bytes. Fresh memory costs a
-// page fault per page, which on these VMs is dearer than the copy that fills
-// it, so a few free blocks are kept.
-type blockPool struct {
-	mu   sync.Mutex
-	free [][]byte
-}
-
-const blockPoolKeep = 16
-
-func (p *blockPool) get() []byte {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if k := len(p.free); k > 0 {
-		b := p.free[k-1]
-		p.free = p.free[:k-1]
-		return b
-	}
-	return make([]byte, streamBlock)
-}
-
-// recycle takes back a stream block's memory once nothing refers to it.
-func (p *blockPool) recycle(b *block) { p.put(b.buf) }
-
-func (p *blockPool) put(b []byte) {
-	if b == nil {
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.free) < blockPoolKeep {
-		p.free = append(p.free, b[:streamBlock])
-	}
 }
 
 // putChunk stores one chunk of a commit, telling cas the element size of the
