@@ -102,6 +102,7 @@ type Store struct {
 
 	hashSlots chan struct{} // see Options.HashWorkers
 	objBufs   sync.Pool     // *[]byte: object files being read
+	noDirect  atomic.Bool   // the store's filesystem refuses O_DIRECT
 }
 
 // Open opens the store in dir, creating it (and dir) when dir holds no store.
@@ -418,7 +419,7 @@ func (s *Store) VerifyObject(id ID) (ChunkInfo, error) {
 // readObject returns chunk id's decoded, verified bytes and its object file,
 // read into buf when it is large enough.
 func (s *Store) readObject(id ID, buf []byte, alloc func(int) []byte) (raw, obj []byte, err error) {
-	obj, err = readFileInto(s.objectPath(id), buf)
+	obj, err = readFileInto(s.objectPath(id), buf, &s.noDirect)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, fmt.Errorf("chunk %v: %w", id, ErrMissing)
 	}
@@ -437,10 +438,23 @@ func (s *Store) readObject(id ID, buf []byte, alloc func(int) []byte) (raw, obj 
 // are read once into the decoded-chunk cache, so a page-cache copy would only
 // cost a copy, page allocations and memory the cache could use. The returned
 // slice starts at a page boundary inside buf's backing array.
-func readFileInto(path string, buf []byte) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_DIRECT, 0)
-	direct := err == nil
-	if errors.Is(err, syscall.EINVAL) { // tmpfs and others: no O_DIRECT
+//
+// noDirect remembers that the store's filesystem refused O_DIRECT (tmpfs and
+// others answer EINVAL), so later reads do not try it again.
+func readFileInto(path string, buf []byte, noDirect *atomic.Bool) ([]byte, error) {
+	var f *os.File
+	var err error
+	direct := !noDirect.Load()
+	if direct {
+		f, err = os.OpenFile(path, os.O_RDONLY|syscall.O_DIRECT, 0)
+		if errors.Is(err, syscall.EINVAL) {
+			if st, serr := os.Stat(path); serr == nil && st.Mode().IsRegular() {
+				noDirect.Store(true) // a regular file: the filesystem's refusal
+			}
+			direct = false
+		}
+	}
+	if !direct {
 		f, err = os.Open(path)
 	}
 	if err != nil {
