@@ -61,27 +61,25 @@ func parseObjectHeader(b []byte) (objectHeader, error) {
 func (c *codecs) encodeObject(raw []byte, h Hint) ([]byte, Codec) {
 	obj := make([]byte, objectHeaderSize, objectHeaderSize+len(raw)+64)
 	codec, obj := c.appendEncoded(obj, raw, h)
-	payload := obj[objectHeaderSize:]
-	hdr := objectHeader{
-		codec:      codec,
-		rawLen:     uint32(len(raw)),
-		payloadLen: uint32(len(payload)),
-		crc:        crc32.Checksum(payload, castagnoli),
-	}
-	copy(obj, hdr.marshal())
-	return obj, codec
+	return sealObject(obj, codec, len(raw)), codec
 }
 
 // rawObject returns the object file bytes for raw stored unencoded (CodecRaw):
 // what a new chunk gets when no inline encoder is free (reencode.go).
 func rawObject(raw []byte) []byte {
 	obj := make([]byte, objectHeaderSize, objectHeaderSize+len(raw))
-	obj = append(obj, raw...)
+	return sealObject(append(obj, raw...), CodecRaw, len(raw))
+}
+
+// sealObject writes the header of obj, whose payload (codec, decoding to
+// rawLen bytes) follows the header's room, and returns obj.
+func sealObject(obj []byte, codec Codec, rawLen int) []byte {
+	payload := obj[objectHeaderSize:]
 	hdr := objectHeader{
-		codec:      CodecRaw,
-		rawLen:     uint32(len(raw)),
-		payloadLen: uint32(len(raw)),
-		crc:        crc32.Checksum(raw, castagnoli),
+		codec:      codec,
+		rawLen:     uint32(rawLen),
+		payloadLen: uint32(len(payload)),
+		crc:        crc32.Checksum(payload, castagnoli),
 	}
 	copy(obj, hdr.marshal())
 	return obj
