@@ -9,6 +9,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"syscall"
@@ -39,6 +40,7 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 		return errUsage
 	}
 	setMemoryLimit(int64(cacheSize))
+	setProcs()
 
 	// Check the mountpoint before touching the store, so a failure changes nothing.
 	mnt, err = checkMountpoint(mnt)
@@ -185,4 +187,22 @@ func setMemoryLimit(cacheSize int64) {
 		return
 	}
 	debug.SetMemoryLimit(cacheSize + memoryOverhead)
+}
+
+// setProcs gives the daemon more Ps than cores. Its goroutines spend much of
+// their time in blocking system calls: read and writev on /dev/fuse, O_DIRECT
+// object reads, fdatasync. A P whose thread blocks in one is handed to another
+// thread only when sysmon notices (20 µs or more later), so with GOMAXPROCS =
+// cores a core often sat idle while decodable chunks waited: on the 2-core
+// machines a cold 1 GiB read took 1.65 s at 2 Ps, 1.42 s at 4 and 1.34 s at 8
+// (medians of 4, alternating), daemon CPU 1.9 → 1.7 s, and fresh writes were
+// no slower. CPU-heavy work stays bounded by its own slots (cas hash and
+// encode slots), so the extra Ps only run goroutines back from a syscall.
+// GOMAXPROCS, if set, wins.
+func setProcs() {
+	if os.Getenv("GOMAXPROCS") != "" {
+		return
+	}
+	n := runtime.GOMAXPROCS(0) // cores, or the cgroup's CPU limit
+	runtime.GOMAXPROCS(max(2*n, n+6))
 }
