@@ -74,6 +74,16 @@ class Daemon:
         import json
         return json.loads((self.mnt / ".ckptfs" / "stats.json").read_text())
 
+    def settle(self, timeout=120):
+        """Waits for the daemon's background re-encodes of what was just saved,
+        so that they neither steal CPU from the plain directory's timed run
+        nor leave chunks raw (cheaper to read) for the read measurements."""
+        deadline = time.monotonic() + timeout
+        while self.stats()["reencode_pending"] > 0:
+            if time.monotonic() > deadline:
+                raise SystemExit("ckptfs: re-encode queue did not drain")
+            time.sleep(0.1)
+
 
 def model(seed, n_tensors, tensor_bytes):
     rng = np.random.default_rng(seed)
@@ -188,9 +198,11 @@ def main():
         # 1. fresh model: write (close included) vs plain write + fsync, and without fsync.
         drop_caches()
         ck = timed(lambda: save(base, mnt / "runs" / f"r{r}-a.safetensors", fsync=False))
+        d.settle()
         pl = timed(lambda: save(base, plain / f"r{r}-a.safetensors", fsync=True))
         record("1_write_fresh", ck, pl)
         pl_nosync = timed(lambda: save(base, plain / f"r{r}-a2.safetensors", fsync=False))
+        subprocess.run(["sync"], check=True)  # its writeback must not overlap the next timed step
         res.setdefault("1_write_fresh_vs_nofsync", []).append((ck, pl_nosync))
         # 2. re-save with 90% of the bytes unchanged.
         resave = dict(base)
@@ -198,6 +210,7 @@ def main():
         for i, k in enumerate(sorted(base)[: n // 10]):
             resave[k] = changed[f"layers.{i:03d}.weight"]
         ck = timed(lambda: save(resave, mnt / "runs" / f"r{r}-b.safetensors", fsync=False))
+        d.settle()
         pl = timed(lambda: save(resave, plain / f"r{r}-b.safetensors", fsync=True))
         record("2_resave_90pct_same", ck, pl)
         # 3. cold sequential read (page cache dropped; daemon restarted: cold chunk cache).
