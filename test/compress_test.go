@@ -79,3 +79,37 @@ func TestTensorCompressionThroughMount(t *testing.T) {
 		})
 	}
 }
+
+// TestImportEncodesWhatItStoredRaw: `ckptfs import` into an unmounted store
+// mounts it only for the copy, so the chunks its busy commits stored raw
+// would stay raw (no idle daemon re-encodes them later). The import drains
+// the queue before it closes the store: nothing is left pending and 64 MiB of
+// bf16 weights end up as compressed as through a long-lived mount.
+func TestImportEncodesWhatItStoredRaw(t *testing.T) {
+	src, store := t.TempDir(), filepath.Join(t.TempDir(), "store")
+	const tensorBytes = 8 << 20
+	var tensors []stTensor
+	for i := 0; i < 64<<20/tensorBytes; i++ {
+		tensors = append(tensors, stTensor{
+			name: fmt.Sprintf("layers.%02d.weight", i), dtype: "BF16",
+			shape: []int64{tensorBytes / 2}, data: normalWeights(int64(100+i), tensorBytes/2, true),
+		})
+	}
+	writeSafetensors(t, filepath.Join(src, "model.safetensors"), tensors)
+	sum := importJSON(t, store, src, "runs/imported")
+	if sum.Files != 1 || sum.AddedBytes < 64<<20 {
+		t.Fatalf("import summary %+v, want 1 file adding at least 64 MiB", sum)
+	}
+	st := statsJSON(t, store)
+	ratio := float64(st["stored_bytes"]) / float64(st["unique_bytes"])
+	t.Logf("after import: unique %d stored %d ratio %.4f, %d chunks pending", st["unique_bytes"], st["stored_bytes"], ratio, st["reencode_pending"])
+	if st["reencode_pending"] != 0 {
+		t.Errorf("%d chunks (%d bytes) still wait for a re-encode after the import", st["reencode_pending"], st["reencode_pending_bytes"])
+	}
+	if ratio > 0.68 {
+		t.Errorf("stored/unique %.4f > 0.68: the import left chunks raw", ratio)
+	}
+	if code, out, errOut := ckptfs(t, "fsck", "--read-data", store); code != 0 {
+		t.Fatalf("fsck: %s %s", out, errOut)
+	}
+}

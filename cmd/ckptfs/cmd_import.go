@@ -80,7 +80,7 @@ func runImport(ctx context.Context, c command, args []string, stdout, stderr io.
 		return err
 	}
 
-	mnt, unmount, err := importMount(targetArg, stderr)
+	mnt, unmount, err := importMount(ctx, targetArg, stderr)
 	if err != nil {
 		return err
 	}
@@ -207,7 +207,7 @@ func modeType(m uint32) fs.FileMode {
 // importMount returns the mount root to copy into and what to call when done:
 // TARGET itself when it is a mountpoint, else a temporary mount of the store
 // TARGET (created when TARGET does not exist).
-func importMount(target string, stderr io.Writer) (string, func() error, error) {
+func importMount(ctx context.Context, target string, stderr io.Writer) (string, func() error, error) {
 	if _, err := os.Stat(filepath.Join(target, ".ckptfs", "stats.json")); err == nil {
 		return target, func() error { return nil }, nil
 	}
@@ -256,6 +256,9 @@ func importMount(target string, stderr io.Writer) (string, func() error, error) 
 			err = cerr
 		}
 		fsys.Close()
+		if err == nil {
+			drainReencodes(ctx, store, logger)
+		}
 		if cerr := store.Close(); err == nil {
 			err = cerr
 		}
@@ -265,6 +268,38 @@ func importMount(target string, stderr io.Writer) (string, func() error, error) 
 		return err
 	}
 	return tmp, unmount, nil
+}
+
+// drainReencodes encodes the chunks the import stored raw (its commits had
+// no free inline encoder) before the store is closed. A mounted store does
+// this in the background once idle; a store only ever imported into would
+// otherwise keep them raw, costing its owner disk. Each queued row is tried
+// once (ReencodeOne goes round the queue in key order, so a row that keeps
+// failing would come back forever). An interrupted drain (ctx) leaves the
+// rest queued for the next mount. A chunk that cannot be re-encoded is still
+// stored, raw and verified: that is said on stderr and does not fail the
+// import.
+func drainReencodes(ctx context.Context, store *cas.Store, logger *log.Logger) {
+	var pending int64
+	if err := store.View(func(tx *cas.Tx) error {
+		pending = tx.Counts().ReencodePending
+		return nil
+	}); err != nil {
+		logger.Printf("re-encode queue: %v (the next mount re-encodes it)", err)
+		return
+	}
+	for range pending {
+		more, err := store.ReencodeOne(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			logger.Printf("re-encode (the chunk stays stored raw): %v", err)
+		}
+		if !more {
+			return
+		}
+	}
 }
 
 func importInto(ctx context.Context, mnt, src, dest string, entries []importEntry, total int64, stderr io.Writer) (importSummary, error) {
