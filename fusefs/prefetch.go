@@ -42,7 +42,7 @@ const (
 type readState struct {
 	lastEnd atomic.Int64 // end of the previous read
 	streak  atomic.Int64 // bytes read sequentially up to lastEnd
-	running atomic.Int32 // prefetch goroutines of this file
+	running atomic.Int32 // prefetch goroutines of this file, reserved before they start
 }
 
 // tensorSpan is a tensor's byte range, for prefetch.
@@ -110,12 +110,28 @@ func (n *fileNode) prefetchAfter(m *cas.Manifest, offsets []int64, spans []tenso
 			todo = append(todo, m.Chunks[j])
 		}
 	}
-	if len(todo) == 0 || rs.running.Load() >= prefetchLoads {
+	if len(todo) == 0 {
 		return
 	}
-	for start := 0; start < len(todo); start += len(todo)/prefetchLoads + 1 {
-		part := todo[start:min(start+len(todo)/prefetchLoads+1, len(todo))]
-		rs.running.Add(1)
+	// Reserve loaders before starting them, so that concurrent reads of the
+	// file cannot together exceed prefetchLoads (each load holds a decode and
+	// an object buffer outside the cache's budget).
+	var n32 int32
+	for {
+		r := rs.running.Load()
+		n32 = min(prefetchLoads-r, int32(len(todo)))
+		if n32 <= 0 {
+			return
+		}
+		if rs.running.CompareAndSwap(r, r+n32) {
+			break
+		}
+	}
+	per := (len(todo) + int(n32) - 1) / int(n32)
+	parts := (len(todo) + per - 1) / per
+	rs.running.Add(int32(parts) - n32) // ceil rounding may need fewer
+	for start := 0; start < len(todo); start += per {
+		part := todo[start:min(start+per, len(todo))]
 		go func() {
 			defer rs.running.Add(-1)
 			for _, c := range part {
