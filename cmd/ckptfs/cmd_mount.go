@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log"
@@ -25,11 +26,15 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 	readAhead := fl.Int("readahead-kb", fusefs.DefaultReadAheadKB, "kernel readahead of the mount in KiB (0: kernel default)")
 	debug := fl.Bool("debug", false, "log every FUSE request to stderr")
 	commitMode := fl.String("commit", "sync", "sync: close returns once the file is committed; async: once its bytes are staged (fsync waits for the commit)")
+	encoders := inlineEncodersFlag(fl)
 	pos, err := parseArgs(fl, args, 2)
 	if err != nil {
 		return err
 	}
 	storeDir, mnt := pos[0], pos[1]
+	if err := checkInlineEncoders(*encoders, c, stderr); err != nil {
+		return err
+	}
 	var fsOpts []fusefs.Option
 	switch *commitMode {
 	case "sync":
@@ -40,14 +45,14 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 		return errUsage
 	}
 	setMemoryLimit(int64(cacheSize))
-	setProcs()
+	cores := setProcs()
 
 	// Check the mountpoint before touching the store, so a failure changes nothing.
 	mnt, err = checkMountpoint(mnt)
 	if err != nil {
 		return err
 	}
-	store, err := cas.Open(storeDir, cas.Options{CacheSize: int64(cacheSize)})
+	store, err := cas.Open(storeDir, storeOptions(cores, *encoders, cas.Options{CacheSize: int64(cacheSize)}))
 	if err != nil {
 		return err
 	}
@@ -189,20 +194,54 @@ func setMemoryLimit(cacheSize int64) {
 	debug.SetMemoryLimit(cacheSize + memoryOverhead)
 }
 
-// setProcs gives the daemon more Ps than cores. Its goroutines spend much of
-// their time in blocking system calls: read and writev on /dev/fuse, O_DIRECT
-// object reads, fdatasync. A P whose thread blocks in one is handed to another
-// thread only when sysmon notices (20 µs or more later), so with GOMAXPROCS =
-// cores a core often sat idle while decodable chunks waited: on the 2-core
-// machines a cold 1 GiB read took 1.65 s at 2 Ps, 1.42 s at 4 and 1.34 s at 8
-// (medians of 4, alternating), daemon CPU 1.9 → 1.7 s, and fresh writes were
-// no slower. CPU-heavy work stays bounded by its own slots (cas hash and
-// encode slots), so the extra Ps only run goroutines back from a syscall.
-// GOMAXPROCS, if set, wins.
-func setProcs() {
+// setProcs gives the daemon more Ps than cores and returns the cores it may
+// use (GOMAXPROCS as the runtime set it: the CPUs, or the cgroup's limit).
+//
+// The daemon's goroutines spend much of their time in blocking system calls:
+// read and writev on /dev/fuse, O_DIRECT object reads, fdatasync. A P whose
+// thread blocks in one is handed to another thread only when sysmon notices
+// (20 µs to 10 ms later), so with GOMAXPROCS = cores a core often sat idle
+// while chunks waited to be decoded: on the 2-core machines a cold 1 GiB read
+// took 1.65 s at 2 Ps, 1.42 s at 4 and 1.34 s at 8 (medians of 4,
+// alternating), and fresh writes were no slower.
+//
+// Two extra Ps, not more: the garbage collector sizes its mark workers (a
+// quarter of the Ps) and its CPU limiter under the memory limit (half of the
+// Ps) from GOMAXPROCS, so every extra P lets a collection take more of the
+// real cores. CPU-heavy work on the write path stays bounded by slots sized
+// from the cores, not the Ps (storeOptions). GOMAXPROCS, if set, wins.
+func setProcs() (cores int) {
+	cores = runtime.GOMAXPROCS(0)
 	if os.Getenv("GOMAXPROCS") != "" {
-		return
+		return cores
 	}
-	n := runtime.GOMAXPROCS(0) // cores, or the cgroup's CPU limit
-	runtime.GOMAXPROCS(max(2*n, n+6))
+	runtime.GOMAXPROCS(cores + 2)
+	return cores
+}
+
+// inlineEncodersFlag defines --inline-encoders, shared by mount and import.
+func inlineEncodersFlag(fl *flag.FlagSet) *int {
+	return fl.Int("inline-encoders", 0, "new chunks encoded at once while files are written; a chunk finding none free is stored raw and encoded when the store is idle (0: half the cores; -1: none)")
+}
+
+// checkInlineEncoders refuses an --inline-encoders value below -1.
+func checkInlineEncoders(n int, c command, stderr io.Writer) error {
+	if n < -1 {
+		fmt.Fprintf(stderr, "ckptfs %s: --inline-encoders must be -1 (none), 0 (half the cores) or a count, not %d\n", c.name, n)
+		return errUsage
+	}
+	return nil
+}
+
+// storeOptions sizes opts' CPU slots from cores (not runtime.NumCPU, which
+// ignores a cgroup's limit, nor GOMAXPROCS, which setProcs raised): hashing on
+// one fewer than the cores, inline encoding on half of them unless encoders
+// says otherwise.
+func storeOptions(cores, encoders int, opts cas.Options) cas.Options {
+	opts.HashWorkers = max(1, cores-1)
+	opts.InlineEncoders = encoders
+	if encoders == 0 {
+		opts.InlineEncoders = max(1, cores/2)
+	}
+	return opts
 }
