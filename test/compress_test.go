@@ -84,7 +84,9 @@ func TestTensorCompressionThroughMount(t *testing.T) {
 // mounts it only for the copy, so the chunks its busy commits stored raw
 // would stay raw (no idle daemon re-encodes them later). The import drains
 // the queue before it closes the store: nothing is left pending and 64 MiB of
-// bf16 weights end up as compressed as through a long-lived mount.
+// bf16 weights end up as compressed as through a long-lived mount. With
+// --inline-encoders -1 every chunk goes raw during the copy, whatever the
+// machine's cores, so the drain has all of them to do.
 func TestImportEncodesWhatItStoredRaw(t *testing.T) {
 	src, store := t.TempDir(), filepath.Join(t.TempDir(), "store")
 	const tensorBytes = 8 << 20
@@ -96,9 +98,9 @@ func TestImportEncodesWhatItStoredRaw(t *testing.T) {
 		})
 	}
 	writeSafetensors(t, filepath.Join(src, "model.safetensors"), tensors)
-	sum := importJSON(t, store, src, "runs/imported")
-	if sum.Files != 1 || sum.AddedBytes < 64<<20 {
-		t.Fatalf("import summary %+v, want 1 file adding at least 64 MiB", sum)
+	sum := importJSON(t, store, src, "runs/imported", "--inline-encoders", "-1")
+	if sum.Files != 1 || sum.AddedBytes < 64<<20 || sum.ReencodedChunks < 64 {
+		t.Fatalf("import summary %+v, want 1 file adding at least 64 MiB, at least 64 chunks re-encoded", sum)
 	}
 	st := statsJSON(t, store)
 	ratio := float64(st["stored_bytes"]) / float64(st["unique_bytes"])

@@ -424,11 +424,13 @@ type importSummary struct {
 	LogicalBytes int64    `json:"logical_bytes"`
 	AddedBytes   int64    `json:"added_bytes"`
 	Ratio        *float64 `json:"ratio"`
+
+	ReencodedChunks int `json:"reencoded_chunks"`
 }
 
-func importJSON(t *testing.T, target, src, dest string) importSummary {
+func importJSON(t *testing.T, target, src, dest string, flags ...string) importSummary {
 	t.Helper()
-	code, out, errOut := ckptfs(t, "import", "--json", target, src, dest)
+	code, out, errOut := ckptfs(t, append(append([]string{"import", "--json"}, flags...), target, src, dest)...)
 	if code != 0 {
 		t.Fatalf("import %s %s %s: exit %d: %s", target, src, dest, code, errOut)
 	}

@@ -10,6 +10,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -50,7 +51,12 @@ type importSummary struct {
 	LogicalBytes int64    `json:"logical_bytes"`     // bytes of the files imported
 	AddedBytes   int64    `json:"added_bytes"`       // growth of the store's unique bytes
 	Ratio        *float64 `json:"ratio"`             // logical / added; null when nothing was added
-	Seconds      float64  `json:"seconds"`
+	// ReencodedChunks: chunks the copy stored raw (no inline encoder was
+	// free) that were taken off the re-encode queue before the import
+	// returned: encoded, or kept raw where encoding did not pay. Always 0 for
+	// a mounted target, whose daemon does this once idle.
+	ReencodedChunks int     `json:"reencoded_chunks"`
+	Seconds         float64 `json:"seconds"`
 }
 
 // copyBlock matches the mount's largest write.
@@ -59,8 +65,12 @@ const copyBlock = 1 << 20
 func runImport(ctx context.Context, c command, args []string, stdout, stderr io.Writer) error {
 	fl := newFlags(c, stderr)
 	asJSON := fl.Bool("json", false, "print the summary as JSON")
+	encoders := inlineEncodersFlag(fl)
 	pos, err := parseArgs(fl, args, 3)
 	if err != nil {
+		return err
+	}
+	if err := checkInlineEncoders(*encoders, c, stderr); err != nil {
 		return err
 	}
 	targetArg, src, destArg := pos[0], pos[1], pos[2]
@@ -80,7 +90,7 @@ func runImport(ctx context.Context, c command, args []string, stdout, stderr io.
 		return err
 	}
 
-	mnt, unmount, err := importMount(ctx, targetArg, stderr)
+	mnt, unmount, err := importMount(ctx, targetArg, *encoders, stderr)
 	if err != nil {
 		return err
 	}
@@ -89,9 +99,11 @@ func runImport(ctx context.Context, c command, args []string, stdout, stderr io.
 	if err != nil && ctx.Err() != nil {
 		err = fmt.Errorf("interrupted: %s is partial (%d of %d files imported; no file is truncated)", dest, sum.Files, countFiles(entries))
 	}
-	if uerr := unmount(); err == nil {
+	reencoded, uerr := unmount()
+	if err == nil {
 		err = uerr
 	}
+	sum.ReencodedChunks = reencoded
 	if err != nil {
 		return err
 	}
@@ -114,6 +126,9 @@ func runImport(ctx context.Context, c command, args []string, stdout, stderr io.
 		fmt.Fprintf(tw, "ratio\t%.2fx\t(logical / added; saved %s)\n", *sum.Ratio, formatBytes(sum.LogicalBytes-sum.AddedBytes))
 	} else {
 		fmt.Fprintf(tw, "ratio\t-\t(every chunk was in the store already)\n")
+	}
+	if sum.ReencodedChunks > 0 {
+		fmt.Fprintf(tw, "re-encoded\t%d chunks\t(stored raw during the copy)\n", sum.ReencodedChunks)
 	}
 	if len(sum.Skipped) > 0 {
 		fmt.Fprintf(tw, "skipped\t%d\t(not files, directories or symlinks: %s)\n", len(sum.Skipped), strings.Join(sum.Skipped, ", "))
@@ -206,10 +221,11 @@ func modeType(m uint32) fs.FileMode {
 
 // importMount returns the mount root to copy into and what to call when done:
 // TARGET itself when it is a mountpoint, else a temporary mount of the store
-// TARGET (created when TARGET does not exist).
-func importMount(ctx context.Context, target string, stderr io.Writer) (string, func() error, error) {
+// TARGET (created when TARGET does not exist), whose unmount also encodes the
+// chunks the copy stored raw and says how many.
+func importMount(ctx context.Context, target string, encoders int, stderr io.Writer) (string, func() (int, error), error) {
 	if _, err := os.Stat(filepath.Join(target, ".ckptfs", "stats.json")); err == nil {
-		return target, func() error { return nil }, nil
+		return target, func() (int, error) { return 0, nil }, nil
 	}
 	_, err := os.Stat(filepath.Join(target, "catalog.db"))
 	if err != nil {
@@ -217,7 +233,7 @@ func importMount(ctx context.Context, target string, stderr io.Writer) (string, 
 			return "", nil, fmt.Errorf("%s is neither a ckptfs mountpoint nor a store (is its daemon running?)", target)
 		}
 	}
-	store, err := cas.Open(target, cas.Options{})
+	store, err := cas.Open(target, storeOptions(runtime.GOMAXPROCS(0), encoders, cas.Options{}))
 	if errors.Is(err, cas.ErrLocked) {
 		return "", nil, fmt.Errorf("%w: import into its mountpoint instead", err)
 	}
@@ -243,8 +259,8 @@ func importMount(ctx context.Context, target string, stderr io.Writer) (string, 
 		os.Remove(tmp)
 		return "", nil, err
 	}
-	unmount := func() error {
-		err := srv.Unmount()
+	unmount := func() (reencoded int, err error) {
+		err = srv.Unmount()
 		if err != nil {
 			logger.Printf("unmount: %v; detaching lazily", err)
 			err = syscall.Unmount(tmp, syscall.MNT_DETACH)
@@ -257,7 +273,7 @@ func importMount(ctx context.Context, target string, stderr io.Writer) (string, 
 		}
 		fsys.Close()
 		if err == nil {
-			drainReencodes(ctx, store, logger)
+			reencoded = drainReencodes(ctx, store, logger)
 		}
 		if cerr := store.Close(); err == nil {
 			err = cerr
@@ -265,41 +281,57 @@ func importMount(ctx context.Context, target string, stderr io.Writer) (string, 
 		if rerr := os.Remove(tmp); err == nil {
 			err = rerr
 		}
-		return err
+		return reencoded, err
 	}
 	return tmp, unmount, nil
 }
 
 // drainReencodes encodes the chunks the import stored raw (its commits had
-// no free inline encoder) before the store is closed. A mounted store does
-// this in the background once idle; a store only ever imported into would
-// otherwise keep them raw, costing its owner disk. Each queued row is tried
-// once (ReencodeOne goes round the queue in key order, so a row that keeps
-// failing would come back forever). An interrupted drain (ctx) leaves the
-// rest queued for the next mount. A chunk that cannot be re-encoded is still
-// stored, raw and verified: that is said on stderr and does not fail the
-// import.
-func drainReencodes(ctx context.Context, store *cas.Store, logger *log.Logger) {
+// no free inline encoder) before the store is closed, and returns how many
+// queue rows it took. A mounted store does this in the background once idle;
+// a store only ever imported into would otherwise keep them raw, costing its
+// owner disk.
+//
+// Each row is tried once: ReencodeOne goes round the queue in key order, so a
+// row that keeps failing would come back forever. Errors do not fail the
+// import (the chunk is stored and verified, only larger): each is said on
+// stderr, and three in a row that are not about one damaged chunk (a full
+// disk, say) end the drain. So does ctx; what is left stays queued, and the
+// next mount re-encodes it.
+func drainReencodes(ctx context.Context, store *cas.Store, logger *log.Logger) int {
 	var pending int64
 	if err := store.View(func(tx *cas.Tx) error {
 		pending = tx.Counts().ReencodePending
 		return nil
 	}); err != nil {
 		logger.Printf("re-encode queue: %v (the next mount re-encodes it)", err)
-		return
+		return 0
 	}
+	done, failures := 0, 0
 	for range pending {
 		more, err := store.ReencodeOne(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
+		switch {
+		case ctx.Err() != nil:
+			logger.Printf("interrupted: %d chunks stay stored raw until the next mount re-encodes them", pending-int64(done))
+			return done
+		case err == nil:
+			done++
+			failures = 0
+		case errors.Is(err, cas.ErrCorrupt) || errors.Is(err, cas.ErrMissing):
+			done++ // dropped from the queue; fsck names it
+			logger.Printf("re-encode: %v", err)
+		default:
 			logger.Printf("re-encode (the chunk stays stored raw): %v", err)
+			if failures++; failures == 3 {
+				logger.Printf("giving up re-encoding after 3 errors in a row; the next mount retries")
+				return done
+			}
 		}
 		if !more {
-			return
+			break
 		}
 	}
+	return done
 }
 
 func importInto(ctx context.Context, mnt, src, dest string, entries []importEntry, total int64, stderr io.Writer) (importSummary, error) {
