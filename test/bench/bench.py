@@ -60,10 +60,10 @@ class Daemon:
                 return
             time.sleep(0.02)
 
-    def stop(self):
+    def stop(self, check=True):
         self._stop = True
         self.proc.send_signal(signal.SIGTERM)
-        if self.proc.wait(timeout=120) != 0:
+        if self.proc.wait(timeout=120) != 0 and check:
             raise SystemExit("ckptfs mount exited non-zero")
 
     def restart(self):
@@ -78,11 +78,12 @@ class Daemon:
         """Waits for the daemon's background re-encodes of what was just saved,
         so that they neither steal CPU from the plain directory's timed run
         nor leave chunks raw (cheaper to read) for the read measurements."""
-        deadline = time.monotonic() + timeout
+        start = time.monotonic()
         while self.stats()["reencode_pending"] > 0:
-            if time.monotonic() > deadline:
+            if time.monotonic() > start + timeout:
                 raise SystemExit("ckptfs: re-encode queue did not drain")
             time.sleep(0.1)
+        return time.monotonic() - start
 
 
 def model(seed, n_tensors, tensor_bytes):
@@ -187,69 +188,74 @@ def main():
     d.start()
     (mnt / "runs").mkdir(exist_ok=True)
     res = {}  # name -> list of (ckptfs_s, plain_s)
+    settled = []  # seconds until the re-encode queue drained after each fresh write
 
     def record(name, ck, pl):
         res.setdefault(name, []).append((ck, pl))
         print(f"  {name}: ckptfs {ck:.3f} s, plain {pl:.3f} s", flush=True)
 
-    for r in range(a.repeat):
-        print(f"round {r + 1}/{a.repeat}", flush=True)
-        base = model(1000 * r + 1, n, tensor_bytes)
-        # 1. fresh model: write (close included) vs plain write + fsync, and without fsync.
-        drop_caches()
-        ck = timed(lambda: save(base, mnt / "runs" / f"r{r}-a.safetensors", fsync=False))
-        d.settle()
-        pl = timed(lambda: save(base, plain / f"r{r}-a.safetensors", fsync=True))
-        record("1_write_fresh", ck, pl)
-        pl_nosync = timed(lambda: save(base, plain / f"r{r}-a2.safetensors", fsync=False))
-        subprocess.run(["sync"], check=True)  # its writeback must not overlap the next timed step
-        res.setdefault("1_write_fresh_vs_nofsync", []).append((ck, pl_nosync))
-        # 2. re-save with 90% of the bytes unchanged.
-        resave = dict(base)
-        changed = model(1000 * r + 2, n // 10, tensor_bytes)
-        for i, k in enumerate(sorted(base)[: n // 10]):
-            resave[k] = changed[f"layers.{i:03d}.weight"]
-        ck = timed(lambda: save(resave, mnt / "runs" / f"r{r}-b.safetensors", fsync=False))
-        d.settle()
-        pl = timed(lambda: save(resave, plain / f"r{r}-b.safetensors", fsync=True))
-        record("2_resave_90pct_same", ck, pl)
-        # 3. cold sequential read (page cache dropped; daemon restarted: cold chunk cache).
-        f_ck, f_pl = mnt / "runs" / f"r{r}-a.safetensors", plain / f"r{r}-a.safetensors"
-        d.restart()
-        drop_caches()
-        ck = timed(lambda: read_all(f_ck))
-        drop_caches()
-        pl = timed(lambda: read_all(f_pl))
-        record("3_cold_read", ck, pl)
-        # 5. warm re-read. Both files get the same number of earlier reads
-        # (two), since the kernel treats a page's second touch differently
-        # from later ones (it moves it to the active list): the drop before
-        # the plain cold read dropped ckptfs's pages, so ckptfs's file is
-        # read twice here and the plain one once.
-        read_all(f_pl)
-        read_all(f_ck)
-        read_all(f_ck)
-        ck = timed(lambda: read_all(f_ck))
-        pl = timed(lambda: read_all(f_pl))
-        record("5_warm_read", ck, pl)
-        # 4. cold load of all tensors with safe_open (mmap), in a fresh process.
-        d.restart()
-        drop_caches()
-        ck = float(subprocess.run([sys.executable, "-c", LOAD_ALL, str(f_ck)], check=True, capture_output=True, text=True).stdout)
-        drop_caches()
-        pl = float(subprocess.run([sys.executable, "-c", LOAD_ALL, str(f_pl)], check=True, capture_output=True, text=True).stdout)
-        record("4_cold_safe_open_all", ck, pl)
-        # 6. lazy read of one tensor: bytes fetched from the store / tensor bytes.
-        d.restart()
-        drop_caches()
-        s0 = d.stats()["store_read_bytes"]
-        key = sorted(base)[n // 2]
-        nbytes = int(subprocess.run([sys.executable, "-c", LOAD_ONE, str(f_ck), key], check=True, capture_output=True, text=True).stdout)
-        fetched = d.stats()["store_read_bytes"] - s0
-        res.setdefault("6_lazy_one_tensor", []).append((fetched, nbytes))
-        print(f"  6_lazy_one_tensor: fetched {fetched} for {nbytes} tensor bytes", flush=True)
-        for p in (plain / f"r{r}-a.safetensors", plain / f"r{r}-a2.safetensors", plain / f"r{r}-b.safetensors"):
-            p.unlink()
+    try:
+        for r in range(a.repeat):
+            print(f"round {r + 1}/{a.repeat}", flush=True)
+            base = model(1000 * r + 1, n, tensor_bytes)
+            # 1. fresh model: write (close included) vs plain write + fsync, and without fsync.
+            drop_caches()
+            ck = timed(lambda: save(base, mnt / "runs" / f"r{r}-a.safetensors", fsync=False))
+            settled.append(d.settle())  # for information: background work after the close
+            pl = timed(lambda: save(base, plain / f"r{r}-a.safetensors", fsync=True))
+            record("1_write_fresh", ck, pl)
+            pl_nosync = timed(lambda: save(base, plain / f"r{r}-a2.safetensors", fsync=False))
+            subprocess.run(["sync"], check=True)  # its writeback must not overlap the next timed step
+            res.setdefault("1_write_fresh_vs_nofsync", []).append((ck, pl_nosync))
+            # 2. re-save with 90% of the bytes unchanged.
+            resave = dict(base)
+            changed = model(1000 * r + 2, n // 10, tensor_bytes)
+            for i, k in enumerate(sorted(base)[: n // 10]):
+                resave[k] = changed[f"layers.{i:03d}.weight"]
+            ck = timed(lambda: save(resave, mnt / "runs" / f"r{r}-b.safetensors", fsync=False))
+            d.settle()
+            pl = timed(lambda: save(resave, plain / f"r{r}-b.safetensors", fsync=True))
+            record("2_resave_90pct_same", ck, pl)
+            # 3. cold sequential read (page cache dropped; daemon restarted: cold chunk cache).
+            f_ck, f_pl = mnt / "runs" / f"r{r}-a.safetensors", plain / f"r{r}-a.safetensors"
+            d.restart()
+            drop_caches()
+            ck = timed(lambda: read_all(f_ck))
+            drop_caches()
+            pl = timed(lambda: read_all(f_pl))
+            record("3_cold_read", ck, pl)
+            # 5. warm re-read. Both files get the same number of earlier reads
+            # (two), since the kernel treats a page's second touch differently
+            # from later ones (it moves it to the active list): the drop before
+            # the plain cold read dropped ckptfs's pages, so ckptfs's file is
+            # read twice here and the plain one once.
+            read_all(f_pl)
+            read_all(f_ck)
+            read_all(f_ck)
+            ck = timed(lambda: read_all(f_ck))
+            pl = timed(lambda: read_all(f_pl))
+            record("5_warm_read", ck, pl)
+            # 4. cold load of all tensors with safe_open (mmap), in a fresh process.
+            d.restart()
+            drop_caches()
+            ck = float(subprocess.run([sys.executable, "-c", LOAD_ALL, str(f_ck)], check=True, capture_output=True, text=True).stdout)
+            drop_caches()
+            pl = float(subprocess.run([sys.executable, "-c", LOAD_ALL, str(f_pl)], check=True, capture_output=True, text=True).stdout)
+            record("4_cold_safe_open_all", ck, pl)
+            # 6. lazy read of one tensor: bytes fetched from the store / tensor bytes.
+            d.restart()
+            drop_caches()
+            s0 = d.stats()["store_read_bytes"]
+            key = sorted(base)[n // 2]
+            nbytes = int(subprocess.run([sys.executable, "-c", LOAD_ONE, str(f_ck), key], check=True, capture_output=True, text=True).stdout)
+            fetched = d.stats()["store_read_bytes"] - s0
+            res.setdefault("6_lazy_one_tensor", []).append((fetched, nbytes))
+            print(f"  6_lazy_one_tensor: fetched {fetched} for {nbytes} tensor bytes", flush=True)
+            for p in (plain / f"r{r}-a.safetensors", plain / f"r{r}-a2.safetensors", plain / f"r{r}-b.safetensors"):
+                p.unlink()
+    except BaseException:
+        d.stop(check=False)  # leave no mount behind
+        raise
     d.stop()
 
     lines = {}
@@ -267,6 +273,7 @@ def main():
         lines[f"{name}.ratio"] = f"{ck / pl:.3f}"
         lines[f"{name}.ckptfs_MBps"] = f"{size / ck / 1e6:.0f}"
         lines[f"{name}.plain_MBps"] = f"{size / pl / 1e6:.0f}"
+    lines["1_write_fresh.reencode_drained_after_s"] = f"{statistics.median(settled):.3f}"
     lines["7_peak_rss.bytes"] = str(d.peak_rss)
     lines["7_peak_rss.limit_bytes"] = str((cache_bytes or 0) + 128 * MiB)
     lines["7_peak_rss.ratio"] = f"{d.peak_rss / ((cache_bytes or 0) + 128 * MiB):.3f}"
