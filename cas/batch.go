@@ -8,11 +8,26 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // Batch collects the chunks of one commit. Put writes each chunk's object unless
-// the store already has it; Sync makes the new objects' directory entries durable;
-// Tx.CommitBatch then adds their index rows in the commit's transaction.
+// the store already has it; Sync makes the objects and their directory entries
+// durable; Tx.CommitBatch then adds their index rows in the commit's
+// transaction.
+//
+// Durability is batched: Put writes an object, starts its writeback
+// (sync_file_range) and renames it into place without waiting; Sync then
+// fdatasyncs every object the batch names that is not indexed yet, many at
+// once, so the filesystem commits their metadata in a few journal commits
+// instead of one per chunk, and the disk writes overlap the rest of the
+// stream. An object renamed into place but not yet synced is never named by
+// the catalog: only Sync's caller commits index rows, after Sync. A batch that
+// finds such an object (in flight in another batch, or on disk unindexed)
+// syncs it itself before naming it. After a crash, an unsynced object is
+// unindexed, so it is verified before reuse and rewritten if damaged, and the
+// collector deletes it otherwise.
 //
 // Put may be called from many goroutines at once.
 type Batch struct {
@@ -20,6 +35,7 @@ type Batch struct {
 
 	mu     sync.Mutex
 	added  map[ID]ChunkInfo    // chunks to index at commit
+	synced map[ID]struct{}     // of those, the ones Sync made durable
 	queue  map[ID]Hint         // of those, the ones stored raw, to re-encode later
 	dirs   map[string]struct{} // directories whose entries changed
 	pinned []ID                // chunks this batch keeps from the sweeper
@@ -37,7 +53,7 @@ type flight struct {
 
 // NewBatch starts a batch.
 func (s *Store) NewBatch() *Batch {
-	return &Batch{s: s, added: map[ID]ChunkInfo{}, queue: map[ID]Hint{}, dirs: map[string]struct{}{}}
+	return &Batch{s: s, added: map[ID]ChunkInfo{}, synced: map[ID]struct{}{}, queue: map[ID]Hint{}, dirs: map[string]struct{}{}}
 }
 
 // Put stores data as a chunk and returns its reference. When the chunk is
@@ -95,15 +111,14 @@ func (b *Batch) PutHinted(ctx context.Context, data []byte, h Hint) (ChunkRef, e
 		if f.err != nil {
 			return ref, f.err
 		}
-		b.note(id, f.info, nil, f.pending, f.hint)
+		b.note(id, f.info, f.pending, f.hint)
 		return ref, nil
 	}
 	f := &flight{done: make(chan struct{}), hint: h}
 	s.flights[id] = f
 	s.flightMu.Unlock()
 
-	var dirs []string
-	f.info, dirs, f.pending, f.err = s.writeObject(id, data, h)
+	f.info, f.pending, f.err = s.writeObject(id, data, h)
 
 	s.flightMu.Lock()
 	delete(s.flights, id)
@@ -113,7 +128,7 @@ func (b *Batch) PutHinted(ctx context.Context, data []byte, h Hint) (ChunkRef, e
 	if f.err != nil {
 		return ref, f.err
 	}
-	b.note(id, f.info, dirs, f.pending, h)
+	b.note(id, f.info, f.pending, h)
 	return ref, nil
 }
 
@@ -128,32 +143,90 @@ func (s *Store) sum(ctx context.Context, data []byte) (ID, error) {
 	return Sum(data), nil
 }
 
-func (b *Batch) note(id ID, info ChunkInfo, dirs []string, pending bool, h Hint) {
+// note records chunk id's object for the commit: its index row, its queue
+// row if it was stored raw, and its directories, whose entries Sync makes
+// durable whoever created them (an object this batch found written by another
+// batch may have its name on disk but not yet durable).
+func (b *Batch) note(id ID, info ChunkInfo, pending bool, h Hint) {
+	dir := filepath.Dir(b.s.objectPath(id))
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.added[id] = info
 	if pending {
 		b.queue[id] = h
 	}
-	for _, d := range dirs {
+	for _, d := range []string{filepath.Dir(filepath.Dir(dir)), filepath.Dir(dir), dir} {
 		b.dirs[d] = struct{}{}
 	}
 }
 
-// Sync fsyncs the directories whose entries this batch's objects changed. Each
-// object file itself was fdatasync'd before it was renamed into place.
+// syncWorkers is how many objects Sync fdatasyncs at once: enough for the
+// filesystem to group them into few journal commits.
+const syncWorkers = 16
+
+// Sync makes durable every object the batch names (its own and those it found
+// written by others but not indexed), then the directories whose entries they
+// changed. Objects already synced by an earlier Sync of this batch are skipped.
 func (b *Batch) Sync() error {
 	b.mu.Lock()
+	ids := make([]ID, 0, len(b.added))
+	for id := range b.added {
+		if _, ok := b.synced[id]; !ok {
+			ids = append(ids, id)
+		}
+	}
 	dirs := make([]string, 0, len(b.dirs))
 	for d := range b.dirs {
 		dirs = append(dirs, d)
 	}
-	b.dirs = map[string]struct{}{}
 	b.mu.Unlock()
+
+	var g errgroup.Group
+	g.SetLimit(syncWorkers)
+	for _, id := range ids {
+		g.Go(func() error { return b.s.syncPath(b.s.objectPath(id), false) })
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
 	for _, d := range dirs {
-		if err := syncDir(d); err != nil {
+		if err := b.s.syncPath(d, true); err != nil {
 			return err
 		}
+	}
+	b.mu.Lock()
+	for _, id := range ids {
+		b.synced[id] = struct{}{}
+	}
+	for _, d := range dirs {
+		delete(b.dirs, d)
+	}
+	b.mu.Unlock()
+	return nil
+}
+
+// syncPath makes the file at path durable (fdatasync), or the directory's
+// entries (fsync); a test may watch the calls through syncHook instead.
+func (s *Store) syncPath(path string, dir bool) error {
+	if s.syncHook != nil {
+		return s.syncHook(path)
+	}
+	if dir {
+		return syncDir(path)
+	}
+	return syncFile(path)
+}
+
+// syncFile fdatasyncs the file at path (its data and what is needed to read
+// it back).
+func syncFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("sync %s: %w", path, err)
+	}
+	defer f.Close()
+	if err := fdatasync(f); err != nil {
+		return fmt.Errorf("sync %s: %w", path, err)
 	}
 	return nil
 }
@@ -192,24 +265,23 @@ func (t *Tx) CommitBatch(b *Batch) error {
 }
 
 // writeObject publishes data as chunk id's object file: written under a
-// temporary name, fdatasync'd, renamed into place. It returns the directories
-// whose entries changed (to fsync before the commit).
+// temporary name, its writeback started, renamed into place (Batch.Sync makes
+// it durable before any commit names it, and the directories that hold it).
 //
 // The payload is encoded inline when an encode slot is free (see
 // Options.InlineEncoders); otherwise it is stored raw and pending reports that
 // the chunk should be queued for a background re-encode. An object that already
 // exists is kept if it verifies (pending if it is raw: it may be an earlier
 // raw-pending write whose commit never happened), and replaced otherwise.
-func (s *Store) writeObject(id ID, data []byte, h Hint) (info ChunkInfo, dirs []string, pending bool, err error) {
+func (s *Store) writeObject(id ID, data []byte, h Hint) (info ChunkInfo, pending bool, err error) {
 	path := s.objectPath(id)
 	if _, err := os.Stat(path); err == nil {
 		if info, err := s.VerifyObject(id); err == nil {
-			return info, nil, info.Codec == CodecRaw && info.RawLen > 0, nil
+			return info, info.Codec == CodecRaw && info.RawLen > 0, nil
 		}
 	}
-	dirs, err = s.makeObjectDir(filepath.Dir(path))
-	if err != nil {
-		return ChunkInfo{}, nil, false, err
+	if err := s.makeObjectDir(filepath.Dir(path)); err != nil {
+		return ChunkInfo{}, false, err
 	}
 	var obj []byte
 	codec := CodecRaw
@@ -219,16 +291,17 @@ func (s *Store) writeObject(id ID, data []byte, h Hint) (info ChunkInfo, dirs []
 	} else {
 		obj, pending = rawObject(data), true
 	}
-	if err := publishObject(path, obj); err != nil {
-		return ChunkInfo{}, nil, false, fmt.Errorf("write chunk %v: %w", id, err)
+	if err := publishObject(path, obj, false); err != nil {
+		return ChunkInfo{}, false, fmt.Errorf("write chunk %v: %w", id, err)
 	}
-	dirs = append(dirs, filepath.Dir(path))
-	return ChunkInfo{RawLen: uint32(len(data)), StoredLen: uint32(len(obj)), Codec: codec}, dirs, pending, nil
+	return ChunkInfo{RawLen: uint32(len(data)), StoredLen: uint32(len(obj)), Codec: codec}, pending, nil
 }
 
 // publishObject writes obj to path atomically: a temporary file in path's
-// directory, fdatasync'd, renamed over path. The caller fsyncs the directory.
-func publishObject(path string, obj []byte) error {
+// directory, renamed over path. With durable, the file is fdatasync'd before
+// the rename; without, its writeback is only started, and the caller syncs it
+// (Batch.Sync) before the catalog names it. The caller fsyncs the directory.
+func publishObject(path string, obj []byte, durable bool) error {
 	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
 	if err != nil {
 		return err
@@ -242,7 +315,12 @@ func publishObject(path string, obj []byte) error {
 	if _, err := f.Write(obj); err != nil {
 		return fail(err)
 	}
-	if err := fdatasync(f); err != nil {
+	if durable {
+		err = fdatasync(f)
+	} else {
+		err = startWriteback(f)
+	}
+	if err != nil {
 		return fail(err)
 	}
 	if err := f.Close(); err != nil {
@@ -255,23 +333,19 @@ func publishObject(path string, obj []byte) error {
 	return nil
 }
 
-// makeObjectDir creates objects/ab/cd as needed. It returns the directories
-// whose entries must be durable before an object in dir is named by the catalog:
-// dir's two ancestors, whether this call created dir or a concurrent batch did
-// (syncing an unchanged directory is cheap; Batch.Sync does each once).
-func (s *Store) makeObjectDir(dir string) ([]string, error) {
-	parent := filepath.Dir(dir)
-	deps := []string{filepath.Dir(parent), parent}
+// makeObjectDir creates objects/ab/cd as needed. Making the new entries
+// durable is Batch.Sync's job (note records the directories).
+func (s *Store) makeObjectDir(dir string) error {
 	if _, ok := s.madeDirs.Load(dir); ok {
-		return deps, nil
+		return nil
 	}
-	for _, d := range []string{parent, dir} {
+	for _, d := range []string{filepath.Dir(dir), dir} {
 		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-			return nil, fmt.Errorf("create object directory: %w", err)
+			return fmt.Errorf("create object directory: %w", err)
 		}
 	}
 	s.madeDirs.Store(dir, struct{}{})
-	return deps, nil
+	return nil
 }
 
 func syncDir(dir string) error {

@@ -317,3 +317,56 @@ func TestAllocInoSurvivesReopen(t *testing.T) {
 		seen[ino] = true
 	}
 }
+
+// TestBatchSyncsWhatItNames: Put does not fdatasync (durability is batched in
+// Sync), so a batch must sync every object it names before its commit, also
+// one that another batch wrote and has not synced yet, and the directories
+// holding it, whoever created them.
+func TestBatchSyncsWhatItNames(t *testing.T) {
+	s := testStore(t, Options{})
+	var mu sync.Mutex
+	synced := map[string]int{}
+	s.syncHook = func(p string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		synced[p]++
+		return nil
+	}
+	ctx := context.Background()
+	data := pseudoRandom(1<<20, 7)
+	a, b := s.NewBatch(), s.NewBatch()
+	defer a.Release()
+	defer b.Release()
+	ref, err := a.Put(ctx, data) // writes the object, not synced
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Put(ctx, data); err != nil { // finds it on disk, unindexed
+		t.Fatal(err)
+	}
+	if len(synced) != 0 {
+		t.Fatalf("Put synced %v: durability belongs to Sync", synced)
+	}
+	if err := b.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	obj := s.objectPath(ref.ID)
+	leaf := filepath.Dir(obj)
+	for _, p := range []string{obj, leaf, filepath.Dir(leaf), filepath.Dir(filepath.Dir(leaf))} {
+		if synced[p] != 1 {
+			t.Errorf("the batch that found the object synced %s %d times, want 1", p, synced[p])
+		}
+	}
+	if err := b.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if synced[obj] != 1 {
+		t.Errorf("a second Sync synced the object again (%d times)", synced[obj])
+	}
+	if err := a.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if synced[obj] != 2 {
+		t.Errorf("the writing batch's Sync did not sync its own object (%d syncs in all)", synced[obj])
+	}
+}

@@ -20,11 +20,14 @@
 // # Invariants
 //
 //   - A published object file is never modified in place: objects are written
-//     under a temporary name, fdatasync'd, renamed into place, and their
-//     directory fsync'd (Batch.Sync) before any catalog row may name them. The
-//     one replacement is a re-encode (below): a file holding the same raw bytes
-//     under another codec, published the same way over the old name, so a
-//     reader gets one whole, verifiable version or the other.
+//     under a temporary name and renamed into place; Batch.Sync fdatasyncs them
+//     and fsyncs their directories before any catalog row may name them (many
+//     at once, so that the filesystem groups them into few journal commits;
+//     batch.go). An object on disk that no row names may therefore be
+//     unsynced, or damaged by a crash: it is verified before it is reused. The
+//     one replacement is a re-encode (below): a file holding the same raw
+//     bytes under another codec, fdatasync'd before its rename over the old
+//     name, so a reader gets one whole, verifiable version or the other.
 //   - The catalog is only changed in one bbolt transaction per operation
 //     (Store.Update); a file commit puts its new chunk index rows, its manifest and its
 //     namespace change in the same transaction, after Batch.Sync returned.

@@ -81,6 +81,9 @@ type Store struct {
 	flights  map[ID]*flight // objects being written right now
 
 	madeDirs sync.Map // object directories known to exist
+	// syncHook, when set (tests), replaces Batch.Sync's fdatasync of each
+	// object and fsync of each directory.
+	syncHook func(path string) error
 
 	// Re-encoding (reencode.go): encodeSlots bounds inline encoders (nil: none);
 	// reencodeSem (capacity 1) serialises ReencodeOne and guards reencodeNext,
