@@ -184,7 +184,7 @@ func (b *Batch) Sync() error {
 	var g errgroup.Group
 	g.SetLimit(syncWorkers)
 	for _, id := range ids {
-		g.Go(func() error { return b.s.syncPath(b.s.objectPath(id), false) })
+		g.Go(func() error { return b.s.syncObject(id) })
 	}
 	if err := g.Wait(); err != nil {
 		return err
@@ -202,6 +202,24 @@ func (b *Batch) Sync() error {
 		delete(b.dirs, d)
 	}
 	b.mu.Unlock()
+	return nil
+}
+
+// syncObject makes chunk id's object durable. The kernel reports a failed
+// writeback once, to whichever fdatasync comes first, and two batches may
+// sync one object (one wrote it, the other found it): the failure is
+// remembered so that every batch naming the object fails, until a Put writes
+// it anew (writeObject does not reuse such an object). (A batch whose fdatasync returns between the other's failure and its
+// recording can still miss it; its commit then names an object whose bytes
+// may not be on disk, which reads and fsck report as damaged.)
+func (s *Store) syncObject(id ID) error {
+	if err := s.syncPath(s.objectPath(id), false); err != nil {
+		s.syncErrs.Store(id, err)
+		return err
+	}
+	if err, ok := s.syncErrs.Load(id); ok {
+		return err.(error)
+	}
 	return nil
 }
 
@@ -275,9 +293,11 @@ func (t *Tx) CommitBatch(b *Batch) error {
 // raw-pending write whose commit never happened), and replaced otherwise.
 func (s *Store) writeObject(id ID, data []byte, h Hint) (info ChunkInfo, pending bool, err error) {
 	path := s.objectPath(id)
-	if _, err := os.Stat(path); err == nil {
-		if info, err := s.VerifyObject(id); err == nil {
-			return info, info.Codec == CodecRaw && info.RawLen > 0, nil
+	if _, failed := s.syncErrs.Load(id); !failed { // else its bytes may not be on disk: rewrite it
+		if _, err := os.Stat(path); err == nil {
+			if info, err := s.VerifyObject(id); err == nil {
+				return info, info.Codec == CodecRaw && info.RawLen > 0, nil
+			}
 		}
 	}
 	if err := s.makeObjectDir(filepath.Dir(path)); err != nil {
@@ -294,6 +314,7 @@ func (s *Store) writeObject(id ID, data []byte, h Hint) (info ChunkInfo, pending
 	if err := publishObject(path, obj, false); err != nil {
 		return ChunkInfo{}, false, fmt.Errorf("write chunk %v: %w", id, err)
 	}
+	s.syncErrs.Delete(id) // a new file: its own fdatasync will tell
 	return ChunkInfo{RawLen: uint32(len(data)), StoredLen: uint32(len(obj)), Codec: codec}, pending, nil
 }
 

@@ -370,3 +370,57 @@ func TestBatchSyncsWhatItNames(t *testing.T) {
 		t.Errorf("the writing batch's Sync did not sync its own object (%d syncs in all)", synced[obj])
 	}
 }
+
+// TestBatchSyncFailureIsShared: the kernel reports a failed writeback to one
+// fdatasync only. When one batch's sync of an object fails, another batch
+// naming the same object must fail too, and the next Put writes the object
+// anew instead of reusing it.
+func TestBatchSyncFailureIsShared(t *testing.T) {
+	s := testStore(t, Options{})
+	ctx := context.Background()
+	data := pseudoRandom(1<<20, 9)
+	a, b := s.NewBatch(), s.NewBatch()
+	defer a.Release()
+	defer b.Release()
+	ref, err := a.Put(ctx, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Put(ctx, data); err != nil {
+		t.Fatal(err)
+	}
+	obj := s.objectPath(ref.ID)
+	failOnce := errors.New("simulated writeback error")
+	var mu sync.Mutex
+	failed := false
+	s.syncHook = func(p string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if p == obj && !failed {
+			failed = true
+			return failOnce
+		}
+		return nil
+	}
+	if err := a.Sync(); !errors.Is(err, failOnce) {
+		t.Fatalf("first sync: %v, want the writeback error", err)
+	}
+	if err := b.Sync(); !errors.Is(err, failOnce) {
+		t.Fatalf("second batch's sync of the same object: %v, want the writeback error", err)
+	}
+	st, err := os.Stat(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := s.NewBatch()
+	defer c.Release()
+	if _, err := c.Put(ctx, data); err != nil {
+		t.Fatal(err)
+	}
+	if st2, err := os.Stat(obj); err != nil || os.SameFile(st, st2) {
+		t.Fatalf("the object whose sync failed was reused, not written anew (%v)", err)
+	}
+	if err := c.Sync(); err != nil {
+		t.Fatalf("sync of the rewritten object: %v", err)
+	}
+}

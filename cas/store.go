@@ -81,6 +81,7 @@ type Store struct {
 	flights  map[ID]*flight // objects being written right now
 
 	madeDirs sync.Map // object directories known to exist
+	syncErrs sync.Map // ID → error: objects whose fdatasync failed (syncObject)
 	// syncHook, when set (tests), replaces Batch.Sync's fdatasync of each
 	// object and fsync of each directory.
 	syncHook func(path string) error
