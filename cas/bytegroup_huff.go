@@ -619,11 +619,9 @@ func (d *hufDec) decodeFast(dst []byte, streams *[hufMaxStreams][]byte, segs *[h
 			w := (*[48]byte)(dst[op[k] : op[k]+48])
 			b := binary.LittleEndian.Uint64(streams[k][p>>3:]) >> (p & 7)
 			var x uint
-			b, p, x = hufStep(t, b, p, x, w)
-			b, p, x = hufStep(t, b, p, x, w)
-			b, p, x = hufStep(t, b, p, x, w)
-			b, p, x = hufStep(t, b, p, x, w)
-			_, p, x = hufStep(t, b, p, x, w)
+			for range 5 { // an odd stream out: only small planes use one stream
+				b, p, x = hufStep(t, b, p, x, w)
+			}
 			bp[k], op[k] = p, op[k]+int(x)
 		}
 	}
