@@ -17,17 +17,32 @@ import (
 // durable; Tx.CommitBatch then adds their index rows in the commit's
 // transaction.
 //
-// Durability is batched: Put writes an object, starts its writeback
-// (sync_file_range) and renames it into place without waiting; Sync then
-// fdatasyncs every object the batch names that is not indexed yet, many at
-// once, so the filesystem commits their metadata in a few journal commits
-// instead of one per chunk, and the disk writes overlap the rest of the
-// stream. An object renamed into place but not yet synced is never named by
-// the catalog: only Sync's caller commits index rows, after Sync. A batch that
-// finds such an object (in flight in another batch, or on disk unindexed)
-// syncs it itself before naming it. After a crash, an unsynced object is
-// unindexed, so it is verified before reuse and rewritten if damaged, and the
-// collector deletes it otherwise.
+// Durability is batched: Put writes a new object, starts its writeback
+// (sync_file_range), renames it into place and keeps its descriptor open;
+// Sync then fdatasyncs every object the batch names that is not indexed yet,
+// many at once, so the filesystem commits their metadata in a few journal
+// commits instead of one per chunk, and the disk writes overlap the rest of
+// the stream. The rules that keep "a row names only durable objects":
+//
+//   - Only Sync's caller commits rows, after Sync; CommitBatch refuses a batch
+//     with objects or directories Sync has not made durable.
+//   - A batch that finds an object it did not write (in flight in another
+//     batch, or on disk and unindexed) syncs it, and the directories holding
+//     it, before naming it.
+//   - The writer syncs through the descriptor it wrote with, so a failed
+//     writeback is reported to it even if the inode was evicted meanwhile (a
+//     fresh open would not see it). The kernel reports such a failure to one
+//     fdatasync only: Store.syncObject remembers it, under a per-chunk lock,
+//     so that every batch naming the object fails, and the next Put writes
+//     the object anew.
+//   - Replacing a file already at the object's path (damaged, or its sync
+//     failed), or when the store has no descriptor budget left, Put
+//     fdatasyncs before the rename, as before batching: another batch may
+//     have found the old file and commit it by name.
+//
+// After a crash, an unsynced object is unindexed: it is verified before it is
+// reused (and rewritten if damaged), and the collector deletes it after the
+// grace period if no manifest names it.
 //
 // Put may be called from many goroutines at once.
 type Batch struct {
@@ -36,6 +51,7 @@ type Batch struct {
 	mu     sync.Mutex
 	added  map[ID]ChunkInfo    // chunks to index at commit
 	synced map[ID]struct{}     // of those, the ones Sync made durable
+	files  map[ID]*os.File     // objects this batch wrote, open until Sync syncs them
 	queue  map[ID]Hint         // of those, the ones stored raw, to re-encode later
 	dirs   map[string]struct{} // directories whose entries changed
 	pinned []ID                // chunks this batch keeps from the sweeper
@@ -53,7 +69,8 @@ type flight struct {
 
 // NewBatch starts a batch.
 func (s *Store) NewBatch() *Batch {
-	return &Batch{s: s, added: map[ID]ChunkInfo{}, synced: map[ID]struct{}{}, queue: map[ID]Hint{}, dirs: map[string]struct{}{}}
+	return &Batch{s: s, added: map[ID]ChunkInfo{}, synced: map[ID]struct{}{}, files: map[ID]*os.File{},
+		queue: map[ID]Hint{}, dirs: map[string]struct{}{}}
 }
 
 // Put stores data as a chunk and returns its reference. When the chunk is
@@ -118,7 +135,8 @@ func (b *Batch) PutHinted(ctx context.Context, data []byte, h Hint) (ChunkRef, e
 	s.flights[id] = f
 	s.flightMu.Unlock()
 
-	f.info, f.pending, f.err = s.writeObject(id, data, h)
+	var file *os.File
+	f.info, file, f.pending, f.err = s.writeObject(id, data, h)
 
 	s.flightMu.Lock()
 	delete(s.flights, id)
@@ -127,6 +145,15 @@ func (b *Batch) PutHinted(ctx context.Context, data []byte, h Hint) (ChunkRef, e
 
 	if f.err != nil {
 		return ref, f.err
+	}
+	if file != nil {
+		b.mu.Lock()
+		if old := b.files[id]; old != nil { // the same chunk written twice (rewritten after a failed sync)
+			old.Close()
+			s.releaseFile()
+		}
+		b.files[id] = file
+		b.mu.Unlock()
 	}
 	b.note(id, f.info, f.pending, h)
 	return ref, nil
@@ -170,9 +197,14 @@ const syncWorkers = 16
 func (b *Batch) Sync() error {
 	b.mu.Lock()
 	ids := make([]ID, 0, len(b.added))
+	files := make(map[ID]*os.File, len(b.files))
 	for id := range b.added {
 		if _, ok := b.synced[id]; !ok {
 			ids = append(ids, id)
+			if f := b.files[id]; f != nil {
+				files[id] = f
+				delete(b.files, id)
+			}
 		}
 	}
 	dirs := make([]string, 0, len(b.dirs))
@@ -184,13 +216,21 @@ func (b *Batch) Sync() error {
 	var g errgroup.Group
 	g.SetLimit(syncWorkers)
 	for _, id := range ids {
-		g.Go(func() error { return b.s.syncObject(id) })
+		g.Go(func() error {
+			f := files[id]
+			err := b.s.syncObject(id, f)
+			if f != nil {
+				f.Close()
+				b.s.releaseFile()
+			}
+			return err
+		})
 	}
 	if err := g.Wait(); err != nil {
 		return err
 	}
 	for _, d := range dirs {
-		if err := b.s.syncPath(d, true); err != nil {
+		if err := b.s.syncDirectory(d); err != nil {
 			return err
 		}
 	}
@@ -205,15 +245,33 @@ func (b *Batch) Sync() error {
 	return nil
 }
 
-// syncObject makes chunk id's object durable. The kernel reports a failed
-// writeback once, to whichever fdatasync comes first, and two batches may
-// sync one object (one wrote it, the other found it): the failure is
-// remembered so that every batch naming the object fails, until a Put writes
-// it anew (writeObject does not reuse such an object). (A batch whose fdatasync returns between the other's failure and its
-// recording can still miss it; its commit then names an object whose bytes
-// may not be on disk, which reads and fsck report as damaged.)
-func (s *Store) syncObject(id ID) error {
-	if err := s.syncPath(s.objectPath(id), false); err != nil {
+// syncObject makes chunk id's object durable: through f, the descriptor it
+// was written with, when the caller wrote it, else by opening it. A failed
+// fdatasync is remembered (see Batch), and an earlier one makes this call fail
+// too; the per-chunk lock makes "sync, then record or check" one step, so a
+// batch cannot sync after another's failure was reported but before it was
+// recorded.
+func (s *Store) syncObject(id ID, f *os.File) error {
+	mu := &s.syncLocks[id[0]]
+	mu.Lock()
+	defer mu.Unlock()
+	path := s.objectPath(id)
+	var err error
+	switch {
+	case s.syncHook != nil:
+		err = s.syncHook(path)
+	case f != nil:
+		err = fdatasync(f)
+	default:
+		var g *os.File
+		if g, err = os.Open(path); err != nil {
+			return fmt.Errorf("sync chunk %v: %w", id, err) // says nothing of its bytes: not recorded
+		}
+		err = fdatasync(g)
+		g.Close()
+	}
+	if err != nil {
+		err = fmt.Errorf("sync chunk %v: %w", id, err)
 		s.syncErrs.Store(id, err)
 		return err
 	}
@@ -223,30 +281,26 @@ func (s *Store) syncObject(id ID) error {
 	return nil
 }
 
-// syncPath makes the file at path durable (fdatasync), or the directory's
-// entries (fsync); a test may watch the calls through syncHook instead.
-func (s *Store) syncPath(path string, dir bool) error {
+// holdFile takes one of the store's budget of object descriptors a batch may
+// keep open until its Sync, without waiting; releaseFile gives it back.
+func (s *Store) holdFile() bool {
+	select {
+	case s.heldFiles <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *Store) releaseFile() { <-s.heldFiles }
+
+// syncDirectory makes a directory's entries durable; a test may watch the
+// calls through syncHook instead.
+func (s *Store) syncDirectory(path string) error {
 	if s.syncHook != nil {
 		return s.syncHook(path)
 	}
-	if dir {
-		return syncDir(path)
-	}
-	return syncFile(path)
-}
-
-// syncFile fdatasyncs the file at path (its data and what is needed to read
-// it back).
-func syncFile(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Errorf("sync %s: %w", path, err)
-	}
-	defer f.Close()
-	if err := fdatasync(f); err != nil {
-		return fmt.Errorf("sync %s: %w", path, err)
-	}
-	return nil
+	return syncDir(path)
 }
 
 // Release unpins the batch's chunks. Call it once the transaction that commits
@@ -255,7 +309,13 @@ func (b *Batch) Release() {
 	b.mu.Lock()
 	pinned := b.pinned
 	b.pinned = nil
+	files := b.files
+	b.files = map[ID]*os.File{}
 	b.mu.Unlock()
+	for _, f := range files { // never synced: the batch was abandoned
+		f.Close()
+		b.s.releaseFile()
+	}
 	b.s.unpin(pinned)
 }
 
@@ -268,6 +328,14 @@ func (b *Batch) Release() {
 func (t *Tx) CommitBatch(b *Batch) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if len(b.dirs) > 0 || len(b.synced) < len(b.added) {
+		return errors.New("commit of a batch that Sync has not made durable")
+	}
+	for id := range b.added {
+		if _, ok := b.synced[id]; !ok {
+			return fmt.Errorf("commit of a batch that Sync has not made durable: chunk %v", id)
+		}
+	}
 	for id, info := range b.added {
 		added, err := t.putChunk(id, info)
 		if err != nil {
@@ -283,25 +351,28 @@ func (t *Tx) CommitBatch(b *Batch) error {
 }
 
 // writeObject publishes data as chunk id's object file: written under a
-// temporary name, its writeback started, renamed into place (Batch.Sync makes
-// it durable before any commit names it, and the directories that hold it).
+// temporary name and renamed into place, either left to Batch.Sync to make
+// durable (returning the open file for it) or, when it replaces a file at the
+// path or no descriptor can be kept, fdatasync'd before the rename (f nil).
 //
 // The payload is encoded inline when an encode slot is free (see
 // Options.InlineEncoders); otherwise it is stored raw and pending reports that
 // the chunk should be queued for a background re-encode. An object that already
 // exists is kept if it verifies (pending if it is raw: it may be an earlier
 // raw-pending write whose commit never happened), and replaced otherwise.
-func (s *Store) writeObject(id ID, data []byte, h Hint) (info ChunkInfo, pending bool, err error) {
+func (s *Store) writeObject(id ID, data []byte, h Hint) (info ChunkInfo, f *os.File, pending bool, err error) {
 	path := s.objectPath(id)
-	if _, failed := s.syncErrs.Load(id); !failed { // else its bytes may not be on disk: rewrite it
+	_, exists := s.syncErrs.Load(id) // its bytes may not be on disk: rewrite it
+	if !exists {
 		if _, err := os.Stat(path); err == nil {
+			exists = true
 			if info, err := s.VerifyObject(id); err == nil {
-				return info, info.Codec == CodecRaw && info.RawLen > 0, nil
+				return info, nil, info.Codec == CodecRaw && info.RawLen > 0, nil
 			}
 		}
 	}
 	if err := s.makeObjectDir(filepath.Dir(path)); err != nil {
-		return ChunkInfo{}, false, err
+		return ChunkInfo{}, nil, false, err
 	}
 	var obj []byte
 	codec := CodecRaw
@@ -311,47 +382,65 @@ func (s *Store) writeObject(id ID, data []byte, h Hint) (info ChunkInfo, pending
 	} else {
 		obj, pending = rawObject(data), true
 	}
-	if err := publishObject(path, obj, false); err != nil {
-		return ChunkInfo{}, false, fmt.Errorf("write chunk %v: %w", id, err)
+	// Replacing a file (see Batch), or out of descriptors: durable now.
+	keep := !exists && s.holdFile()
+	f, err = publishObject(path, obj, keep)
+	if err != nil {
+		if keep {
+			s.releaseFile()
+		}
+		return ChunkInfo{}, nil, false, fmt.Errorf("write chunk %v: %w", id, err)
 	}
-	s.syncErrs.Delete(id) // a new file: its own fdatasync will tell
-	return ChunkInfo{RawLen: uint32(len(data)), StoredLen: uint32(len(obj)), Codec: codec}, pending, nil
+	if !keep {
+		s.syncErrs.Delete(id) // the new file is durable
+	}
+	return ChunkInfo{RawLen: uint32(len(data)), StoredLen: uint32(len(obj)), Codec: codec}, f, pending, nil
 }
 
 // publishObject writes obj to path atomically: a temporary file in path's
-// directory, renamed over path. With durable, the file is fdatasync'd before
-// the rename; without, its writeback is only started, and the caller syncs it
-// (Batch.Sync) before the catalog names it. The caller fsyncs the directory.
-func publishObject(path string, obj []byte, durable bool) error {
+// directory, renamed over path. Without keep, the file is fdatasync'd before
+// the rename and closed (f is nil); with keep, its writeback is only started,
+// and the open file is returned for the caller to fdatasync (Batch.Sync)
+// before the catalog names it. The caller fsyncs the directory.
+func publishObject(path string, obj []byte, keep bool) (*os.File, error) {
 	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	tmp := f.Name()
-	fail := func(err error) error {
+	fail := func(err error) (*os.File, error) {
 		f.Close()
 		os.Remove(tmp)
-		return err
+		return nil, err
 	}
 	if _, err := f.Write(obj); err != nil {
 		return fail(err)
 	}
-	if durable {
-		err = fdatasync(f)
-	} else {
+	if keep {
 		err = startWriteback(f)
+	} else {
+		err = fdatasync(f)
 	}
 	if err != nil {
 		return fail(err)
 	}
-	if err := f.Close(); err != nil {
-		return fail(err)
+	if !keep {
+		if err := f.Close(); err != nil {
+			os.Remove(tmp)
+			return nil, err
+		}
 	}
 	if err := os.Rename(tmp, path); err != nil {
+		if keep {
+			f.Close()
+		}
 		os.Remove(tmp)
-		return err
+		return nil, err
 	}
-	return nil
+	if !keep {
+		return nil, nil
+	}
+	return f, nil
 }
 
 // makeObjectDir creates objects/ab/cd as needed. Making the new entries

@@ -186,6 +186,9 @@ func TestConcurrentPutsOfOneChunkCountOnce(t *testing.T) {
 	}
 	wg.Wait()
 	for _, b := range batches {
+		if err := b.Sync(); err != nil {
+			t.Fatal(err)
+		}
 		if err := s.Update(func(tx *Tx) error { return tx.CommitBatch(b) }); err != nil {
 			t.Fatal(err)
 		}
@@ -422,5 +425,74 @@ func TestBatchSyncFailureIsShared(t *testing.T) {
 	}
 	if err := c.Sync(); err != nil {
 		t.Fatalf("sync of the rewritten object: %v", err)
+	}
+}
+
+// TestCommitBatchRefusesUnsyncedBatch: objects are made durable in Sync, so a
+// commit that skipped it would name objects that may not be on disk.
+func TestCommitBatchRefusesUnsyncedBatch(t *testing.T) {
+	s := testStore(t, Options{})
+	b := s.NewBatch()
+	defer b.Release()
+	ref, err := b.Put(context.Background(), pseudoRandom(1<<16, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Update(func(tx *Tx) error { return tx.CommitBatch(b) }); err == nil {
+		t.Fatal("CommitBatch accepted a batch Sync had not made durable")
+	}
+	if err := s.View(func(tx *Tx) error {
+		if _, ok, err := tx.Chunk(ref.ID); ok || err != nil {
+			t.Errorf("chunk indexed by the refused commit (%v)", err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Update(func(tx *Tx) error { return tx.CommitBatch(b) }); err != nil {
+		t.Fatalf("commit after Sync: %v", err)
+	}
+}
+
+// TestBatchHoldsObjectFilesUntilSync: a batch keeps each object it wrote open
+// until Sync fdatasyncs it through that descriptor, then closes it; Release
+// closes those of a batch that never synced. One descriptor leaked per chunk
+// would exhaust the daemon's within hours.
+func TestBatchHoldsObjectFilesUntilSync(t *testing.T) {
+	s := testStore(t, Options{})
+	fds := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	ctx := context.Background()
+	for round, sync := range []bool{true, false} {
+		before := fds()
+		b := s.NewBatch()
+		for i := range 10 {
+			if _, err := b.Put(ctx, pseudoRandom(1<<16, byte(40+i+10*round))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if held := fds() - before; held < 10 {
+			t.Errorf("after 10 puts %d more descriptors are open, want 10 held for Sync", held)
+		}
+		if sync {
+			if err := b.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			if n := fds(); n != before {
+				t.Errorf("after Sync %d descriptors are open, want %d", n, before)
+			}
+		}
+		b.Release()
+		if n := fds(); n != before {
+			t.Errorf("after Release (synced %v) %d descriptors are open, want %d", sync, n, before)
+		}
 	}
 }

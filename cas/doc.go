@@ -23,8 +23,9 @@
 //     under a temporary name and renamed into place; Batch.Sync fdatasyncs them
 //     and fsyncs their directories before any catalog row may name them (many
 //     at once, so that the filesystem groups them into few journal commits;
-//     batch.go). An object on disk that no row names may therefore be
-//     unsynced, or damaged by a crash: it is verified before it is reused. The
+//     batch.go has the rules). An object on disk that no row names may
+//     therefore be unsynced, or damaged by a crash: it is verified before it
+//     is reused, and collected after the grace period otherwise. The
 //     one replacement is a re-encode (below): a file holding the same raw
 //     bytes under another codec, fdatasync'd before its rename over the old
 //     name, so a reader gets one whole, verifiable version or the other.

@@ -336,7 +336,7 @@ func (s *Store) reencode(ctx context.Context, id ID, afterRename func(ID) error)
 	if err != nil {
 		return err
 	}
-	if err := publishObject(path, enc, true); err != nil {
+	if _, err := publishObject(path, enc, false); err != nil {
 		return err
 	}
 	if err := syncDir(filepath.Dir(path)); err != nil {

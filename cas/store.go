@@ -80,8 +80,10 @@ type Store struct {
 	flightMu sync.Mutex
 	flights  map[ID]*flight // objects being written right now
 
-	madeDirs sync.Map // object directories known to exist
-	syncErrs sync.Map // ID → error: objects whose fdatasync failed (syncObject)
+	madeDirs  sync.Map        // object directories known to exist
+	syncErrs  sync.Map        // ID → error: objects whose fdatasync failed (syncObject)
+	syncLocks [256]sync.Mutex // by an ID's first byte: syncObject's per-chunk step
+	heldFiles chan struct{}   // budget of object descriptors kept open until Batch.Sync
 	// syncHook, when set (tests), replaces Batch.Sync's fdatasync of each
 	// object and fsync of each directory.
 	syncHook func(path string) error
@@ -160,7 +162,8 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open catalog %s: %w", catalog, err)
 	}
 	s := &Store{dir: dir, db: db, readOnly: opts.ReadOnly, flights: map[ID]*flight{},
-		pins: map[ID]int{}, deleting: map[ID]struct{}{}, hashSlots: make(chan struct{}, opts.HashWorkers)}
+		pins: map[ID]int{}, deleting: map[ID]struct{}{}, hashSlots: make(chan struct{}, opts.HashWorkers),
+		heldFiles: make(chan struct{}, heldFileBudget())}
 	if err := s.init(opts.ChunkSize); err != nil {
 		db.Close()
 		return nil, err
