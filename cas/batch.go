@@ -328,8 +328,8 @@ func (b *Batch) Release() {
 func (t *Tx) CommitBatch(b *Batch) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if len(b.dirs) > 0 || len(b.synced) < len(b.added) {
-		return errors.New("commit of a batch that Sync has not made durable")
+	if len(b.dirs) > 0 {
+		return errors.New("commit of a batch that Sync has not made durable: directories pending")
 	}
 	for id := range b.added {
 		if _, ok := b.synced[id]; !ok {
@@ -424,23 +424,13 @@ func publishObject(path string, obj []byte, keep bool) (*os.File, error) {
 	if err != nil {
 		return fail(err)
 	}
-	if !keep {
-		if err := f.Close(); err != nil {
-			os.Remove(tmp)
-			return nil, err
-		}
-	}
 	if err := os.Rename(tmp, path); err != nil {
-		if keep {
-			f.Close()
-		}
-		os.Remove(tmp)
-		return nil, err
+		return fail(err)
 	}
-	if !keep {
-		return nil, nil
+	if keep {
+		return f, nil
 	}
-	return f, nil
+	return nil, f.Close()
 }
 
 // makeObjectDir creates objects/ab/cd as needed. Making the new entries

@@ -116,20 +116,19 @@ func (n *fileNode) prefetchAfter(m *cas.Manifest, offsets []int64, spans []tenso
 	// Reserve loaders before starting them, so that concurrent reads of the
 	// file cannot together exceed prefetchLoads (each load holds a decode and
 	// an object buffer outside the cache's budget).
-	var n32 int32
+	var per int // chunks per loader
 	for {
 		r := rs.running.Load()
-		n32 = min(prefetchLoads-r, int32(len(todo)))
-		if n32 <= 0 {
+		free := int(prefetchLoads - r)
+		if free <= 0 {
 			return
 		}
-		if rs.running.CompareAndSwap(r, r+n32) {
+		per = (len(todo) + free - 1) / free
+		parts := (len(todo) + per - 1) / per // ≤ free
+		if rs.running.CompareAndSwap(r, r+int32(parts)) {
 			break
 		}
 	}
-	per := (len(todo) + int(n32) - 1) / int(n32)
-	parts := (len(todo) + per - 1) / per
-	rs.running.Add(int32(parts) - n32) // ceil rounding may need fewer
 	for start := 0; start < len(todo); start += per {
 		part := todo[start:min(start+per, len(todo))]
 		go func() {
