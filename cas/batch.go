@@ -4,41 +4,23 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"sync"
 
-	"golang.org/x/sync/errgroup"
+	"github.com/ckptfs/ckptfs/cas/backend"
 )
 
-// Batch collects the chunks of one commit. Put writes each chunk's object unless
-// the store already has it; Sync makes the objects and their directory entries
-// durable; Tx.CommitBatch then adds their index rows in the commit's
-// transaction.
+// Batch collects the chunks of one commit. Put writes each chunk's object
+// unless the store already has it; Store.Commit then makes the objects
+// durable (one backend Sync for all of them, which the local directory turns
+// into grouped fdatasyncs: cas/backend/local has the rules), adds their index
+// rows in the commit's transaction, and releases the batch, in that order and
+// in one call, so no caller can name an object before it is durable or forget
+// to unpin.
 //
-// Durability is batched: Put writes a new object, starts its writeback
-// (sync_file_range), renames it into place and keeps its descriptor open;
-// Sync then fdatasyncs every object the batch names that is not indexed yet,
-// many at once, so the filesystem commits their metadata in a few journal
-// commits instead of one per chunk, and the disk writes overlap the rest of
-// the stream. The rules that keep "a row names only durable objects":
-//
-//   - Only Sync's caller commits rows, after Sync; CommitBatch refuses a batch
-//     with objects or directories Sync has not made durable.
-//   - A batch that finds an object it did not write (in flight in another
-//     batch, or on disk and unindexed) syncs it, and the directories holding
-//     it, before naming it.
-//   - The writer syncs through the descriptor it wrote with, so a failed
-//     writeback is reported to it even if the inode was evicted meanwhile (a
-//     fresh open would not see it). The kernel reports such a failure to one
-//     fdatasync only: Store.syncObject remembers it, under a per-chunk lock,
-//     so that every batch naming the object fails, and the next Put writes
-//     the object anew.
-//   - Replacing a file already at the object's path (damaged, or its sync
-//     failed), or when the store has no descriptor budget left, Put
-//     fdatasyncs before the rename, as before batching: another batch may
-//     have found the old file and commit it by name.
+// A batch that finds an object it did not write (in flight in another batch,
+// or stored and unindexed) names it too, and Commit's Sync covers it: the
+// backend syncs objects whoever wrote them. An unindexed object found stored
+// is verified before it is reused (a crash may have torn it).
 //
 // After a crash, an unsynced object is unindexed: it is verified before it is
 // reused (and rewritten if damaged), and the collector deletes it after the
@@ -48,13 +30,13 @@ import (
 type Batch struct {
 	s *Store
 
-	mu     sync.Mutex
-	added  map[ID]ChunkInfo    // chunks to index at commit
-	synced map[ID]struct{}     // of those, the ones Sync made durable
-	files  map[ID]*os.File     // objects this batch wrote, open until Sync syncs them
-	queue  map[ID]Hint         // of those, the ones stored raw, to re-encode later
-	dirs   map[string]struct{} // directories whose entries changed
-	pinned []ID                // chunks this batch keeps from the sweeper
+	mu       sync.Mutex
+	added    map[ID]ChunkInfo // chunks to index at commit
+	synced   map[ID]struct{}  // of those, the ones a Sync made durable
+	wrote    map[ID]struct{}  // objects this batch wrote and has not synced
+	queue    map[ID]Hint      // chunks stored raw, to re-encode later
+	pinned   []ID             // chunks this batch keeps from the sweeper
+	released bool
 }
 
 // flight is an object being written by some batch; other batches putting the
@@ -69,8 +51,8 @@ type flight struct {
 
 // NewBatch starts a batch.
 func (s *Store) NewBatch() *Batch {
-	return &Batch{s: s, added: map[ID]ChunkInfo{}, synced: map[ID]struct{}{}, files: map[ID]*os.File{},
-		queue: map[ID]Hint{}, dirs: map[string]struct{}{}}
+	return &Batch{s: s, added: map[ID]ChunkInfo{}, synced: map[ID]struct{}{}, wrote: map[ID]struct{}{},
+		queue: map[ID]Hint{}}
 }
 
 // Put stores data as a chunk and returns its reference. When the chunk is
@@ -135,8 +117,7 @@ func (b *Batch) PutHinted(ctx context.Context, data []byte, h Hint) (ChunkRef, e
 	s.flights[id] = f
 	s.flightMu.Unlock()
 
-	var file *os.File
-	f.info, file, f.pending, f.err = s.writeObject(id, data, h)
+	f.info, f.pending, f.err = s.writeObject(ctx, id, data, h)
 
 	s.flightMu.Lock()
 	delete(s.flights, id)
@@ -146,15 +127,9 @@ func (b *Batch) PutHinted(ctx context.Context, data []byte, h Hint) (ChunkRef, e
 	if f.err != nil {
 		return ref, f.err
 	}
-	if file != nil {
-		b.mu.Lock()
-		if old := b.files[id]; old != nil { // the same chunk written twice (rewritten after a failed sync)
-			old.Close()
-			s.releaseFile()
-		}
-		b.files[id] = file
-		b.mu.Unlock()
-	}
+	b.mu.Lock()
+	b.wrote[id] = struct{}{}
+	b.mu.Unlock()
 	b.note(id, f.info, f.pending, h)
 	return ref, nil
 }
@@ -170,166 +145,135 @@ func (s *Store) sum(ctx context.Context, data []byte) (ID, error) {
 	return Sum(data), nil
 }
 
-// note records chunk id's object for the commit: its index row, its queue
-// row if it was stored raw, and its directories, whose entries Sync makes
-// durable whoever created them (an object this batch found written by another
-// batch may have its name on disk but not yet durable).
+// note records chunk id's object for the commit: its index row, and its
+// queue row if it was stored raw.
 func (b *Batch) note(id ID, info ChunkInfo, pending bool, h Hint) {
-	dir := filepath.Dir(b.s.objectPath(id))
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.added[id] = info
 	if pending {
 		b.queue[id] = h
 	}
-	for _, d := range []string{filepath.Dir(filepath.Dir(dir)), filepath.Dir(dir), dir} {
-		b.dirs[d] = struct{}{}
-	}
 }
 
-// syncWorkers is how many objects Sync fdatasyncs at once: enough for the
-// filesystem to group them into few journal commits.
-const syncWorkers = 16
-
 // Sync makes durable every object the batch names (its own and those it found
-// written by others but not indexed), then the directories whose entries they
-// changed. Objects already synced by an earlier Sync of this batch are skipped.
-func (b *Batch) Sync() error {
+// written by others but not indexed), in one backend Sync. Objects an earlier
+// Sync of this batch made durable are skipped. Commit calls it; a caller may
+// call it earlier (a streaming writer, say) to overlap the disk's work with
+// its own, outside any lock it must hold for the commit.
+func (b *Batch) Sync(ctx context.Context) error {
 	b.mu.Lock()
+	if b.released {
+		b.mu.Unlock()
+		return errors.New("sync of a released batch")
+	}
 	ids := make([]ID, 0, len(b.added))
-	files := make(map[ID]*os.File, len(b.files))
+	hs := make([]backend.Handle, 0, len(b.added))
 	for id := range b.added {
 		if _, ok := b.synced[id]; !ok {
 			ids = append(ids, id)
-			if f := b.files[id]; f != nil {
-				files[id] = f
-				delete(b.files, id)
-			}
+			hs = append(hs, chunkHandle(id))
 		}
-	}
-	dirs := make([]string, 0, len(b.dirs))
-	for d := range b.dirs {
-		dirs = append(dirs, d)
 	}
 	b.mu.Unlock()
-
-	var g errgroup.Group
-	g.SetLimit(syncWorkers)
-	for _, id := range ids {
-		g.Go(func() error {
-			f := files[id]
-			err := b.s.syncObject(id, f)
-			if f != nil {
-				f.Close()
-				b.s.releaseFile()
-			}
-			return err
-		})
+	if len(hs) == 0 {
+		return nil
 	}
-	if err := g.Wait(); err != nil {
+	if err := b.s.objects.Sync(ctx, hs); err != nil {
 		return err
-	}
-	for _, d := range dirs {
-		if err := b.s.syncDirectory(d); err != nil {
-			return err
-		}
 	}
 	b.mu.Lock()
 	for _, id := range ids {
 		b.synced[id] = struct{}{}
-	}
-	for _, d := range dirs {
-		delete(b.dirs, d)
+		delete(b.wrote, id)
 	}
 	b.mu.Unlock()
 	return nil
 }
 
-// syncObject makes chunk id's object durable: through f, the descriptor it
-// was written with, when the caller wrote it, else by opening it. A failed
-// fdatasync is remembered (see Batch), and an earlier one makes this call fail
-// too; the per-chunk lock makes "sync, then record or check" one step, so a
-// batch cannot sync after another's failure was reported but before it was
-// recorded.
-func (s *Store) syncObject(id ID, f *os.File) error {
-	mu := &s.syncLocks[id[0]]
-	mu.Lock()
-	defer mu.Unlock()
-	path := s.objectPath(id)
-	var err error
-	switch {
-	case s.syncHook != nil:
-		err = s.syncHook(path)
-	case f != nil:
-		err = fdatasync(f)
-	default:
-		var g *os.File
-		if g, err = os.Open(path); err != nil {
-			return fmt.Errorf("sync chunk %v: %w", id, err) // says nothing of its bytes: not recorded
-		}
-		err = fdatasync(g)
-		g.Close()
-	}
-	if err != nil {
-		err = fmt.Errorf("sync chunk %v: %w", id, err)
-		s.syncErrs.Store(id, err)
-		return err
-	}
-	if err, ok := s.syncErrs.Load(id); ok {
-		return err.(error)
-	}
-	return nil
-}
-
-// holdFile takes one of the store's budget of object descriptors a batch may
-// keep open until its Sync, without waiting; releaseFile gives it back.
-func (s *Store) holdFile() bool {
-	select {
-	case s.heldFiles <- struct{}{}:
-		return true
-	default:
-		return false
-	}
-}
-
-func (s *Store) releaseFile() { <-s.heldFiles }
-
-// syncDirectory makes a directory's entries durable; a test may watch the
-// calls through syncHook instead.
-func (s *Store) syncDirectory(path string) error {
-	if s.syncHook != nil {
-		return s.syncHook(path)
-	}
-	return syncDir(path)
-}
-
-// Release unpins the batch's chunks. Call it once the transaction that commits
-// the batch has ended (committed or not); the batch must not be used after.
+// Release unpins the batch's chunks and gives back what the backend holds for
+// objects it wrote but never synced. Commit releases its batch; call Release
+// only for a batch you will not commit. It may be called more than once; the
+// batch must not be used after.
 func (b *Batch) Release() {
 	b.mu.Lock()
+	if b.released {
+		b.mu.Unlock()
+		return
+	}
+	b.released = true
 	pinned := b.pinned
 	b.pinned = nil
-	files := b.files
-	b.files = map[ID]*os.File{}
+	var abandoned []backend.Handle
+	for id := range b.wrote {
+		abandoned = append(abandoned, chunkHandle(id))
+	}
+	b.wrote = nil
 	b.mu.Unlock()
-	for _, f := range files { // never synced: the batch was abandoned
-		f.Close()
-		b.s.releaseFile()
+	if f, ok := b.s.objects.(forgetter); ok && len(abandoned) > 0 {
+		f.Forget(abandoned)
 	}
 	b.s.unpin(pinned)
 }
 
-// CommitBatch adds the index rows of b's chunks, and the re-encode queue rows
+// forgetter is a backend that holds resources from Put until Sync (the local
+// directory's descriptors), which a batch given up on hands back.
+type forgetter interface {
+	Forget(hs []backend.Handle)
+}
+
+// Commit is the one way to commit a batch: it makes b's objects durable
+// (Sync), then runs fn in one catalog transaction that first adds the index
+// rows of b's chunks, then releases b, whether or not anything failed. fn
+// names the chunks (manifests); the transaction commits only if fn returns
+// nil. ctx bounds the Sync.
+func (s *Store) Commit(ctx context.Context, b *Batch, fn func(*Tx) error) error {
+	return s.CommitWith(ctx, b, func(update func(func(*Tx) error) error) error {
+		return update(fn)
+	})
+}
+
+// CommitWith is Commit for callers that must take their own locks between
+// the Sync and the transaction (the filesystem's namespace lock): after the
+// Sync it calls body, which calls update at most once to run the
+// transaction (update adds b's index rows, then runs its fn), and may do
+// more work under its locks after. b is released when body returns. When the
+// Sync fails, body is not called.
+func (s *Store) CommitWith(ctx context.Context, b *Batch, body func(update func(func(*Tx) error) error) error) error {
+	defer b.Release()
+	if b.s != s {
+		return errors.New("commit of another store's batch")
+	}
+	if err := b.Sync(ctx); err != nil {
+		return err
+	}
+	used := false
+	return body(func(fn func(*Tx) error) error {
+		if used {
+			return errors.New("a batch commits in one transaction")
+		}
+		used = true
+		return s.Update(func(tx *Tx) error {
+			if err := tx.commitBatch(b); err != nil {
+				return err
+			}
+			return fn(tx)
+		})
+	})
+}
+
+// commitBatch adds the index rows of b's chunks, and the re-encode queue rows
 // of those stored raw because no inline encoder was free. A chunk that is
 // already indexed (another commit got there first) keeps its row and gets no
 // queue row, so a chunk is queued only if the row that indexes it was written
-// for a raw-pending object. Call it after b.Sync, inside the transaction that
-// commits the manifests naming the chunks.
-func (t *Tx) CommitBatch(b *Batch) error {
+// for a raw-pending object. Commit calls it after b.Sync, inside the
+// transaction that commits the manifests naming the chunks; it checks again
+// that every object is durable.
+func (t *Tx) commitBatch(b *Batch) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if len(b.dirs) > 0 {
-		return errors.New("commit of a batch that Sync has not made durable: directories pending")
+	if b.released {
+		return errors.New("commit of a released batch")
 	}
 	for id := range b.added {
 		if _, ok := b.synced[id]; !ok {
@@ -350,29 +294,23 @@ func (t *Tx) CommitBatch(b *Batch) error {
 	return nil
 }
 
-// writeObject publishes data as chunk id's object file: written under a
-// temporary name and renamed into place, either left to Batch.Sync to make
-// durable (returning the open file for it) or, when it replaces a file at the
-// path or no descriptor can be kept, fdatasync'd before the rename (f nil).
+// writeObject stores data as chunk id's object, unless a verified object is
+// already there. Making it durable is Batch.Sync's job.
 //
 // The payload is encoded inline when an encode slot is free (see
 // Options.InlineEncoders); otherwise it is stored raw and pending reports that
 // the chunk should be queued for a background re-encode. An object that already
 // exists is kept if it verifies (pending if it is raw: it may be an earlier
-// raw-pending write whose commit never happened), and replaced otherwise.
-func (s *Store) writeObject(id ID, data []byte, h Hint) (info ChunkInfo, f *os.File, pending bool, err error) {
-	path := s.objectPath(id)
-	_, exists := s.syncErrs.Load(id) // its bytes may not be on disk: rewrite it
-	if !exists {
-		if _, err := os.Stat(path); err == nil {
-			exists = true
-			if info, err := s.VerifyObject(id); err == nil {
-				return info, nil, info.Codec == CodecRaw && info.RawLen > 0, nil
-			}
+// raw-pending write whose commit never happened), and replaced otherwise (the
+// backend replaces atomically, and durably before the rename in the local
+// directory, since another batch may have found the old object).
+func (s *Store) writeObject(ctx context.Context, id ID, data []byte, h Hint) (info ChunkInfo, pending bool, err error) {
+	if _, err := s.objects.Stat(ctx, chunkHandle(id)); err == nil {
+		if info, err := s.VerifyObject(ctx, id); err == nil {
+			return info, info.Codec == CodecRaw && info.RawLen > 0, nil
+		} else if ctx.Err() != nil {
+			return ChunkInfo{}, false, ctx.Err()
 		}
-	}
-	if err := s.makeObjectDir(filepath.Dir(path)); err != nil {
-		return ChunkInfo{}, nil, false, err
 	}
 	var obj []byte
 	codec := CodecRaw
@@ -382,80 +320,8 @@ func (s *Store) writeObject(id ID, data []byte, h Hint) (info ChunkInfo, f *os.F
 	} else {
 		obj, pending = rawObject(data), true
 	}
-	// Replacing a file (see Batch), or out of descriptors: durable now.
-	keep := !exists && s.holdFile()
-	f, err = publishObject(path, obj, keep)
-	if err != nil {
-		if keep {
-			s.releaseFile()
-		}
-		return ChunkInfo{}, nil, false, fmt.Errorf("write chunk %v: %w", id, err)
+	if err := s.objects.Put(ctx, chunkHandle(id), obj, backend.PutOptions{}); err != nil {
+		return ChunkInfo{}, false, fmt.Errorf("write chunk %v: %w", id, err)
 	}
-	if !keep {
-		s.syncErrs.Delete(id) // the new file is durable
-	}
-	return ChunkInfo{RawLen: uint32(len(data)), StoredLen: uint32(len(obj)), Codec: codec}, f, pending, nil
-}
-
-// publishObject writes obj to path atomically: a temporary file in path's
-// directory, renamed over path. Without keep, the file is fdatasync'd before
-// the rename and closed (f is nil); with keep, its writeback is only started,
-// and the open file is returned for the caller to fdatasync (Batch.Sync)
-// before the catalog names it. The caller fsyncs the directory.
-func publishObject(path string, obj []byte, keep bool) (*os.File, error) {
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return nil, err
-	}
-	tmp := f.Name()
-	fail := func(err error) (*os.File, error) {
-		f.Close()
-		os.Remove(tmp)
-		return nil, err
-	}
-	if _, err := f.Write(obj); err != nil {
-		return fail(err)
-	}
-	if keep {
-		err = startWriteback(f)
-	} else {
-		err = fdatasync(f)
-	}
-	if err != nil {
-		return fail(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fail(err)
-	}
-	if keep {
-		return f, nil
-	}
-	return nil, f.Close()
-}
-
-// makeObjectDir creates objects/ab/cd as needed. Making the new entries
-// durable is Batch.Sync's job (note records the directories).
-func (s *Store) makeObjectDir(dir string) error {
-	if _, ok := s.madeDirs.Load(dir); ok {
-		return nil
-	}
-	for _, d := range []string{filepath.Dir(dir), dir} {
-		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("create object directory: %w", err)
-		}
-	}
-	s.madeDirs.Store(dir, struct{}{})
-	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
-	}
-	return nil
+	return ChunkInfo{RawLen: uint32(len(data)), StoredLen: uint32(len(obj)), Codec: codec}, pending, nil
 }

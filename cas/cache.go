@@ -2,6 +2,7 @@ package cas
 
 import (
 	"container/list"
+	"context"
 	"sync"
 )
 
@@ -37,7 +38,7 @@ type cacheEntry struct {
 type load struct {
 	done    chan struct{}
 	entry   *cacheEntry
-	waiters int // callers waiting for this load, each counted as a holder
+	waiters int // callers waiting for this load, each counted as a holder when it ends
 	err     error
 }
 
@@ -85,8 +86,8 @@ func (c *cache) buffer(n int) []byte {
 }
 
 // get returns chunk id as a shared slice (never recycled).
-func (c *cache) get(id ID, fill func(buf func(int) []byte) ([]byte, error)) ([]byte, error) {
-	e, err := c.acquire(id, fill)
+func (c *cache) get(ctx context.Context, id ID, fill func(ctx context.Context, buf func(int) []byte) ([]byte, error)) ([]byte, error) {
+	e, err := c.acquire(ctx, id, fill)
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +101,12 @@ func (c *cache) get(id ID, fill func(buf func(int) []byte) ([]byte, error)) ([]b
 // acquire returns chunk id's entry with one holder counted for the caller,
 // from the cache or from fill (once for all concurrent callers). fill decodes
 // into a buffer it gets from its argument.
-func (c *cache) acquire(id ID, fill func(buf func(int) []byte) ([]byte, error)) (*cacheEntry, error) {
+//
+// The load runs on its own goroutine, under ctx without its cancellation, so
+// that one caller giving up (its ctx done: an interrupted read of a slow
+// remote) neither fails the others waiting for the same chunk nor wastes the
+// work; every caller, the first included, waits for it or for its own ctx.
+func (c *cache) acquire(ctx context.Context, id ID, fill func(ctx context.Context, buf func(int) []byte) ([]byte, error)) (*cacheEntry, error) {
 	c.mu.Lock()
 	if el, ok := c.entries[id]; ok {
 		c.lru.MoveToFront(el)
@@ -109,28 +115,47 @@ func (c *cache) acquire(id ID, fill func(buf func(int) []byte) ([]byte, error)) 
 		c.mu.Unlock()
 		return e, nil
 	}
-	if l, ok := c.loading[id]; ok {
-		l.waiters++
-		c.mu.Unlock()
-		<-l.done
-		return l.entry, l.err
+	l, ok := c.loading[id]
+	if !ok {
+		l = &load{done: make(chan struct{})}
+		c.loading[id] = l
+		go c.fill(context.WithoutCancel(ctx), id, l, fill)
 	}
-	l := &load{done: make(chan struct{})}
-	c.loading[id] = l
+	l.waiters++
 	c.mu.Unlock()
+	select {
+	case <-l.done:
+		return l.entry, l.err
+	case <-ctx.Done():
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	select {
+	case <-l.done: // finished meanwhile: give back the holder it counted for us
+		if l.entry != nil {
+			l.entry.holders--
+			c.maybeRecycleLocked(l.entry)
+		}
+	default:
+		l.waiters--
+	}
+	return nil, ctx.Err()
+}
 
-	data, err := fill(c.buffer)
+// fill runs one load and hands its entry to the waiters counted by then.
+func (c *cache) fill(ctx context.Context, id ID, l *load, fill func(ctx context.Context, buf func(int) []byte) ([]byte, error)) {
+	data, err := fill(ctx, c.buffer)
 
 	c.mu.Lock()
 	delete(c.loading, id)
 	l.err = err
 	if err == nil {
-		l.entry = &cacheEntry{id: id, data: data, holders: 1 + l.waiters, evicted: true}
+		l.entry = &cacheEntry{id: id, data: data, holders: l.waiters, evicted: true}
 		c.insertLocked(l.entry)
+		c.maybeRecycleLocked(l.entry) // everyone gave up and the cache could not keep it
 	}
-	c.mu.Unlock()
 	close(l.done)
-	return l.entry, l.err
+	c.mu.Unlock()
 }
 
 func (c *cache) insertLocked(e *cacheEntry) {

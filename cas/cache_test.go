@@ -2,6 +2,7 @@ package cas
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -13,8 +14,8 @@ import (
 func TestCacheRecyclesOnlyReleasedBuffers(t *testing.T) {
 	const size = 64
 	c := newCache(2*size, size) // room for two chunks
-	fill := func(b byte) func(func(int) []byte) ([]byte, error) {
-		return func(alloc func(int) []byte) ([]byte, error) {
+	fill := func(b byte) func(context.Context, func(int) []byte) ([]byte, error) {
+		return func(_ context.Context, alloc func(int) []byte) ([]byte, error) {
 			buf := alloc(size)
 			for i := range buf {
 				buf[i] = b
@@ -24,17 +25,17 @@ func TestCacheRecyclesOnlyReleasedBuffers(t *testing.T) {
 	}
 	id := func(i int) ID { return Sum([]byte(fmt.Sprint(i))) }
 
-	held, err := c.acquire(id(1), fill(1))
+	held, err := c.acquire(context.Background(), id(1), fill(1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	shared, err := c.get(id(2), fill(2))
+	shared, err := c.get(context.Background(), id(2), fill(2))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Load enough other chunks to evict 1 and 2 many times over.
 	for i := 3; i < 20; i++ {
-		e, err := c.acquire(id(i), fill(byte(i)))
+		e, err := c.acquire(context.Background(), id(i), fill(byte(i)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -51,7 +52,7 @@ func TestCacheRecyclesOnlyReleasedBuffers(t *testing.T) {
 	if len(c.free) == 0 {
 		t.Fatal("released evicted buffer was not kept for reuse")
 	}
-	e, err := c.acquire(id(100), fill(100))
+	e, err := c.acquire(context.Background(), id(100), fill(100))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +76,7 @@ func TestCacheConcurrentHolders(t *testing.T) {
 			defer wg.Done()
 			for i := 0; i < 2000; i++ {
 				k := byte((i*7 + g) % 13)
-				e, err := c.acquire(Sum([]byte{k}), func(alloc func(int) []byte) ([]byte, error) {
+				e, err := c.acquire(context.Background(), Sum([]byte{k}), func(_ context.Context, alloc func(int) []byte) ([]byte, error) {
 					buf := alloc(size)
 					for j := range buf {
 						buf[j] = k

@@ -8,11 +8,24 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/ckptfs/ckptfs/cas/backend/local"
 )
 
-func testStore(t *testing.T, opts Options) *Store {
+// testStoreHook opens a store whose local backend calls hook instead of each
+// fdatasync and directory fsync.
+func testStoreHook(t *testing.T, hook func(path string) error) *Store {
 	t.Helper()
-	s, err := Open(filepath.Join(t.TempDir(), "store"), opts)
+	dir := filepath.Join(t.TempDir(), "store")
+	return testStore(t, Options{Objects: local.New(filepath.Join(dir, objectsName), local.Options{SyncHook: hook})}, dir)
+}
+
+func testStore(t *testing.T, opts Options, dir ...string) *Store {
+	t.Helper()
+	if len(dir) == 0 {
+		dir = append(dir, filepath.Join(t.TempDir(), "store"))
+	}
+	s, err := Open(dir[0], opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,10 +51,7 @@ func put(t *testing.T, s *Store, data []byte) ChunkRef {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Update(func(tx *Tx) error { return tx.CommitBatch(b) }); err != nil {
+	if err := s.Commit(context.Background(), b, func(*Tx) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	return ref
@@ -65,7 +75,7 @@ func TestObjectRoundTripAndCodecChoice(t *testing.T) {
 			if ref.ID != Sum(c.data) || int(ref.Len) != len(c.data) {
 				t.Fatalf("ref %v/%d", ref.ID, ref.Len)
 			}
-			info, err := s.VerifyObject(ref.ID)
+			info, err := s.VerifyObject(context.Background(), ref.ID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -119,7 +129,7 @@ func TestCorruptObjects(t *testing.T) {
 				if !errors.Is(err, d.want) {
 					t.Fatalf("read: %v (%d bytes), want %v", err, len(got), d.want)
 				}
-				if _, err := s.VerifyObject(ref.ID); !errors.Is(err, d.want) {
+				if _, err := s.VerifyObject(context.Background(), ref.ID); !errors.Is(err, d.want) {
 					t.Fatalf("verify: %v, want %v", err, d.want)
 				}
 			})
@@ -186,10 +196,7 @@ func TestConcurrentPutsOfOneChunkCountOnce(t *testing.T) {
 	}
 	wg.Wait()
 	for _, b := range batches {
-		if err := b.Sync(); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Update(func(tx *Tx) error { return tx.CommitBatch(b) }); err != nil {
+		if err := s.Commit(context.Background(), b, func(*Tx) error { return nil }); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -326,15 +333,14 @@ func TestAllocInoSurvivesReopen(t *testing.T) {
 // one that another batch wrote and has not synced yet, and the directories
 // holding it, whoever created them.
 func TestBatchSyncsWhatItNames(t *testing.T) {
-	s := testStore(t, Options{})
 	var mu sync.Mutex
 	synced := map[string]int{}
-	s.syncHook = func(p string) error {
+	s := testStoreHook(t, func(p string) error {
 		mu.Lock()
 		defer mu.Unlock()
 		synced[p]++
 		return nil
-	}
+	})
 	ctx := context.Background()
 	data := pseudoRandom(1<<20, 7)
 	a, b := s.NewBatch(), s.NewBatch()
@@ -350,7 +356,7 @@ func TestBatchSyncsWhatItNames(t *testing.T) {
 	if len(synced) != 0 {
 		t.Fatalf("Put synced %v: durability belongs to Sync", synced)
 	}
-	if err := b.Sync(); err != nil {
+	if err := b.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
 	obj := s.objectPath(ref.ID)
@@ -360,13 +366,13 @@ func TestBatchSyncsWhatItNames(t *testing.T) {
 			t.Errorf("the batch that found the object synced %s %d times, want 1", p, synced[p])
 		}
 	}
-	if err := b.Sync(); err != nil {
+	if err := b.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if synced[obj] != 1 {
 		t.Errorf("a second Sync synced the object again (%d times)", synced[obj])
 	}
-	if err := a.Sync(); err != nil {
+	if err := a.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if synced[obj] != 2 {
@@ -379,7 +385,13 @@ func TestBatchSyncsWhatItNames(t *testing.T) {
 // naming the same object must fail too, and the next Put writes the object
 // anew instead of reusing it.
 func TestBatchSyncFailureIsShared(t *testing.T) {
-	s := testStore(t, Options{})
+	var hook func(string) error
+	s := testStoreHook(t, func(p string) error {
+		if hook != nil {
+			return hook(p)
+		}
+		return nil
+	})
 	ctx := context.Background()
 	data := pseudoRandom(1<<20, 9)
 	a, b := s.NewBatch(), s.NewBatch()
@@ -396,7 +408,7 @@ func TestBatchSyncFailureIsShared(t *testing.T) {
 	failOnce := errors.New("simulated writeback error")
 	var mu sync.Mutex
 	failed := false
-	s.syncHook = func(p string) error {
+	hook = func(p string) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if p == obj && !failed {
@@ -405,10 +417,10 @@ func TestBatchSyncFailureIsShared(t *testing.T) {
 		}
 		return nil
 	}
-	if err := a.Sync(); !errors.Is(err, failOnce) {
+	if err := a.Sync(ctx); !errors.Is(err, failOnce) {
 		t.Fatalf("first sync: %v, want the writeback error", err)
 	}
-	if err := b.Sync(); !errors.Is(err, failOnce) {
+	if err := b.Sync(ctx); !errors.Is(err, failOnce) {
 		t.Fatalf("second batch's sync of the same object: %v, want the writeback error", err)
 	}
 	st, err := os.Stat(obj)
@@ -423,22 +435,24 @@ func TestBatchSyncFailureIsShared(t *testing.T) {
 	if st2, err := os.Stat(obj); err != nil || os.SameFile(st, st2) {
 		t.Fatalf("the object whose sync failed was reused, not written anew (%v)", err)
 	}
-	if err := c.Sync(); err != nil {
+	if err := c.Sync(ctx); err != nil {
 		t.Fatalf("sync of the rewritten object: %v", err)
 	}
 }
 
 // TestCommitBatchRefusesUnsyncedBatch: objects are made durable in Sync, so a
-// commit that skipped it would name objects that may not be on disk.
+// commit that skipped it would name objects that may not be on disk. Commit
+// cannot skip it; the transaction's own check stays as a second line.
 func TestCommitBatchRefusesUnsyncedBatch(t *testing.T) {
 	s := testStore(t, Options{})
+	ctx := context.Background()
 	b := s.NewBatch()
 	defer b.Release()
 	ref, err := b.Put(context.Background(), pseudoRandom(1<<16, 3))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Update(func(tx *Tx) error { return tx.CommitBatch(b) }); err == nil {
+	if err := s.Update(func(tx *Tx) error { return tx.commitBatch(b) }); err == nil {
 		t.Fatal("CommitBatch accepted a batch Sync had not made durable")
 	}
 	if err := s.View(func(tx *Tx) error {
@@ -449,10 +463,10 @@ func TestCommitBatchRefusesUnsyncedBatch(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Sync(); err != nil {
+	if err := b.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Update(func(tx *Tx) error { return tx.CommitBatch(b) }); err != nil {
+	if err := s.Update(func(tx *Tx) error { return tx.commitBatch(b) }); err != nil {
 		t.Fatalf("commit after Sync: %v", err)
 	}
 }
@@ -483,7 +497,7 @@ func TestBatchHoldsObjectFilesUntilSync(t *testing.T) {
 			t.Errorf("after 10 puts %d more descriptors are open, want 10 held for Sync", held)
 		}
 		if sync {
-			if err := b.Sync(); err != nil {
+			if err := b.Sync(ctx); err != nil {
 				t.Fatal(err)
 			}
 			if n := fds(); n != before {

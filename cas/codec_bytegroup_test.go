@@ -558,10 +558,7 @@ func TestPutHinted(t *testing.T) {
 	if ref, err := b.Put(ctx, bf); err != nil || ref != refBF {
 		t.Fatalf("unhinted put: %v %v", ref, err)
 	}
-	if err := b.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Update(func(tx *Tx) error { return tx.CommitBatch(b) }); err != nil {
+	if err := s.Commit(context.Background(), b, func(*Tx) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	b.Release()
@@ -572,7 +569,7 @@ func TestPutHinted(t *testing.T) {
 		if c.ref.ID != Sum(c.data) {
 			t.Fatal("chunk ID is not the hash of the raw bytes")
 		}
-		info, err := s.VerifyObject(c.ref.ID)
+		info, err := s.VerifyObject(context.Background(), c.ref.ID)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,6 +9,26 @@
 //	  objects/ab/cd/<rest>  one chunk per file, named by the BLAKE3-256 hex of its raw bytes
 //	  spool/                bytes of files being written (owned by the caller; emptied at Open)
 //
+// # Where objects live
+//
+// Chunk objects are kept by a backend.Backend (package cas/backend): by
+// default the store's objects/ directory (cas/backend/local, the layout
+// above), or another one given in Options.Objects (cas/backend/mem in
+// tests). cas is the only package that names objects: fusefs and gc see chunk
+// IDs, WalkObjects, VerifyObject, Sweep and RemoveStale, never paths. The
+// backend owns the file-level half of durability (temporary names, renames,
+// grouped fdatasyncs through the writing descriptors, directory fsyncs,
+// sticky sync failures); cas owns the catalog half. The two meet in
+// Store.Commit, the one way to commit a batch: Sync the batch's objects,
+// then one transaction that indexes them and runs the caller's changes, then
+// release the batch's pins, in that order whatever fails. (The order used
+// to be written out by hand at each caller, and one of them never released.)
+//
+// Loads honour their context: a chunk load runs once for all its concurrent
+// readers, detached from any one reader's cancellation, and each reader
+// waits for it or for its own context, so an interrupted FUSE read of a slow
+// object returns at once without failing the others.
+//
 // A chunk object is a 24-byte header followed by the encoded payload:
 //
 //	magic "CKCH" | version u8 | codec u8 | flags u16 | raw length u32 |
@@ -20,10 +40,10 @@
 // # Invariants
 //
 //   - A published object file is never modified in place: objects are written
-//     under a temporary name and renamed into place; Batch.Sync fdatasyncs them
-//     and fsyncs their directories before any catalog row may name them (many
-//     at once, so that the filesystem groups them into few journal commits;
-//     batch.go has the rules). An object on disk that no row names may
+//     under a temporary name and renamed into place; Store.Commit's Sync
+//     fdatasyncs them and fsyncs their directories before any catalog row may
+//     name them (many at once, so that the filesystem groups them into few
+//     journal commits; cas/backend/local has the rules). An object on disk that no row names may
 //     therefore be unsynced, or damaged by a crash: it is verified before it
 //     is reused, and collected after the grace period otherwise. The
 //     one replacement is a re-encode (below): a file holding the same raw
@@ -31,7 +51,8 @@
 //     name, so a reader gets one whole, verifiable version or the other.
 //   - The catalog is only changed in one bbolt transaction per operation
 //     (Store.Update); a file commit puts its new chunk index rows, its manifest and its
-//     namespace change in the same transaction, after Batch.Sync returned.
+//     namespace change in the same transaction (Store.Commit), after the
+//     batch's Sync returned.
 //   - Reads never return wrong bytes: ReadChunk checks the payload CRC, decodes into
 //     a buffer of exactly the recorded raw length, and checks that the BLAKE3 of the
 //     result is the chunk's ID. Any mismatch is ErrCorrupt.

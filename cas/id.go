@@ -3,7 +3,6 @@ package cas
 import (
 	"encoding/hex"
 	"fmt"
-	"path/filepath"
 
 	"github.com/zeebo/blake3"
 )
@@ -32,11 +31,4 @@ func ParseID(s string) (ID, error) {
 		return id, fmt.Errorf("parse chunk id %q: %w", s, err)
 	}
 	return id, nil
-}
-
-// objectRelPath is the object's path below the store's objects directory:
-// ab/cd/<remaining 60 hex digits>.
-func objectRelPath(id ID) string {
-	h := id.String()
-	return filepath.Join(h[0:2], h[2:4], h[4:])
 }

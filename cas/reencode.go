@@ -6,11 +6,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"runtime"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/ckptfs/ckptfs/cas/backend"
 )
 
 // Deferred encoding. Encoding a new chunk costs more CPU than hashing it (the
@@ -29,7 +29,7 @@ import (
 // which ReencodeOne drops and fsck reports as a note. Invariants:
 //
 //   - A queue row is written in the transaction that indexes its chunk
-//     (Tx.CommitBatch), and only if that transaction adds the index row, so a
+//     (Store.Commit), and only if that transaction adds the index row, so a
 //     chunk is queued iff it was indexed as a raw-pending object.
 //   - Sweep deletes a chunk's queue row in the transaction that deletes its
 //     index row. (ReencodeOne also drops rows of chunks that are not indexed,
@@ -303,9 +303,16 @@ func (s *Store) reencode(ctx context.Context, id ID, afterRename func(ID) error)
 		return s.finishReencode(id, nil)
 	}
 	// Read the object itself, not through the read path: the bytes must come
-	// from the file this call will replace.
-	path := s.objectPath(id)
-	raw, obj, err := s.readObject(id, nil, nil)
+	// from the object this call will replace.
+	h := chunkHandle(id)
+	var raw, obj []byte
+	st, err := s.objects.Stat(ctx, h)
+	if errors.Is(err, backend.ErrNotExist) {
+		err = fmt.Errorf("chunk %v: %w", id, ErrMissing)
+	}
+	if err == nil {
+		raw, obj, err = s.readObject(ctx, id, nil, nil)
+	}
 	if errors.Is(err, ErrCorrupt) || errors.Is(err, ErrMissing) {
 		if derr := s.finishReencode(id, nil); derr != nil {
 			return errors.Join(err, derr)
@@ -318,7 +325,7 @@ func (s *Store) reencode(ctx context.Context, id ID, afterRename func(ID) error)
 	hdr, _ := parseObjectHeader(obj) // decodeObject parsed it already
 	onDisk := ChunkInfo{RawLen: info.RawLen, StoredLen: uint32(len(obj)), Codec: hdr.codec}
 	if onDisk != info || onDisk.Codec != CodecRaw {
-		// An earlier run renamed its object into place and stopped before its
+		// An earlier run replaced the object and stopped before its
 		// transaction: the object header is the truth.
 		return s.finishReencode(id, &onDisk)
 	}
@@ -332,33 +339,22 @@ func (s *Store) reencode(ctx context.Context, id ID, afterRename func(ID) error)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	st, err := os.Stat(path)
-	if err != nil {
+	// Replace and make durable before the transaction. The object keeps the
+	// raw object's age, which the collector's grace period reads (the backend
+	// sets it after its rename: a temporary file that looks old is one a
+	// collection removes as a crash leftover).
+	if err := s.objects.Put(ctx, h, enc, backend.PutOptions{ModTime: st.ModTime}); err != nil {
 		return err
 	}
-	if _, err := publishObject(path, enc, false); err != nil {
+	if err := s.objects.Sync(ctx, []backend.Handle{h}); err != nil {
 		return err
 	}
-	if err := syncDir(filepath.Dir(path)); err != nil {
-		return err
-	}
-	// Keep the raw object's age, which the collector's grace period reads. Set
-	// after the rename: a temporary file that looks old is one a collection
-	// removes as a crash leftover. Failing here costs only the grace clock, so
-	// the transaction still runs and the error is reported after it.
-	mtimeErr := os.Chtimes(path, st.ModTime(), st.ModTime())
 	if afterRename != nil {
 		if err := afterRename(id); err != nil {
 			return err
 		}
 	}
-	if err := s.finishReencode(id, &ChunkInfo{RawLen: info.RawLen, StoredLen: uint32(len(enc)), Codec: codec}); err != nil {
-		return err
-	}
-	if mtimeErr != nil {
-		return fmt.Errorf("re-encoded, but kept no mtime: %w", mtimeErr)
-	}
-	return nil
+	return s.finishReencode(id, &ChunkInfo{RawLen: info.RawLen, StoredLen: uint32(len(enc)), Codec: codec})
 }
 
 // finishReencode drops chunk id's queue row and, when stored is not nil, sets

@@ -22,10 +22,7 @@ func putHinted(t *testing.T, s *Store, data []byte, h Hint) ChunkRef {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Update(func(tx *Tx) error { return tx.CommitBatch(b) }); err != nil {
+	if err := s.Commit(context.Background(), b, func(*Tx) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	return ref
@@ -115,7 +112,7 @@ func TestInlineEncodeBudget(t *testing.T) {
 				}
 			}
 			ref := putHinted(t, s, c.data, c.hint)
-			obj, err := s.VerifyObject(ref.ID)
+			obj, err := s.VerifyObject(context.Background(), ref.ID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -251,7 +248,7 @@ func TestReencodeCrashWindow(t *testing.T) {
 	s = testStoreAt(t, dir, Options{InlineEncoders: -1})
 
 	row, _, _, queued := rows(t, s, ref.ID)
-	obj, err := s.VerifyObject(ref.ID)
+	obj, err := s.VerifyObject(context.Background(), ref.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

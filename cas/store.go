@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -14,9 +13,11 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unsafe"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/ckptfs/ckptfs/cas/backend"
+	"github.com/ckptfs/ckptfs/cas/backend/local"
 )
 
 // DefaultChunkSize is the largest chunk a new store cuts files into.
@@ -62,6 +63,9 @@ type Options struct {
 	// slot taken is stored raw and queued for ReencodeOne; negative means
 	// never encode inline (tests). See reencode.go.
 	InlineEncoders int
+	// Objects is where chunk objects live; nil means the store's own
+	// objects/ directory (cas/backend/local). The Store closes it.
+	Objects backend.Backend
 }
 
 // Store is an open chunk store. Its methods are safe for concurrent use.
@@ -77,16 +81,10 @@ type Store struct {
 	nextIno  uint64 // next number to hand out
 	inoLimit uint64 // first number not reserved in the catalog
 
+	objects backend.Backend // where chunk objects live (backend.go)
+
 	flightMu sync.Mutex
 	flights  map[ID]*flight // objects being written right now
-
-	madeDirs  sync.Map        // object directories known to exist
-	syncErrs  sync.Map        // ID → error: objects whose fdatasync failed (syncObject)
-	syncLocks [256]sync.Mutex // by an ID's first byte: syncObject's per-chunk step
-	heldFiles chan struct{}   // budget of object descriptors kept open until Batch.Sync
-	// syncHook, when set (tests), replaces Batch.Sync's fdatasync of each
-	// object and fsync of each directory.
-	syncHook func(path string) error
 
 	// Re-encoding (reencode.go): encodeSlots bounds inline encoders (nil: none);
 	// reencodeSem (capacity 1) serialises ReencodeOne and guards reencodeNext,
@@ -107,8 +105,7 @@ type Store struct {
 	storeReadBytes atomic.Int64
 
 	hashSlots chan struct{} // see Options.HashWorkers
-	objBufs   sync.Pool     // *[]byte: object files being read
-	noDirect  atomic.Bool   // the store's filesystem refuses O_DIRECT
+	objBufs   sync.Pool     // *[]byte: objects being read
 }
 
 // Open opens the store in dir, creating it (and dir) when dir holds no store.
@@ -161,9 +158,12 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open catalog %s: %w", catalog, err)
 	}
-	s := &Store{dir: dir, db: db, readOnly: opts.ReadOnly, flights: map[ID]*flight{},
-		pins: map[ID]int{}, deleting: map[ID]struct{}{}, hashSlots: make(chan struct{}, opts.HashWorkers),
-		heldFiles: make(chan struct{}, heldFileBudget())}
+	objects := opts.Objects
+	if objects == nil {
+		objects = local.New(filepath.Join(dir, objectsName), local.Options{})
+	}
+	s := &Store{dir: dir, db: db, readOnly: opts.ReadOnly, flights: map[ID]*flight{}, objects: objects,
+		pins: map[ID]int{}, deleting: map[ID]struct{}{}, hashSlots: make(chan struct{}, opts.HashWorkers)}
 	if err := s.init(opts.ChunkSize); err != nil {
 		db.Close()
 		return nil, err
@@ -282,7 +282,7 @@ func (s *Store) Close() error {
 	if s.codecs != nil {
 		s.codecs.close()
 	}
-	return s.db.Close()
+	return errors.Join(s.objects.Close(), s.db.Close())
 }
 
 // Dir returns the store directory.
@@ -352,15 +352,11 @@ func (s *Store) Stats() (Stats, error) {
 	return st, err
 }
 
-func (s *Store) objectPath(id ID) string {
-	return filepath.Join(s.dir, objectsName, objectRelPath(id))
-}
-
 // ReadChunk returns the raw bytes of ref's chunk, from the cache or loaded and
 // verified from its object. The returned slice is shared: never modify it.
 func (s *Store) ReadChunk(ctx context.Context, ref ChunkRef) ([]byte, error) {
-	data, err := s.cache.get(ref.ID, func(alloc func(int) []byte) ([]byte, error) {
-		return s.loadChunk(ref.ID, alloc)
+	data, err := s.cache.get(ctx, ref.ID, func(ctx context.Context, alloc func(int) []byte) ([]byte, error) {
+		return s.loadChunk(ctx, ref.ID, alloc)
 	})
 	if err != nil {
 		return nil, err
@@ -376,8 +372,8 @@ func (s *Store) ReadChunk(ctx context.Context, ref ChunkRef) ([]byte, error) {
 // go). Reads through the mount use it, so streaming a large file recycles a
 // few buffers instead of faulting in fresh memory for every chunk.
 func (s *Store) AcquireChunk(ctx context.Context, ref ChunkRef) (*Chunk, error) {
-	e, err := s.cache.acquire(ref.ID, func(alloc func(int) []byte) ([]byte, error) {
-		return s.loadChunk(ref.ID, alloc)
+	e, err := s.cache.acquire(ctx, ref.ID, func(ctx context.Context, alloc func(int) []byte) ([]byte, error) {
+		return s.loadChunk(ctx, ref.ID, alloc)
 	})
 	if err != nil {
 		return nil, err
@@ -396,15 +392,17 @@ func (s *Store) Cached(id ID) bool { return s.cache.has(id) }
 // CacheSize is the decoded-chunk cache's budget in bytes.
 func (s *Store) CacheSize() int64 { return s.cache.budget }
 
-// loadChunk reads, verifies and decodes chunk id from its object file. The
+// loadChunk reads, verifies and decodes chunk id from its object. The
 // object is read into a recycled buffer: the decoded bytes never alias it.
-func (s *Store) loadChunk(id ID, alloc func(int) []byte) ([]byte, error) {
+func (s *Store) loadChunk(ctx context.Context, id ID, alloc func(int) []byte) ([]byte, error) {
 	buf, _ := s.objBufs.Get().(*[]byte)
 	if buf == nil {
 		buf = new([]byte)
 	}
-	raw, obj, err := s.readObject(id, *buf, alloc)
-	*buf = obj
+	raw, obj, err := s.readObject(ctx, id, *buf, alloc)
+	if cap(obj) > 0 {
+		*buf = obj
+	}
 	s.objBufs.Put(buf)
 	if err != nil {
 		return nil, err
@@ -414,8 +412,8 @@ func (s *Store) loadChunk(id ID, alloc func(int) []byte) ([]byte, error) {
 }
 
 // VerifyObject reads and fully verifies chunk id's object, bypassing the cache.
-func (s *Store) VerifyObject(id ID) (ChunkInfo, error) {
-	raw, obj, err := s.readObject(id, nil, nil)
+func (s *Store) VerifyObject(ctx context.Context, id ID) (ChunkInfo, error) {
+	raw, obj, err := s.readObject(ctx, id, nil, nil)
 	if err != nil {
 		return ChunkInfo{}, err
 	}
@@ -423,11 +421,11 @@ func (s *Store) VerifyObject(id ID) (ChunkInfo, error) {
 	return ChunkInfo{RawLen: uint32(len(raw)), StoredLen: uint32(len(obj)), Codec: h.codec}, nil
 }
 
-// readObject returns chunk id's decoded, verified bytes and its object file,
-// read into buf when it is large enough.
-func (s *Store) readObject(id ID, buf []byte, alloc func(int) []byte) (raw, obj []byte, err error) {
-	obj, err = readFileInto(s.objectPath(id), buf, &s.noDirect)
-	if errors.Is(err, fs.ErrNotExist) {
+// readObject returns chunk id's decoded, verified bytes and its object, read
+// into buf when it is large enough.
+func (s *Store) readObject(ctx context.Context, id ID, buf []byte, alloc func(int) []byte) (raw, obj []byte, err error) {
+	obj, err = s.objects.Get(ctx, chunkHandle(id), buf)
+	if errors.Is(err, backend.ErrNotExist) {
 		return nil, nil, fmt.Errorf("chunk %v: %w", id, ErrMissing)
 	}
 	if err != nil {
@@ -435,83 +433,27 @@ func (s *Store) readObject(id ID, buf []byte, alloc func(int) []byte) (raw, obj 
 	}
 	raw, err = s.codecs.decodeObjectInto(id, obj, alloc)
 	if err != nil {
-		return nil, nil, err
+		return nil, obj, err
 	}
 	return raw, obj, nil
 }
 
-// readFileInto reads the file at path into buf, or a new buffer if buf is too
-// small for it. It reads with O_DIRECT where the filesystem allows: objects
-// are read once into the decoded-chunk cache, so a page-cache copy would only
-// cost a copy, page allocations and memory the cache could use. The returned
-// slice starts at a page boundary inside buf's backing array.
-//
-// noDirect remembers that the store's filesystem refused O_DIRECT (tmpfs and
-// others answer EINVAL), so later reads do not try it again.
-func readFileInto(path string, buf []byte, noDirect *atomic.Bool) ([]byte, error) {
-	var f *os.File
-	var err error
-	direct := !noDirect.Load()
-	if direct {
-		f, err = os.OpenFile(path, os.O_RDONLY|syscall.O_DIRECT, 0)
-		if errors.Is(err, syscall.EINVAL) {
-			if st, serr := os.Stat(path); serr == nil && st.Mode().IsRegular() {
-				noDirect.Store(true) // a regular file: the filesystem's refusal
-			}
-			direct = false
-		}
-	}
-	if !direct {
-		f, err = os.Open(path)
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	// One byte more than the size (rounded up to whole pages for O_DIRECT): a
-	// file that grew is read whole, and caught by the header's length check.
-	want := int(st.Size()) + 1
-	if direct {
-		want = (want + directAlign - 1) &^ (directAlign - 1)
-	}
-	buf = alignedBuf(buf, want)
-	n := 0
-	for n < want {
-		k, err := f.Read(buf[n:want])
-		n += k
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
-		if k == 0 {
-			break
-		}
-		if direct && n%directAlign != 0 {
-			break // a short direct read ends at the end of the file
-		}
-	}
-	return buf[:n], nil
+// chunkHandle names chunk id's object in the backend.
+func chunkHandle(id ID) backend.Handle {
+	return backend.Handle{Kind: backend.Chunk, Name: id.String()}
 }
 
-const directAlign = 4096
-
-// alignedBuf returns a slice of at least n bytes starting at a multiple of
-// directAlign, reusing buf's array when it can.
-func alignedBuf(buf []byte, n int) []byte {
-	buf = buf[:cap(buf)]
-	if len(buf) < n+directAlign {
-		const step = 256 << 10 // room to spare, so the next object likely fits
-		buf = make([]byte, (n+directAlign+step)/step*step+step)
+// handleID is chunkHandle's inverse.
+func handleID(h backend.Handle) (ID, bool) {
+	if h.Kind != backend.Chunk {
+		return ID{}, false
 	}
-	off := int(uintptr(unsafe.Pointer(&buf[0])) & (directAlign - 1))
-	if off != 0 {
-		off = directAlign - off
-	}
-	return buf[off:]
+	id, err := ParseID(h.Name)
+	return id, err == nil
 }
+
+// IOConcurrency is how many object reads or writes are worth issuing at once.
+func (s *Store) IOConcurrency() int { return s.objects.Properties().Connections }
+
+// ObjectsLocation names where the store's chunk objects live, for messages.
+func (s *Store) ObjectsLocation() string { return s.objects.Location() }

@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
-	"strings"
 	"time"
+
+	"github.com/ckptfs/ckptfs/cas/backend"
 )
 
 // Garbage collection runs beside commits. The race it must never lose (the one
@@ -79,41 +77,38 @@ func (s *Store) unpin(ids []ID) {
 	}
 }
 
-// ObjectInfo describes one object file found by WalkObjects.
+// ObjectInfo describes one chunk object found by WalkObjects.
 type ObjectInfo struct {
 	ID      ID
 	Size    int64
-	ModTime time.Time
+	ModTime time.Time // the grace period counts from it
 }
 
-// WalkObjects calls fn for every object file. Files whose names are not chunk
-// IDs (a temporary file left by a crash, say) go to other, when it is not nil.
-func (s *Store) WalkObjects(ctx context.Context, fn func(ObjectInfo) error, other func(path string, info fs.FileInfo) error) error {
-	root := filepath.Join(s.dir, objectsName)
-	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			return ctx.Err()
-		}
-		info, err := d.Info()
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil // removed meanwhile
-		}
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, path)
-		id, perr := ParseID(strings.ReplaceAll(rel, string(filepath.Separator), ""))
-		if perr != nil || filepath.Join(root, objectRelPath(id)) != path {
-			if other != nil {
-				return other(path, info)
-			}
+// WalkObjects calls fn for every chunk object, in no particular order.
+// Debris (temporary files a crash left) is not reported: RemoveStale deletes
+// it.
+func (s *Store) WalkObjects(ctx context.Context, fn func(ObjectInfo) error) error {
+	return s.objects.List(ctx, backend.Chunk, func(in backend.Info) error {
+		id, ok := handleID(in.Handle)
+		if !ok {
 			return nil
 		}
-		return fn(ObjectInfo{ID: id, Size: info.Size(), ModTime: info.ModTime()})
+		return fn(ObjectInfo{ID: id, Size: in.Size, ModTime: in.ModTime})
 	})
+}
+
+// RemoveStale deletes debris of interrupted object writes (temporary files)
+// last modified before before, when the backend can leave any, and returns
+// how many it removed.
+func (s *Store) RemoveStale(ctx context.Context, before time.Time) (int, error) {
+	if s.readOnly {
+		return 0, errors.New("store is open read-only")
+	}
+	j, ok := s.objects.(backend.Janitor)
+	if !ok {
+		return 0, nil
+	}
+	return j.RemoveStale(ctx, before)
 }
 
 // SweepResult is what one Sweep call removed.
@@ -190,20 +185,20 @@ func (s *Store) Sweep(ctx context.Context, candidates []ID) (SweepResult, error)
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		path := s.objectPath(id)
-		st, err := os.Stat(path)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err != nil {
+		h := chunkHandle(id)
+		st, err := s.objects.Stat(ctx, h)
+		gone := errors.Is(err, backend.ErrNotExist) // or unusable: delete it all the same
+		if err != nil && !gone {
 			return res, fmt.Errorf("sweep %v: %w", id, err)
 		}
-		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := s.objects.Delete(ctx, h); err != nil {
 			return res, fmt.Errorf("sweep %v: %w", id, err)
 		}
 		s.cache.drop(id)
-		res.Chunks++
-		res.StoredBytes += st.Size()
+		if !gone {
+			res.Chunks++
+			res.StoredBytes += st.Size
+		}
 	}
 	return res, nil
 }

@@ -54,7 +54,7 @@ func BenchmarkCommitIngest(b *testing.B) {
 		if _, _, _, err := ingest(context.Background(), fixedSource{f, size}, s.ChunkSize(), put); err != nil {
 			b.Fatal(err)
 		}
-		if err := batch.Sync(); err != nil {
+		if err := batch.Sync(context.Background()); err != nil {
 			b.Fatal(err)
 		}
 		b.StopTimer()

@@ -755,16 +755,13 @@ func (n *fileNode) commitLocked(ctx context.Context, origin *fileNode, originAtt
 			}
 		}
 	}
-	defer batch.Release() // after the transaction below has ended
 	m.Chunks = refs
 	if ix != nil && ix.Format != "" {
 		var err error
 		if m.Extra, err = json.Marshal(ix); err != nil {
+			batch.Release()
 			return nil, err
 		}
-	}
-	if err := batch.Sync(); err != nil {
-		return nil, err
 	}
 	rec := n.attr
 	rec.Size = m.Size()
@@ -772,56 +769,62 @@ func (n *fileNode) commitLocked(ctx context.Context, origin *fileNode, originAtt
 		rec.Mode, rec.UID, rec.GID = originAttr.Mode, originAttr.UID, originAttr.GID
 	}
 
-	n.fsys.nsMu.Lock()
-	defer n.fsys.nsMu.Unlock()
-	if origin != nil {
-		n.dir, n.name = origin.dir, origin.name
-		if origin.unlinked.Load() {
-			n.unlinked.Store(true)
-		}
-	}
-	var err error
-	if !n.unlinked.Load() {
-		err = n.fsys.store.Update(func(tx *cas.Tx) error {
-			if err := tx.CommitBatch(batch); err != nil {
-				return err
+	// The batch's objects are made durable before nsMu is taken (lookups wait
+	// on it), and the batch is released after the transaction has ended.
+	var replaced func()
+	err := n.fsys.store.CommitWith(ctx, batch, func(update func(func(*cas.Tx) error) error) error {
+		n.fsys.nsMu.Lock()
+		defer n.fsys.nsMu.Unlock()
+		if origin != nil {
+			n.dir, n.name = origin.dir, origin.name
+			if origin.unlinked.Load() {
+				n.unlinked.Store(true)
 			}
-			if !n.persisted {
-				replaced := n.shadow
-				if origin != nil && origin.persisted {
-					replaced = origin.attr.Ino
-				}
-				if replaced != 0 {
-					if err := tx.DeleteNode(replaced); err != nil {
+		}
+		if !n.unlinked.Load() {
+			err := update(func(tx *cas.Tx) error {
+				if !n.persisted {
+					replaced := n.shadow
+					if origin != nil && origin.persisted {
+						replaced = origin.attr.Ino
+					}
+					if replaced != 0 {
+						if err := tx.DeleteNode(replaced); err != nil {
+							return err
+						}
+					}
+					if err := tx.Link(n.dir.attr.Ino, n.name, rec.Ino); err != nil {
 						return err
 					}
 				}
-				if err := tx.Link(n.dir.attr.Ino, n.name, rec.Ino); err != nil {
+				if err := tx.PutManifest(rec.Ino, m); err != nil {
 					return err
 				}
+				return tx.PutNode(rec)
+			})
+			if err != nil {
+				return fmt.Errorf("commit %q: %w", n.name, err)
 			}
-			if err := tx.PutManifest(rec.Ino, m); err != nil {
-				return err
-			}
-			return tx.PutNode(rec)
-		})
-		if err != nil {
-			return nil, fmt.Errorf("commit %q: %w", n.name, err)
+			n.persisted, n.shadow = true, 0
 		}
-		n.persisted, n.shadow = true, 0
+		n.attr.Mode, n.attr.UID, n.attr.GID = rec.Mode, rec.UID, rec.GID
+		n.setManifest(m)
+		n.dirty = false
+		n.dropSpoolLocked()
+		if origin == nil {
+			return nil
+		}
+		n.origin = nil
+		if n.unlinked.Load() {
+			return nil
+		}
+		replaced = n.replaceOrigin(origin)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	n.attr.Mode, n.attr.UID, n.attr.GID = rec.Mode, rec.UID, rec.GID
-	n.setManifest(m)
-	n.dirty = false
-	n.dropSpoolLocked()
-	if origin == nil {
-		return nil, nil
-	}
-	n.origin = nil
-	if n.unlinked.Load() {
-		return nil, nil
-	}
-	return n.replaceOrigin(origin), nil
+	return replaced, nil
 }
 
 // replaceOrigin puts fork n in origin's place in the inode tree and returns a

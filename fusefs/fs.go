@@ -182,6 +182,9 @@ func (f *FS) toErrno(op string, err error) syscall.Errno {
 	if err == nil {
 		return 0
 	}
+	if errors.Is(err, context.Canceled) {
+		return syscall.EINTR // the request was interrupted (a reader gave up on a slow load)
+	}
 	var errno syscall.Errno
 	if errors.As(err, &errno) && errno != 0 {
 		if _, bare := err.(syscall.Errno); !bare {

@@ -3,9 +3,6 @@ package gc
 import (
 	"context"
 	"fmt"
-	"io/fs"
-	"os"
-	"strings"
 	"time"
 
 	"github.com/ckptfs/ckptfs/cas"
@@ -105,7 +102,6 @@ func Collect(ctx context.Context, s *cas.Store, opts Options) (Result, error) {
 	var candidates []cas.ID
 	var candidateBytes int64
 	cutoff := start.Add(-opts.Grace)
-	var temps []string
 	err = s.WalkObjects(ctx, func(o cas.ObjectInfo) error {
 		res.Objects++
 		seen[o.ID] = struct{}{}
@@ -122,11 +118,6 @@ func Collect(ctx context.Context, s *cas.Store, opts Options) (Result, error) {
 		}
 		candidates = append(candidates, o.ID)
 		candidateBytes += o.Size
-		return nil
-	}, func(path string, info fs.FileInfo) error {
-		if strings.HasPrefix(info.Name(), ".tmp-") && info.ModTime().Before(start.Add(-tempMinAge)) {
-			temps = append(temps, path)
-		}
 		return nil
 	})
 	if err != nil {
@@ -151,7 +142,6 @@ func Collect(ctx context.Context, s *cas.Store, opts Options) (Result, error) {
 	if opts.DryRun {
 		res.Chunks = len(candidates) - res.IndexRows
 		res.FreedBytes = candidateBytes
-		res.TempFiles = len(temps)
 		return res, nil
 	}
 
@@ -167,10 +157,10 @@ func Collect(ctx context.Context, s *cas.Store, opts Options) (Result, error) {
 		}
 		report(opts, "sweep", int64(i+len(step)), int64(len(candidates)))
 	}
-	for _, p := range temps {
-		if err := os.Remove(p); err == nil {
-			res.TempFiles++
-		}
+	n, err := s.RemoveStale(ctx, start.Add(-tempMinAge))
+	res.TempFiles = n
+	if err != nil {
+		return res, fmt.Errorf("remove temporary files: %w", err)
 	}
 	return res, nil
 }

@@ -229,7 +229,7 @@ func Fsck(ctx context.Context, s *cas.Store, opts FsckOptions) (FsckResult, erro
 			res.Unreferenced++
 		}
 		return nil
-	}, nil); err != nil {
+	}); err != nil {
 		return res, fmt.Errorf("scan objects: %w", err)
 	}
 	ids := make([]cas.ID, 0, len(index))
@@ -261,7 +261,7 @@ func Fsck(ctx context.Context, s *cas.Store, opts FsckOptions) (FsckResult, erro
 		}
 		if opts.ReadData {
 			res.ObjectsRead++
-			got, err := s.VerifyObject(id)
+			got, err := s.VerifyObject(ctx, id)
 			switch {
 			case err != nil:
 				problem("corrupt-chunk", user, id.String(), "%v", unwrapCorrupt(err))

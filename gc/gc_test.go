@@ -35,7 +35,7 @@ func chunkData(seed uint64, n int) []byte {
 }
 
 // commitFile stores chunks as the manifest of a new file ino at root/name, the
-// way fusefs commits: Put every chunk, Sync, one transaction, Release.
+// way fusefs commits: Put every chunk, then one Commit.
 func commitFile(t testing.TB, s *cas.Store, name string, chunks ...[]byte) (uint64, *cas.Manifest) {
 	t.Helper()
 	ino, err := s.AllocIno()
@@ -43,7 +43,6 @@ func commitFile(t testing.TB, s *cas.Store, name string, chunks ...[]byte) (uint
 		t.Fatal(err)
 	}
 	b := s.NewBatch()
-	defer b.Release()
 	m := &cas.Manifest{}
 	for _, c := range chunks {
 		ref, err := b.Put(context.Background(), c)
@@ -52,13 +51,7 @@ func commitFile(t testing.TB, s *cas.Store, name string, chunks ...[]byte) (uint
 		}
 		m.Chunks = append(m.Chunks, ref)
 	}
-	if err := b.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	err = s.Update(func(tx *cas.Tx) error {
-		if err := tx.CommitBatch(b); err != nil {
-			return err
-		}
+	err = s.Commit(context.Background(), b, func(tx *cas.Tx) error {
 		if err := tx.PutManifest(ino, m); err != nil {
 			return err
 		}
