@@ -1,0 +1,37 @@
+package s3_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"github.com/ckptfs/ckptfs/cas/backend"
+	"github.com/ckptfs/ckptfs/cas/backend/backendtest"
+	"github.com/ckptfs/ckptfs/cas/backend/s3"
+	"github.com/ckptfs/ckptfs/internal/s3test"
+
+	"github.com/aws/aws-sdk-go-v2/credentials"
+)
+
+var prefixes atomic.Int64
+
+// open returns a backend on a fresh prefix of the bucket behind endpoint.
+func open(tb testing.TB, endpoint string, opts s3.Options) *s3.Backend {
+	tb.Helper()
+	opts.Endpoint = endpoint
+	opts.Region = s3test.Region
+	opts.Credentials = credentials.NewStaticCredentialsProvider(s3test.AccessKey, s3test.SecretKey, "")
+	url := fmt.Sprintf("s3://%s/t%d/p", s3test.Bucket, prefixes.Add(1))
+	b, err := s3.Open(context.Background(), url, opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { b.Close() })
+	return b
+}
+
+func TestConformance(t *testing.T) {
+	srv := s3test.Start(t)
+	backendtest.Run(t, func(tb testing.TB) backend.Backend { return open(tb, srv.Endpoint, s3.Options{}) })
+}
