@@ -40,6 +40,10 @@ type Fault struct {
 	ShortResponse bool
 	// CorruptResponse flips one bit in the middle of the response body.
 	CorruptResponse bool
+	// DropResponse forwards the request, so the server acts on it, then
+	// closes the connection instead of answering: the client cannot know
+	// whether its request took effect.
+	DropResponse bool
 	// StallResponse sends the headers and half the body, then waits this long
 	// (or until the client gives up) before sending the rest.
 	StallResponse time.Duration
@@ -129,6 +133,12 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 	if f == nil {
 		f = &Fault{}
 	}
+	// Read the body first: only then does the server notice a client that
+	// hangs up (and cancel r.Context()) while the rule delays.
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return
+	}
 	if f.Delay > 0 {
 		select {
 		case <-time.After(f.Delay):
@@ -149,10 +159,6 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		return
-	}
 	if f.CorruptRequest && len(body) > 0 {
 		body[len(body)/2] ^= 0x10
 	}
@@ -172,6 +178,9 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 	defer resp.Body.Close()
 	rb, err := io.ReadAll(resp.Body)
 	if err != nil {
+		panic(http.ErrAbortHandler)
+	}
+	if f.DropResponse {
 		panic(http.ErrAbortHandler)
 	}
 	for k, vs := range resp.Header {

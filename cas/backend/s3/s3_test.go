@@ -19,10 +19,15 @@ var prefixes atomic.Int64
 // open returns a backend on a fresh prefix of the bucket behind endpoint.
 func open(tb testing.TB, endpoint string, opts s3.Options) *s3.Backend {
 	tb.Helper()
+	return openAt(tb, endpoint, fmt.Sprintf("s3://%s/t%d/p", s3test.Bucket, prefixes.Add(1)), opts)
+}
+
+// openAt returns a backend on url's bucket and prefix behind endpoint.
+func openAt(tb testing.TB, endpoint, url string, opts s3.Options) *s3.Backend {
+	tb.Helper()
 	opts.Endpoint = endpoint
 	opts.Region = s3test.Region
 	opts.Credentials = credentials.NewStaticCredentialsProvider(s3test.AccessKey, s3test.SecretKey, "")
-	url := fmt.Sprintf("s3://%s/t%d/p", s3test.Bucket, prefixes.Add(1))
 	b, err := s3.Open(context.Background(), url, opts)
 	if err != nil {
 		tb.Fatal(err)
