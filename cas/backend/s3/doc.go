@@ -14,7 +14,9 @@
 // server accepts; AWS itself is addressed virtual-host style. Options may
 // override the endpoint, region and credentials (tests, the fault proxy).
 //
-// Open checks the credentials and the bucket (HEAD bucket) before it returns,
+// Open checks the credentials and the bucket (a one-key listing of the
+// prefix, which needs only the s3:ListBucket permission a mount needs anyway)
+// before it returns,
 // so a typo in the bucket name or missing keys fail the mount with a clear
 // message instead of every later upload.
 //
@@ -50,8 +52,12 @@
 //     MD5 is also stored as user metadata (x-amz-meta-ckptfs-md5). Get
 //     checks the body's length against Content-Length and its MD5 against
 //     that metadata when present, and retries a mismatch. So a truncated or
-//     damaged download is never returned as success; cas verifies each
-//     chunk's BLAKE3 on top, which also covers objects damaged at rest.
+//     damaged download is never returned as success. A body that fails its
+//     check on every attempt is taken to be damaged at rest (bit rot, a
+//     tool writing into the bucket) and the error is permanent; a connection
+//     that ends early is retried as any transient fault. cas verifies each
+//     chunk's BLAKE3 on top, which also covers objects stored without the
+//     metadata (by other tools) and damage before the upload.
 //     (The ETag is not used: under SSE-KMS or multipart it is not an MD5.)
 //   - PUT is durable when it returns 200, and S3 never shows a torn object,
 //     so Properties report DurableOnPut and AtomicPut. Sync only checks, with

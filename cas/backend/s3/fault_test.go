@@ -6,6 +6,9 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -169,23 +172,26 @@ func TestFaults(t *testing.T) {
 		fault s3test.Fault
 		put   bool // the fault hits the Put, not the Get
 		ok    bool // the call succeeds (after retries)
+		// perm: the error is permanent. A body damaged on every attempt
+		// cannot be told from an object damaged at rest.
+		perm bool
 	}{
-		{"get 500 always", s3test.Fault{Match: s3test.IsGet, Status: 500}, false, false},
-		{"get 503 twice", s3test.Fault{Match: s3test.IsGet, Status: 503, Times: 2}, false, true},
-		{"get slow", s3test.Fault{Match: s3test.IsGet, Delay: 5 * time.Second}, false, false},
-		{"get slow once", s3test.Fault{Match: s3test.IsGet, Delay: 5 * time.Second, Times: 1}, false, true},
-		{"get hang-up", s3test.Fault{Match: s3test.IsGet, HangUp: true}, false, false},
-		{"get truncated", s3test.Fault{Match: s3test.IsGet, TruncateResponse: true}, false, false},
-		{"get truncated once", s3test.Fault{Match: s3test.IsGet, TruncateResponse: true, Times: 1}, false, true},
-		{"get short with matching length", s3test.Fault{Match: s3test.IsGet, ShortResponse: true}, false, false},
-		{"get corrupted", s3test.Fault{Match: s3test.IsGet, CorruptResponse: true}, false, false},
-		{"get corrupted once", s3test.Fault{Match: s3test.IsGet, CorruptResponse: true, Times: 1}, false, true},
-		{"get stalled body", s3test.Fault{Match: s3test.IsGet, StallResponse: 5 * time.Second}, false, false},
-		{"put 500 always", s3test.Fault{Match: s3test.IsPut, Status: 500}, true, false},
-		{"put slow", s3test.Fault{Match: s3test.IsPut, Delay: 5 * time.Second}, true, false},
-		{"put corrupted on the way", s3test.Fault{Match: s3test.IsPut, CorruptRequest: true}, true, false},
-		{"put corrupted once", s3test.Fault{Match: s3test.IsPut, CorruptRequest: true, Times: 1}, true, true},
-		{"put answer lost", s3test.Fault{Match: s3test.IsPut, DropResponse: true, Times: 1}, true, true},
+		{"get 500 always", s3test.Fault{Match: s3test.IsGet, Status: 500}, false, false, false},
+		{"get 503 twice", s3test.Fault{Match: s3test.IsGet, Status: 503, Times: 2}, false, true, false},
+		{"get slow", s3test.Fault{Match: s3test.IsGet, Delay: 5 * time.Second}, false, false, false},
+		{"get slow once", s3test.Fault{Match: s3test.IsGet, Delay: 5 * time.Second, Times: 1}, false, true, false},
+		{"get hang-up", s3test.Fault{Match: s3test.IsGet, HangUp: true}, false, false, false},
+		{"get truncated", s3test.Fault{Match: s3test.IsGet, TruncateResponse: true}, false, false, false},
+		{"get truncated once", s3test.Fault{Match: s3test.IsGet, TruncateResponse: true, Times: 1}, false, true, false},
+		{"get short with matching length", s3test.Fault{Match: s3test.IsGet, ShortResponse: true}, false, false, true},
+		{"get corrupted", s3test.Fault{Match: s3test.IsGet, CorruptResponse: true}, false, false, true},
+		{"get corrupted once", s3test.Fault{Match: s3test.IsGet, CorruptResponse: true, Times: 1}, false, true, false},
+		{"get stalled body", s3test.Fault{Match: s3test.IsGet, StallResponse: 5 * time.Second}, false, false, false},
+		{"put 500 always", s3test.Fault{Match: s3test.IsPut, Status: 500}, true, false, false},
+		{"put slow", s3test.Fault{Match: s3test.IsPut, Delay: 5 * time.Second}, true, false, false},
+		{"put corrupted on the way", s3test.Fault{Match: s3test.IsPut, CorruptRequest: true}, true, false, false},
+		{"put corrupted once", s3test.Fault{Match: s3test.IsPut, CorruptRequest: true, Times: 1}, true, true, false},
+		{"put answer lost", s3test.Fault{Match: s3test.IsPut, DropResponse: true, Times: 1}, true, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := open(t, proxy.URL, fast)
@@ -222,8 +228,8 @@ func TestFaults(t *testing.T) {
 					}
 					t.Fatalf("Get succeeded through the fault (bytes equal: %v)", bytes.Equal(got, obj))
 				}
-				if b.IsPermanent(err) {
-					t.Fatalf("IsPermanent(%v) = true for a server fault", err)
+				if b.IsPermanent(err) != tc.perm {
+					t.Fatalf("IsPermanent(%v) = %v, want %v", err, !tc.perm, tc.perm)
 				}
 			} else if err != nil {
 				t.Fatalf("the retry should have got through: %v", err)
@@ -242,6 +248,37 @@ func TestFaults(t *testing.T) {
 				t.Fatal("Get returned other bytes than were Put")
 			}
 		})
+	}
+}
+
+// TestDamagedAtRest: an object whose stored bytes were changed behind the
+// server's back (bit rot, a bad disk, a tool) fails Get permanently, naming
+// the damage; it is never returned.
+func TestDamagedAtRest(t *testing.T) {
+	srv := s3test.Start(t)
+	url := srv.URL(fmt.Sprintf("rot%d", prefixes.Add(1)))
+	b := openAt(t, srv.Endpoint, url, fast)
+	h := chunkH("rot")
+	obj := randBytes(64 << 10)
+	if err := b.Put(context.Background(), h, obj, backend.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, prefix, _ := s3.ParseURL(url)
+	path := filepath.Join(srv.Dir, s3test.Bucket, prefix, "chunks", h.Name[:2], h.Name[2:4], h.Name[4:])
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatalf("the object is not where versitygw keeps it: %v", err)
+	}
+	if _, err := f.WriteAt([]byte{obj[1000] ^ 1}, 1000); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	got, err := b.Get(context.Background(), h, nil)
+	if err == nil {
+		t.Fatalf("Get of a damaged object succeeded (bytes equal: %v)", bytes.Equal(got, obj))
+	}
+	if !b.IsPermanent(err) || !strings.Contains(err.Error(), "MD5") {
+		t.Fatalf("Get of a damaged object: %v (permanent %v), want a permanent MD5 error", err, b.IsPermanent(err))
 	}
 }
 

@@ -187,12 +187,16 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("s3: %s: no usable AWS credentials (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE): %w", b.location, err)
 	}
-	err = b.do(ctx, "check bucket", "", 0, func(actx context.Context, _ *attempt) error {
-		_, err := b.client.HeadBucket(actx, &s3api.HeadBucketInput{Bucket: aws.String(bucket)})
+	// A one-key listing of the prefix, not HeadBucket: it needs only the
+	// permission every mount needs anyway (s3:ListBucket on the prefix), and
+	// its error body tells a missing bucket from bad keys.
+	err = b.do(ctx, "check bucket", b.prefix, 0, func(actx context.Context, _ *attempt) error {
+		_, err := b.client.ListObjectsV2(actx, &s3api.ListObjectsV2Input{
+			Bucket: aws.String(bucket), Prefix: aws.String(b.prefix), MaxKeys: aws.Int32(1)})
 		return err
 	})
 	if err != nil {
-		if errors.Is(err, backend.ErrNotExist) {
+		if errors.Is(err, errNoBucket) {
 			return nil, fmt.Errorf("s3: %s: the bucket %q does not exist (or these credentials may not see it)", b.location, bucket)
 		}
 		return nil, fmt.Errorf("s3: %s: %w", b.location, err)
@@ -335,6 +339,9 @@ func (b *Backend) Get(ctx context.Context, h backend.Handle, buf []byte) ([]byte
 // stored; it is retried.
 var errDamaged = errors.New("damaged in transit")
 
+// errTruncated: the connection ended before the announced body did.
+var errTruncated = errors.New("body ended early")
+
 func (b *Backend) get(ctx context.Context, key string, buf []byte) ([]byte, error) {
 	var out []byte
 	err := b.do(ctx, "get", key, 0, func(actx context.Context, a *attempt) error {
@@ -357,7 +364,7 @@ func (b *Backend) get(ctx context.Context, key string, buf []byte) ([]byte, erro
 			out = make([]byte, n)
 		}
 		if _, err := io.ReadFull(resp.Body, out); err != nil {
-			return fmt.Errorf("%w: body ended early: %w", errDamaged, err)
+			return fmt.Errorf("%w: %w", errTruncated, err)
 		}
 		// A body longer than announced is as wrong as a short one.
 		var one [1]byte
@@ -527,6 +534,9 @@ func (e permanentError) Unwrap() error { return e.error }
 
 func permanent(err error) error { return permanentError{err} }
 
+// errNoBucket: the bucket does not exist.
+var errNoBucket = errors.New("no such bucket")
+
 // errAttemptTimeout is the cause of an attempt cancelled by its deadline.
 var errAttemptTimeout = errors.New("no answer in time")
 
@@ -553,6 +563,7 @@ func (b *Backend) allowance(n int64) time.Duration {
 func (b *Backend) do(ctx context.Context, op, key string, size int64, fn func(context.Context, *attempt) error) error {
 	var err error
 	n := 0
+	damaged := 0 // attempts whose body failed its check
 	for n < b.opts.Attempts {
 		if n > 0 {
 			b.stats.retries.Add(1)
@@ -587,13 +598,18 @@ func (b *Backend) do(ctx context.Context, op, key string, size int64, fn func(co
 		if timedOut {
 			err = fmt.Errorf("%w after %v", errAttemptTimeout, b.allowance(size).Round(time.Millisecond))
 		}
+		if errors.Is(err, errDamaged) {
+			damaged++
+		}
 		var perm bool
 		err, perm = classify(err)
 		if perm {
 			return &opError{op: op, key: key, attempts: n, permanent: true, err: err}
 		}
 	}
-	return &opError{op: op, key: key, attempts: n, err: err}
+	// Bodies that failed their check on every attempt are damaged at rest,
+	// not on the way: retrying later will not help.
+	return &opError{op: op, key: key, attempts: n, permanent: damaged == n, err: err}
 }
 
 // classify maps an SDK error to the backend's sentinels and says whether a
@@ -603,7 +619,7 @@ func classify(err error) (error, bool) {
 	if errors.As(err, &pe) {
 		return err, true
 	}
-	if errors.Is(err, errAttemptTimeout) || errors.Is(err, errDamaged) {
+	if errors.Is(err, errAttemptTimeout) || errors.Is(err, errDamaged) || errors.Is(err, errTruncated) {
 		return err, false
 	}
 	status := 0
@@ -617,8 +633,8 @@ func classify(err error) (error, bool) {
 		code = ae.ErrorCode()
 	}
 	switch {
-	case status == http.StatusNotFound && code == "NoSuchBucket":
-		return err, true
+	case code == "NoSuchBucket":
+		return fmt.Errorf("%w (%v)", errNoBucket, err), true
 	case status == http.StatusNotFound || code == "NoSuchKey" || code == "NotFound":
 		return fmt.Errorf("%w (%v)", backend.ErrNotExist, err), true
 	case status == http.StatusPreconditionFailed || code == "PreconditionFailed":
