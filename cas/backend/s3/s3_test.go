@@ -1,7 +1,6 @@
 package s3_test
 
 import (
-	"context"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -10,8 +9,6 @@ import (
 	"github.com/ckptfs/ckptfs/cas/backend/backendtest"
 	"github.com/ckptfs/ckptfs/cas/backend/s3"
 	"github.com/ckptfs/ckptfs/internal/s3test"
-
-	"github.com/aws/aws-sdk-go-v2/credentials"
 )
 
 var prefixes atomic.Int64
@@ -25,15 +22,11 @@ func open(tb testing.TB, endpoint string, opts s3.Options) *s3.Backend {
 // openAt returns a backend on url's bucket and prefix behind endpoint.
 func openAt(tb testing.TB, endpoint, url string, opts s3.Options) *s3.Backend {
 	tb.Helper()
-	opts.Endpoint = endpoint
-	opts.Region = s3test.Region
-	opts.Credentials = credentials.NewStaticCredentialsProvider(s3test.AccessKey, s3test.SecretKey, "")
-	b, err := s3.Open(context.Background(), url, opts)
+	_, prefix, err := s3.ParseURL(url)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() { b.Close() })
-	return b
+	return s3test.Open(tb, endpoint, prefix, opts)
 }
 
 func TestConformance(t *testing.T) {
