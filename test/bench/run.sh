@@ -7,4 +7,17 @@ repo=$(cd "$here/../.." && pwd)
 venv=${CKPTFS_VENV:-$repo/.venv}
 "$repo/test/e2e/setup_venv.sh" "$venv"
 (cd "$repo" && go build -o bin/ckptfs ./cmd/ckptfs)
-exec "$venv/bin/python" "$here/bench.py" --bin "$repo/bin/ckptfs" --out "$repo/bench-results.txt" "$@"
+"$venv/bin/python" "$here/bench.py" --bin "$repo/bin/ckptfs" --out "$repo/bench-results.txt" "$@"
+
+# The remote tier's S3 backend against versitygw on loopback (test/tools.sh
+# builds it): 1 MiB chunk objects, PUT and GET, 32 at a time. This is the
+# ceiling of the write-back uploader and of lazy fetches on this machine.
+echo "== S3 backend on loopback (versitygw)"
+out=$(cd "$repo" && go test -run '^$' -bench '^Benchmark(Put|Get)$' -benchtime 3s -count 3 ./cas/backend/s3)
+echo "$out" | grep '^Benchmark'
+median() { awk -v b="$1" '$1 ~ "^Benchmark" b {print $(NF-1)}' | sort -n | sed -n 2p; }
+{
+	echo "8_remote_put_1MiB.MBps $(echo "$out" | median Put)"
+	echo "8_remote_get_1MiB.MBps $(echo "$out" | median Get)"
+} >>"$repo/bench-results.txt"
+tail -2 "$repo/bench-results.txt"
