@@ -337,7 +337,7 @@ func (b *Backend) Get(ctx context.Context, h backend.Handle, buf []byte) ([]byte
 
 // errDamaged marks a body that does not match what the server said it
 // stored; it is retried.
-var errDamaged = errors.New("damaged in transit")
+var errDamaged = errors.New("damaged object (in transit or at rest)")
 
 // errTruncated: the connection ended before the announced body did.
 var errTruncated = errors.New("body ended early")
