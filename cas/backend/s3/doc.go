@@ -47,6 +47,11 @@
 //     reads the object back and reports success when the stored bytes are
 //     the ones it was putting; only someone else's object is ErrExists. The
 //     writer lock relies on that: its content names its holder.
+//   - Beyond backend.Backend, GetTag, PutIfMatch and DeleteIfMatch give
+//     compare-and-swap on mutable objects (If-Match on the ETag; see
+//     conditional.go), so a stale writer lock can be taken over by one
+//     writer only, and a heartbeat or unlock never touches a lock someone
+//     else holds. Tested against versitygw with racing takers.
 //   - Integrity in transit: every PUT carries Content-MD5, so the server
 //     refuses a body damaged on the way (400 BadDigest, retried), and the
 //     MD5 is also stored as user metadata (x-amz-meta-ckptfs-md5). Get

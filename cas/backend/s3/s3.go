@@ -343,13 +343,22 @@ var errDamaged = errors.New("damaged object (in transit or at rest)")
 var errTruncated = errors.New("body ended early")
 
 func (b *Backend) get(ctx context.Context, key string, buf []byte) ([]byte, error) {
+	out, _, err := b.getTag(ctx, key, buf)
+	return out, err
+}
+
+// getTag is get that also returns the object's ETag, read from the same
+// response as the bytes.
+func (b *Backend) getTag(ctx context.Context, key string, buf []byte) ([]byte, string, error) {
 	var out []byte
+	var tag string
 	err := b.do(ctx, "get", key, 0, func(actx context.Context, a *attempt) error {
 		resp, err := b.client.GetObject(actx, &s3api.GetObjectInput{Bucket: aws.String(b.bucket), Key: aws.String(key)})
 		if err != nil {
 			return err
 		}
 		defer resp.Body.Close()
+		tag = aws.ToString(resp.ETag)
 		if resp.ContentLength == nil || *resp.ContentLength < 0 {
 			return fmt.Errorf("%w: no Content-Length", errDamaged)
 		}
@@ -380,9 +389,9 @@ func (b *Backend) get(ctx context.Context, key string, buf []byte) ([]byte, erro
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return out, nil
+	return out, tag, nil
 }
 
 // Stat implements backend.Backend.
