@@ -215,6 +215,29 @@ func TestRemote(t *testing.T) {
 		t.Fatalf("late.bin on mount B: %v", err)
 	}
 
+	// A server answering errors: a fresh reader's reads fail with EIO within
+	// a bounded time, never with wrong bytes.
+	proxy := s3test.NewProxy(t, srv.Endpoint)
+	t.Setenv("AWS_ENDPOINT_URL", proxy.URL)
+	mntE := dir("mntE")
+	startDaemon(t, dir("storeE"), mntE, remoteFlag, url, readOnlyFlag)
+	t.Setenv("AWS_ENDPOINT_URL", srv.Endpoint)
+	waitFile(t, filepath.Join(mntE, "late.bin"))
+	proxy.Set(s3test.Fault{Match: s3test.IsGet, Status: 500})
+	start = time.Now()
+	_, err = os.ReadFile(filepath.Join(mntE, "late.bin"))
+	if !errors.Is(err, syscall.EIO) {
+		t.Fatalf("read through a server answering 500: %v, want EIO", err)
+	}
+	if d := time.Since(start); d > time.Minute {
+		t.Fatalf("read through a server answering 500 took %v", d)
+	}
+	proxy.Set(s3test.Fault{Match: s3test.IsGet, CorruptResponse: true, Times: 3})
+	if b, err := os.ReadFile(filepath.Join(mntE, "late.bin")); err == nil && !bytes.Equal(b, late) {
+		t.Fatal("a read through a server corrupting bodies returned wrong bytes")
+	}
+	proxy.Clear()
+
 	// SIGKILL with uploads pending: they resume at the next mount.
 	srv.Stop()
 	pending := randBytes(100, 16*mib)
