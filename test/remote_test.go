@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -319,5 +320,90 @@ func runWithTimeout(cmd *exec.Cmd, d time.Duration) error {
 		cmd.Process.Kill()
 		<-done
 		return nil // still running after d: it mounted
+	}
+}
+
+// TestRemoteBench measures, for make bench: the local write rate of a
+// mount with a remote and without one, the rate at which the writes reach the
+// bucket (ckptfs sync returns), and the bytes a fresh mount fetches to read
+// one 4 MiB tensor (remote_read_bytes ÷ tensor bytes). Results are logged,
+// and appended as KEY VALUE lines to $CKPTFS_BENCH_OUT when it is set.
+func TestRemoteBench(t *testing.T) {
+	srv := s3test.Start(t)
+	srv.SetEnv(t)
+	tmp := t.TempDir()
+	dir := func(name string) string {
+		p := filepath.Join(tmp, name)
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	tensors := make([]stTensor, 64)
+	for i := range tensors {
+		tensors[i] = f32Tensor(fmt.Sprintf("t%02d", i), uint64(i+1), 4*mib)
+	}
+	size := float64(64 * 4 * mib)
+	results := map[string]string{}
+	var plain, local, upload []float64
+	for round := range 3 {
+		// Without a remote, then with one, side by side.
+		mnt := dir(fmt.Sprint("plain", round))
+		startDaemon(t, dir(fmt.Sprint("plainstore", round)), mnt)
+		start := time.Now()
+		writeSafetensors(t, filepath.Join(mnt, "model.safetensors"), tensors)
+		plain = append(plain, size/1e6/time.Since(start).Seconds())
+
+		url := srv.URL(fmt.Sprint("bench", round))
+		mnt = dir(fmt.Sprint("mnt", round))
+		startDaemon(t, dir(fmt.Sprint("store", round)), mnt, remoteFlag, url)
+		start = time.Now()
+		writeSafetensors(t, filepath.Join(mnt, "model.safetensors"), tensors)
+		local = append(local, size/1e6/time.Since(start).Seconds())
+		if code, msg := syncMount(t, mnt, 5*time.Minute); code != 0 {
+			t.Fatalf("ckptfs sync: exit %d: %s", code, msg)
+		}
+		upload = append(upload, size/1e6/time.Since(start).Seconds())
+	}
+	med := func(v []float64) float64 {
+		s := slices.Clone(v)
+		slices.Sort(s)
+		return s[len(s)/2]
+	}
+	results["9_remote_write_plain_mount.MBps"] = fmt.Sprintf("%.0f", med(plain))
+	results["9_remote_write_local_commit.MBps"] = fmt.Sprintf("%.0f", med(local))
+	results["9_remote_write_in_bucket.MBps"] = fmt.Sprintf("%.0f", med(upload))
+	results["9_remote_write_in_bucket.ratio_to_plain"] = fmt.Sprintf("%.3f", med(upload)/med(plain))
+
+	// A fresh mount reads one tensor lazily from the bucket.
+	mntB := dir("mntB")
+	startDaemon(t, dir("storeB"), mntB, remoteFlag, srv.URL("bench0"), readOnlyFlag)
+	waitFile(t, filepath.Join(mntB, "model.safetensors"))
+	before := statsJSON(t, mntB)[statRemoteGet]
+	got := runPy(t, "import hashlib, sys\n"+
+		"from safetensors import safe_open\n"+
+		"with safe_open(sys.argv[1], framework='pt') as f:\n"+
+		"    print(hashlib.sha256(f.get_tensor('t37').numpy().tobytes()).hexdigest())\n",
+		filepath.Join(mntB, "model.safetensors"))
+	if got != fmt.Sprintf("%x", sha256.Sum256(tensors[37].data)) {
+		t.Fatal("safe_open on the fresh mount returned other bytes")
+	}
+	fetched := statsJSON(t, mntB)[statRemoteGet] - before
+	results["9_remote_lazy_one_tensor.fetched_bytes"] = fmt.Sprint(fetched)
+	results["9_remote_lazy_one_tensor.ratio"] = fmt.Sprintf("%.3f", float64(fetched)/(4*mib))
+
+	var lines []string
+	for k, v := range results {
+		lines = append(lines, k+" "+v)
+	}
+	slices.Sort(lines)
+	t.Logf("plain %v MB/s, local commit %v MB/s, in bucket %v MB/s\n%s", plain, local, upload, strings.Join(lines, "\n"))
+	if out := os.Getenv("CKPTFS_BENCH_OUT"); out != "" {
+		f, err := os.OpenFile(out, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		fmt.Fprintln(f, strings.Join(lines, "\n"))
 	}
 }

@@ -21,3 +21,10 @@ median() { awk -v b="$1" '$1 ~ "^Benchmark" b {print $(NF-1)}' | sort -n | sed -
 	echo "8_remote_get_1MiB.MBps $(echo "$out" | median Get)"
 } >>"$repo/bench-results.txt"
 tail -2 "$repo/bench-results.txt"
+
+# The remote tier through the mount (test/remote_test.go): local write rate
+# with and without a remote, the rate at which writes reach the bucket, and
+# a fresh mount's lazy read of one tensor (bytes fetched ÷ tensor bytes).
+echo "== remote tier through the mount (versitygw on loopback)"
+(cd "$repo" && CKPTFS_VENV="$venv" CKPTFS_BENCH_OUT="$repo/bench-results.txt" \
+	go test -tags remote_e2e -count=1 -timeout 30m -run '^TestRemoteBench$' -v ./test | grep -E '^(---|ok|FAIL)|MB/s|^9_')
