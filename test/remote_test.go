@@ -121,6 +121,7 @@ func TestRemote(t *testing.T) {
 		return p
 	}
 
+	t.Log("== mount A, write")
 	// Mount A writes a 256 MiB safetensors file and a torch.save file.
 	mntA := dir("mntA")
 	a := startDaemon(t, dir("storeA"), mntA, remoteFlag, url)
@@ -153,6 +154,7 @@ func TestRemote(t *testing.T) {
 		}
 	}
 
+	t.Log("== second writer")
 	// A second writing mount of the same prefix is refused.
 	mntC := dir("mntC")
 	cmd := exec.Command(ckptfsBin, "mount", remoteFlag, url, dir("storeC"), mntC)
@@ -167,6 +169,7 @@ func TestRemote(t *testing.T) {
 	}
 	t.Logf("second writer refused: %s", strings.TrimSpace(errC.String()))
 
+	t.Log("== mount B")
 	// Mount B, a fresh empty store on the same bucket, reads one tensor
 	// lazily, then both files byte-exact.
 	mntB := dir("mntB")
@@ -186,7 +189,7 @@ func TestRemote(t *testing.T) {
 	t.Logf("lazy read of one 4 MiB tensor from the bucket: %s %.2f MiB (%.2f× the tensor; budget %.1f MiB)",
 		statRemoteGet, float64(fetched)/mib, float64(fetched)/(4*mib), float64(budget)/mib)
 	if fetched < 4*mib || fetched > budget {
-		t.Fatalf("safe_open of one 4 MiB tensor fetched %d bytes from the bucket (want 4 MiB..%d)", fetched, budget)
+		t.Errorf("safe_open of one 4 MiB tensor fetched %d bytes from the bucket (want 4 MiB..%d)", fetched, budget)
 	}
 	for name, sum := range want {
 		if got, err := fileSHA(t, filepath.Join(mntB, name)); err != nil || got != sum {
@@ -194,6 +197,7 @@ func TestRemote(t *testing.T) {
 		}
 	}
 
+	t.Log("== server stopped during a write")
 	// The server stops during a write: close still works, sync fails or
 	// waits, and completes after the restart.
 	srv.Stop()
@@ -216,6 +220,7 @@ func TestRemote(t *testing.T) {
 		t.Fatalf("late.bin on mount B: %v", err)
 	}
 
+	t.Log("== server answering errors")
 	// A server answering errors: a fresh reader's reads fail with EIO within
 	// a bounded time, never with wrong bytes.
 	proxy := s3test.NewProxy(t, srv.Endpoint)
@@ -239,6 +244,7 @@ func TestRemote(t *testing.T) {
 	}
 	proxy.Clear()
 
+	t.Log("== SIGKILL with uploads pending")
 	// SIGKILL with uploads pending: they resume at the next mount.
 	srv.Stop()
 	pending := randBytes(100, 16*mib)
@@ -257,6 +263,7 @@ func TestRemote(t *testing.T) {
 		t.Fatalf("pending.bin on mount B: %v", err)
 	}
 
+	t.Log("== damaged object")
 	// A damaged object in the bucket: a fresh reader gets EIO for the file
 	// that uses it, never wrong bytes, and fsck names it.
 	var victim string
