@@ -73,7 +73,7 @@ func (b *Backend) PutIfMatch(ctx context.Context, h backend.Handle, obj []byte, 
 			ContentType:   aws.String("application/octet-stream"),
 			Metadata:      map[string]string{md5Meta: hex.EncodeToString(sum[:])},
 			IfMatch:       aws.String(tag),
-		})
+		}, unsignedPayload)
 		if err == nil {
 			newTag = aws.ToString(resp.ETag)
 			return nil

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/config"
 	s3api "github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
@@ -281,7 +282,7 @@ func (b *Backend) Put(ctx context.Context, h backend.Handle, obj []byte, opts ba
 		if opts.IfAbsent {
 			in.IfNoneMatch = aws.String("*")
 		}
-		_, err := b.client.PutObject(actx, in)
+		_, err := b.client.PutObject(actx, in, unsignedPayload)
 		if err != nil && opts.IfAbsent && uncertain && statusOf(err) == http.StatusPreconditionFailed {
 			// Refused by our own earlier attempt? Then the stored object is obj.
 			if got, gerr := b.get(ctx, key, nil); gerr == nil && bytes.Equal(got, obj) {
@@ -297,6 +298,17 @@ func (b *Backend) Put(ctx context.Context, h backend.Handle, obj []byte, opts ba
 		b.stats.putBytes.Add(int64(len(obj)))
 	}
 	return err
+}
+
+// unsignedPayload makes a PutObject send UNSIGNED-PAYLOAD instead of the
+// body's SHA-256 in its signature. Every PUT carries Content-MD5, which is a
+// signed header and which the server checks against the body, so the body is
+// still covered end to end; the client and the server are spared a SHA-256
+// of every byte. Measured on versitygw (1 MiB PUTs, 32 at a time, six
+// alternating runs on a busy 2-core machine): 1.0-1.9× the signed rate,
+// never slower.
+func unsignedPayload(o *s3api.Options) {
+	o.APIOptions = append(o.APIOptions, v4.SwapComputePayloadSHA256ForUnsignedPayloadMiddleware)
 }
 
 // statusOf is the HTTP status of the answer err came with, or 0.
