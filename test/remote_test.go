@@ -330,12 +330,14 @@ func runWithTimeout(cmd *exec.Cmd, d time.Duration) error {
 	}
 }
 
-// TestRemoteBench measures, for make bench: the local write rate of a
-// mount with a remote and without one, the rate at which the writes reach the
-// bucket (ckptfs sync returns), and the bytes a fresh mount fetches to read
-// one 4 MiB tensor (remote_read_bytes ÷ tensor bytes). Results are logged,
-// and appended as KEY VALUE lines to $CKPTFS_BENCH_OUT when it is set.
-func TestRemoteBench(t *testing.T) {
+// BenchmarkRemote measures, for make bench (run once: -benchtime 1x): the
+// local write rate of a mount with a remote and without one, the rate at
+// which the writes reach the bucket (ckptfs sync returns), and the bytes a
+// fresh mount fetches to read one 4 MiB tensor (remote_read_bytes ÷ tensor
+// bytes). Results are logged, and appended as KEY VALUE lines to
+// $CKPTFS_BENCH_OUT when it is set. A benchmark, so go test does not run it.
+func BenchmarkRemote(b *testing.B) {
+	var t testing.TB = b
 	srv := s3test.Start(t)
 	srv.SetEnv(t)
 	tmp := t.TempDir()

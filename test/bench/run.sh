@@ -27,4 +27,5 @@ tail -2 "$repo/bench-results.txt"
 # a fresh mount's lazy read of one tensor (bytes fetched ÷ tensor bytes).
 echo "== remote tier through the mount (versitygw on loopback)"
 (cd "$repo" && CKPTFS_VENV="$venv" CKPTFS_BENCH_OUT="$repo/bench-results.txt" \
-	go test -tags remote_e2e -count=1 -timeout 30m -run '^TestRemoteBench$' -v ./test | grep -E '^(---|ok|FAIL)|MB/s|^9_')
+	go test -tags remote_e2e -count=1 -timeout 30m -run '^$' -bench '^BenchmarkRemote$' -benchtime 1x -v ./test |
+	grep -E '^(---|ok|FAIL)|MB/s|^ *9_')

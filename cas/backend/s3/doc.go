@@ -56,8 +56,8 @@
 //     refuses a body damaged on the way (400 BadDigest, retried; versitygw
 //     checks it, see TestFaults), and the signature covers that header
 //     instead of a SHA-256 of the body (UNSIGNED-PAYLOAD: up to 1.9× the
-//     upload rate on a busy machine); the
-//     MD5 is also stored as user metadata (x-amz-meta-ckptfs-md5). Get
+//     upload rate on a busy machine); the MD5 is also stored as user
+//     metadata (x-amz-meta-ckptfs-md5). Get
 //     checks the body's length against Content-Length and its MD5 against
 //     that metadata when present, and retries a mismatch. So a truncated or
 //     damaged download is never returned as success. A body that fails its
