@@ -90,8 +90,8 @@
 //
 // # Why aws-sdk-go-v2 and not minio-go
 //
-// Both work against every server we tested (see
-// /shared/notes/remote-and-delta.md, part A2). aws-sdk-go-v2 was chosen
+// Both worked against every server we tried (versitygw, s3proxy, MinIO,
+// moto) in the research for issue #14. aws-sdk-go-v2 was chosen
 // because ckptfs's correctness rests on conditional writes, and there they
 // are typed, documented fields (PutObjectInput.IfNoneMatch, IfMatch, and
 // conditional DeleteObject for a future GC) that track AWS's semantics
