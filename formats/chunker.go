@@ -15,6 +15,29 @@ const minMaxChunk = 64
 // zip entry whose size is not in its local header (torch's small records).
 const maxDescScan = 1 << 20
 
+// headerStep bounds how many bytes a Chunker asks for beyond those it knows
+// to be metadata while it reads a header whose end it does not know yet (a
+// torch data.pkl, a GGUF header): it parses again every headerStep bytes, so
+// a 100 MB GGUF header costs a handful of parses, not one per Write.
+const headerStep = 8 << 20
+
+// MaxLag bounds how far the cuts of a Chunker with chunk size limit maxChunk
+// lag behind the bytes written: after every Write, all bytes but the last
+// MaxLag(maxChunk) are in chunks already cut. A writer that holds uncut
+// bytes in memory (fusefs's stream) needs room for that much plus what it
+// feeds per Write, or it waits forever for a cut.
+//
+// Header bytes count as cut once they are known to be metadata: a Chunker
+// cuts them by content as they arrive (cutPending) while it keeps a copy
+// for its parser, so a header of any legal size streams through.
+func MaxLag(maxChunk int) int64 {
+	mc := int64(maxChunk)
+	if mc <= 0 {
+		mc = defaultMaxChunk
+	}
+	return max(mc, minMaxChunk) + max(headerStep, maxDescScan+64, maxNPYHeader, 2<<16+30)
+}
+
 // Chunker cuts a file, fed in order, into chunks; see NewChunker.
 //
 // The Chunker is a pipeline of two parts. A format state machine (the
@@ -30,6 +53,8 @@ type Chunker struct {
 
 	off     int64    // bytes written
 	done    int64    // bytes given to the cutter; the pending bytes are [done, off)
+	cdcPos  int64    // bytes content-defined cutting has seen: done, or more while a header is pending
+	metaEnd int64    // pending bytes below this are known to be metadata (see cutPending)
 	lastCut int64    // end of the last chunk
 	h       uint64   // gear hash of the open CDC chunk
 	out     []int64  // cuts made during the current call
@@ -201,9 +226,10 @@ func (c *Chunker) run(p []byte, eof bool) {
 			if len(p) > 0 {
 				k := min(c.need-pend, len(p))
 				if cap(c.buf)-len(c.buf) < k {
-					// Grow to exactly what the step needs (a header may be
-					// 100 MB: no doubling past it), dropping consumed bytes.
-					nb := make([]byte, pend, max(c.need, 4096))
+					// Grow to what the step needs, at least doubling (steps
+					// ask for a header headerStep bytes at a time) but not
+					// past the header limit, dropping consumed bytes.
+					nb := make([]byte, pend, max(c.need, 4096, min(2*pend, maxHeaderSize)))
 					copy(nb, c.buf[c.bufR:])
 					c.buf, c.bufR = nb, 0
 				}
@@ -212,6 +238,7 @@ func (c *Chunker) run(p []byte, eof bool) {
 				continue
 			}
 			if !eof {
+				c.cutPending()
 				return
 			}
 			c.step(c, c.buf[c.bufR:], true)
@@ -222,6 +249,22 @@ func (c *Chunker) run(p []byte, eof bool) {
 		}
 		c.step(c, c.buf[c.bufR:], eof && len(p) == 0)
 	}
+}
+
+// cutPending cuts by content the pending bytes known to be metadata (below
+// metaEnd) while the step waits for more of them. The same bytes are claimed
+// as metadata later, and content-defined cuts depend only on the bytes, so
+// the cuts are those a later claim would make: consume skips what was cut
+// here. A malformed file whose "metadata" turns out to be data is CDC-cut to
+// its end (claimData).
+func (c *Chunker) cutPending() {
+	end := min(c.metaEnd, c.off)
+	if c.claim != 0 || end <= c.cdcPos {
+		return
+	}
+	c.isData = false
+	from, to := c.bufR+int(c.cdcPos-c.done), c.bufR+int(end-c.done)
+	c.cdc(c.buf[from:to])
 }
 
 // resetBuf empties the pending buffer, dropping a large one.
@@ -240,11 +283,15 @@ func (c *Chunker) consume(b []byte) {
 	if c.claim > 0 {
 		c.claim -= n
 	}
+	end := c.done + n
 	if !c.isData {
-		c.cdc(b)
+		// cutPending may have cut a prefix of these bytes already.
+		if skip := c.cdcPos - c.done; skip < n {
+			c.cdc(b[max(skip, 0):])
+		}
+		c.done = end
 		return
 	}
-	end := c.done + n
 	for c.dataNext <= end {
 		c.emit(c.dataNext)
 		if c.dataNext == c.dataEnd {
@@ -253,17 +300,17 @@ func (c *Chunker) consume(b []byte) {
 		}
 		c.dataNext = min(c.dataNext+c.maxChunk, c.dataEnd)
 	}
-	c.done = end
+	c.done, c.cdcPos = end, end
 }
 
-// cdc cuts b, the bytes at c.done, by content.
+// cdc cuts b, the bytes at c.cdcPos, by content.
 func (c *Chunker) cdc(b []byte) {
 	p := &c.p
 	for len(b) > 0 {
-		clen := c.done - c.lastCut
+		clen := c.cdcPos - c.lastCut
 		if clen < p.min { // cut-point skipping: no cut before min
 			k := min(p.min-clen, int64(len(b)))
-			c.done += k
+			c.cdcPos += k
 			b = b[k:]
 			continue
 		}
@@ -286,12 +333,12 @@ func (c *Chunker) cdc(b []byte) {
 		}
 		if cut < 0 {
 			c.h = h
-			c.done += n
+			c.cdcPos += n
 			b = b[n:]
 			continue
 		}
-		c.done += int64(cut)
-		c.emit(c.done)
+		c.cdcPos += int64(cut)
+		c.emit(c.cdcPos)
 		b = b[cut:]
 	}
 }
@@ -329,6 +376,12 @@ func (c *Chunker) claimRun(n int64, kind SegmentKind, then stepFunc) {
 func (c *Chunker) claimData(n int64, dtype string, then stepFunc) {
 	c.need, c.step = 0, then
 	if n <= 0 {
+		return
+	}
+	if c.cdcPos > c.done {
+		// cutPending took bytes for metadata that turn out to be data: only
+		// a malformed file gets here. Its cuts stay valid as CDC cuts.
+		c.fail()
 		return
 	}
 	c.emit(c.done) // a data segment starts a chunk
@@ -391,6 +444,7 @@ func stepSniff(c *Chunker, b []byte, eof bool) {
 			c.fail()
 			return
 		}
+		c.metaEnd = c.done + 8 + int64(n)
 		c.wait(8+int(n), stepSafetensors)
 	case fmtGGUF:
 		c.format = fmtGGUF
@@ -435,7 +489,9 @@ func stepGGUF(c *Chunker, b []byte, eof bool) {
 			c.fail()
 			return
 		}
-		c.wait(int(min(max(need, 2*int64(len(b))), maxHeaderSize)), stepGGUF)
+		// The header goes on to need at least: those bytes are metadata.
+		c.metaEnd = max(c.metaEnd, c.done+need)
+		c.wait(int(min(max(need, int64(headerAhead(len(b)))), maxHeaderSize)), stepGGUF)
 		return
 	}
 	c.tensors = h.tensors
@@ -449,6 +505,12 @@ func stepGGUF(c *Chunker, b []byte, eof bool) {
 	}
 	c.after = func(c *Chunker, b []byte, eof bool) { c.claimRest(KindOther, true) }
 	c.claimRun(h.infoEnd, KindMeta, stepQueue)
+}
+
+// headerAhead is how many bytes to parse a header of unknown length again
+// with after n were not enough: twice as many, but at most headerStep more.
+func headerAhead(n int) int {
+	return n + min(max(n, 64), headerStep)
 }
 
 func stepNPY(c *Chunker, b []byte, eof bool) {
@@ -738,7 +800,9 @@ func stepTorchPickle(c *Chunker, b []byte, eof bool) {
 		if eof || len(b) >= maxHeaderSize {
 			c.fail()
 		} else {
-			c.wait(min(2*len(b), maxHeaderSize), stepTorchPickle)
+			// The pickle goes on past b: b is metadata.
+			c.metaEnd = max(c.metaEnd, c.done+int64(len(b)))
+			c.wait(min(headerAhead(len(b)), maxHeaderSize), stepTorchPickle)
 		}
 		return
 	}

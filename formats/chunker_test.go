@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -283,5 +284,63 @@ func TestChunkerCutTypes(t *testing.T) {
 			t.Errorf("chunk [%d,%d): dtype %q, want %q", prev, k.End, k.DType, want)
 		}
 		prev = k.End
+	}
+}
+
+// hugeHeaderSamples returns files whose header (safetensors JSON, torch
+// data.pkl, GGUF KVs) is larger than a stream may hold uncut, with the
+// tensor each must still index.
+func hugeHeaderSamples(t testing.TB, headerBytes int) []sample {
+	blob := strings.Repeat("x", headerBytes)
+	w0 := f32s(21, 3000)
+	st := buildSafetensors([]stTensor{{"w", "F32", []int64{3000}, w0}}, map[string]string{"blob": blob})
+
+	var w pkw
+	w.op(0x80, 2).global("collections", "OrderedDict").op(')', 'R', '(')
+	w.str("blob").str(blob)
+	w.str("w").tensor(ptTensor{"w", "0", "FloatStorage", "", 3000, 0, []int64{3000}, []int64{1}})
+	w.op('u', '.')
+	pt := buildTorchZip(torchRecords("archive", w.Bytes(), []zipMember{{"0", w0}}))
+
+	gg := buildGGUF([]ggufKV{{"blob", blob}}, []ggufTensor{{"w", 0, []uint64{3000}, w0}}, 32)
+	want := map[string]wantTensor{"w": {dtype: "f32", shape: []int64{3000}, bytes: w0}}
+	return []sample{{"safetensors", st, fmtSafetensors, want}, {"torch", pt, fmtTorch, want}, {"gguf", gg, fmtGGUF, want}}
+}
+
+// TestChunkerHugeHeaderLag: headers of any legal size stream through. A
+// writer that may hold only so many uncut bytes (fusefs's stream) must
+// never wait for a cut the Chunker makes only after the whole header: the
+// uncut tail stays within MaxLag after every Write, and the file is still
+// indexed and cut as when written at once.
+func TestChunkerHugeHeaderLag(t *testing.T) {
+	const mc, feed = 1 << 20, 4 << 20 // fusefs feeds 4 MiB at a time
+	for _, s := range hugeHeaderSamples(t, 60<<20) {
+		t.Run(s.name, func(t *testing.T) {
+			c := NewChunker(mc)
+			var cuts []int64
+			last, written := int64(0), int64(0)
+			for p := s.data; len(p) > 0; {
+				n := min(feed, len(p))
+				got := c.Write(p[:n])
+				p, written = p[n:], written+int64(n)
+				if len(got) > 0 {
+					last = got[len(got)-1]
+				}
+				if lag := written - last; lag > MaxLag(mc) {
+					t.Fatalf("at %d bytes written the last cut is at %d: lag %d > MaxLag %d", written, last, lag, MaxLag(mc))
+				}
+				cuts = append(cuts, got...)
+			}
+			rest, ix := c.Close()
+			cuts = append(cuts, rest...)
+			if ix.Format != s.format {
+				t.Fatalf("format %q, want %q", ix.Format, s.format)
+			}
+			checkTensors(t, s.data, ix, s.tensors)
+			checkCuts(t, s.data, cuts, ix, mc)
+			if whole, _ := chunk(s.data, mc, 0); !reflect.DeepEqual(cuts, whole) {
+				t.Fatalf("%d cuts differ from whole-file writes (%d cuts)", len(cuts), len(whole))
+			}
+		})
 	}
 }

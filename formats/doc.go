@@ -33,6 +33,13 @@
 //     still deduplicate after insertions. The gear table is fixed: changing
 //     it moves cut points and stops new chunks from matching old ones.
 //   - Cuts depend only on the file's bytes, never on how writes split them.
+//   - The cuts lag the bytes written by at most MaxLag(maxChunk) (~9 MiB
+//     for 1 MiB chunks), whatever the header size: bytes a parser still needs
+//     but already knows to be metadata (a safetensors header of known length,
+//     a torch data.pkl or GGUF header that goes on past them) are cut by
+//     content as they arrive, while a copy waits for the parser; a header
+//     whose end is unknown is parsed again every 8 MiB. A writer that keeps
+//     uncut bytes in memory therefore never waits on a header.
 //   - A write is never refused: odd, broken or hostile input degrades to
 //     CDC and an Index with Format "".
 //   - When a Chunker reports a format, Parse of the same bytes returns the

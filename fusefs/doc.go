@@ -40,6 +40,12 @@
 // commit is kept out of the catalog, and a committed file it replaced by rename
 // (the "shadow") stays in the catalog until the replacing file commits.
 //
+// Memory: a stream holds at most its window (about 24 MiB: the chunker's lag,
+// formats.MaxLag, plus two blocks) and streams together at most the write
+// memory budget (WithWriteMemory, 96 MiB by default); a file started while
+// the budget is spent is staged in a spool instead, so parallel writers cost
+// disk, not memory. Spooled commits ingest at most maxSpoolIngests at a time.
+//
 // Write handles use FOPEN_DIRECT_IO (no page-cache copy; 1 MiB requests). Writing
 // to a committed file first copies its committed content into a spool unless the
 // first change is a truncation to zero (open with O_TRUNC), which is the common case.

@@ -353,8 +353,7 @@ func (n *fileNode) stage(ctx context.Context, keep int64) error {
 	keep = min(keep, n.committedSize)
 	if keep == 0 {
 		n.attr.Size = 0
-		n.startStream()
-		return nil
+		return n.stageEmpty()
 	}
 	f, err := n.fsys.newSpool(n.attr.Ino)
 	if err != nil {
@@ -366,6 +365,20 @@ func (n *fileNode) stage(ctx context.Context, keep int64) error {
 	}
 	n.spool = f
 	n.attr.Size = keep
+	return nil
+}
+
+// stageEmpty stages empty content: in a stream if the write memory budget
+// has room for one, else in an empty spool (mu held).
+func (n *fileNode) stageEmpty() error {
+	if n.startStream() {
+		return nil
+	}
+	f, err := n.fsys.newSpool(n.attr.Ino)
+	if err != nil {
+		return err
+	}
+	n.spool = f
 	return nil
 }
 
@@ -471,7 +484,10 @@ func (n *fileNode) resize(ctx context.Context, size int64) error {
 			// Truncated to nothing again (open with O_TRUNC): start over.
 			st.abandon()
 			n.stream = nil
-			n.startStream()
+			if err := n.stageEmpty(); err != nil {
+				n.revert()
+				return err
+			}
 		case size >= st.written():
 			st.extend(size)
 		default:
@@ -748,8 +764,18 @@ func (n *fileNode) commitLocked(ctx context.Context, origin *fileNode, originAtt
 			put := func(ctx context.Context, data []byte, dtype string) (cas.ChunkRef, error) {
 				return putChunk(ctx, batch, data, dtype)
 			}
+			// A spool ingest holds a few blocks and putWorkers chunks:
+			// bound how many run at once (the write memory budget).
+			select {
+			case n.fsys.ingestSem <- struct{}{}:
+			case <-ctx.Done():
+				batch.Release()
+				return nil, ctx.Err()
+			}
 			var err error
-			if refs, ix, _, err = ingest(ctx, fixedSource{n.spool, n.attr.Size}, n.fsys.store.ChunkSize(), put); err != nil {
+			refs, ix, _, err = ingest(ctx, fixedSource{n.spool, n.attr.Size}, n.fsys.store.ChunkSize(), put)
+			<-n.fsys.ingestSem
+			if err != nil {
 				batch.Release()
 				return nil, err
 			}
@@ -854,3 +880,6 @@ func (n *fileNode) replaceOrigin(origin *fileNode) func() {
 // putWorkers is how many chunks one commit hashes, encodes and writes at once:
 // enough to keep both cores and the disk busy.
 const putWorkers = 16
+
+// maxSpoolIngests is how many commits ingest spooled content at once.
+const maxSpoolIngests = 2

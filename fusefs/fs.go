@@ -47,6 +47,14 @@ type FS struct {
 
 	blocks blockPool // memory of streams (stream.go)
 
+	// Write memory (stream.go): streams take their window from writeMemory;
+	// a file written from empty when none is left is spooled instead.
+	// ingestSem bounds the spooled commits that ingest at once.
+	memMu       sync.Mutex
+	streamUsed  int64
+	writeMemory int64
+	ingestSem   chan struct{}
+
 	asyncCommit bool           // close returns before the commit (WithAsyncCommit)
 	pending     sync.WaitGroup // background commits in flight
 
@@ -70,6 +78,13 @@ type Option func(*FS)
 // the commit lands.
 func WithAsyncCommit() Option { return func(f *FS) { f.asyncCommit = true } }
 
+// WithWriteMemory sets the memory that files being written hold in streams
+// (DefaultWriteMemory): each stream reserves a window of about 24 MiB, and a
+// file started while the budget is spent is staged in a spool file on disk
+// instead (committed at close from there). With the chunk cache and a fixed
+// cost per open writer, this bounds the daemon's memory.
+func WithWriteMemory(n int64) Option { return func(f *FS) { f.writeMemory = n } }
+
 // New returns the filesystem of store. It creates runs/ when the store's root is
 // empty (a fresh store). logger receives errors that cannot be returned to a
 // caller (a commit at RELEASE, a background re-encode); nil discards them.
@@ -80,7 +95,8 @@ func New(store *cas.Store, logger *log.Logger, opts ...Option) (*FS, error) {
 		logger = log.New(discard{}, "", 0)
 	}
 	f := &FS{store: store, log: logger, openFiles: map[*fileNode]int{},
-		act: activity{epoch: time.Now()}, reencodeIdle: DefaultReencodeIdle}
+		act: activity{epoch: time.Now()}, reencodeIdle: DefaultReencodeIdle,
+		writeMemory: DefaultWriteMemory, ingestSem: make(chan struct{}, maxSpoolIngests)}
 	for _, o := range opts {
 		o(f)
 	}

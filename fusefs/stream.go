@@ -46,6 +46,9 @@ type stream struct {
 	stop   bool // materialize wants the streamer to stop
 	cancel context.CancelFunc
 
+	window   int64 // the most memory it holds: a writer further ahead waits
+	reserved int64 // what it took from FS.streamMem, until freeMemory
+
 	done  chan struct{}
 	refs  []cas.ChunkRef // when done: the chunks of [0, cut)
 	cut   int64
@@ -53,17 +56,51 @@ type stream struct {
 	err   error
 }
 
-const (
-	streamBlock = readBlock
-	// streamMem bounds the memory one stream holds; a writer ahead of the
-	// streamer by that much waits for it.
-	streamMem = 8 * streamBlock
-)
+const streamBlock = readBlock
 
-// startStream stages n (empty) in a stream (file mu held).
-func (n *fileNode) startStream() {
+// streamWindow is the memory one stream may hold: a writer ahead of the
+// streamer by that much waits for it. The streamer takes a whole block past
+// what it fed the chunker, and frees a block only once the chunker cut past
+// its end, so the window must hold the chunker's lag (formats.MaxLag) rounded
+// up to blocks, plus those two blocks; one more lets the writer run ahead.
+// Less, and a writer waits for a cut that never comes.
+func streamWindow(maxChunk int) int64 {
+	lag := (formats.MaxLag(maxChunk) + streamBlock - 1) / streamBlock * streamBlock
+	return lag + 3*streamBlock
+}
+
+// DefaultWriteMemory is the memory all streams together may hold (WithWriteMemory).
+const DefaultWriteMemory = 96 << 20
+
+// reserveStream takes a stream's window from the write memory budget. The
+// first stream always gets one.
+func (f *FS) reserveStream(window int64) bool {
+	f.memMu.Lock()
+	defer f.memMu.Unlock()
+	if f.streamUsed > 0 && f.streamUsed+window > f.writeMemory {
+		return false
+	}
+	f.streamUsed += window
+	return true
+}
+
+func (f *FS) unreserveStream(window int64) {
+	f.memMu.Lock()
+	defer f.memMu.Unlock()
+	f.streamUsed -= window
+}
+
+// startStream stages n (empty) in a stream (file mu held). It reports false,
+// starting nothing, when the write memory budget has no room for another
+// stream: the caller spools instead.
+func (n *fileNode) startStream() bool {
+	window := streamWindow(n.fsys.store.ChunkSize())
+	if !n.fsys.reserveStream(window) {
+		return false
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &stream{fsys: n.fsys, batch: n.fsys.store.NewBatch(), cancel: cancel, done: make(chan struct{})}
+	s := &stream{fsys: n.fsys, batch: n.fsys.store.NewBatch(), cancel: cancel, done: make(chan struct{}),
+		window: window, reserved: window}
 	s.cond = sync.NewCond(&s.mu)
 	n.stream = s
 	go func() {
@@ -80,6 +117,7 @@ func (n *fileNode) startStream() {
 		s.cond.Broadcast() // a writer waiting for room
 		s.mu.Unlock()
 	}()
+	return true
 }
 
 var errStreamStopped = errors.New("stream stopped")
@@ -182,7 +220,7 @@ func (s *stream) write(data []byte, off int64) (ok bool, err error) {
 		return false, nil
 	}
 	for len(data) > 0 {
-		for s.there-s.base >= streamMem && !s.ended() {
+		for s.there-s.base >= s.window && !s.ended() {
 			s.cond.Wait()
 		}
 		if s.ended() {
@@ -260,6 +298,8 @@ func (s *stream) abandon() {
 	s.batch.Release()
 }
 
+// freeMemory drops the stream's blocks and gives its window back to the
+// budget (after the streamer ended, so no put holds a block).
 func (s *stream) freeMemory() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -267,6 +307,10 @@ func (s *stream) freeMemory() {
 		b.unref()
 	}
 	s.blocks = nil
+	if s.reserved > 0 {
+		s.fsys.unreserveStream(s.reserved)
+		s.reserved = 0
+	}
 }
 
 // materialize turns n's stream into a spool holding the same bytes (file mu
