@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sort"
 	"sync"
 	"sync/atomic"
 
@@ -267,11 +268,15 @@ func readFull(r io.ReaderAt, buf []byte, off int64) error {
 }
 
 // buildIndex turns what formats learned into the manifest's index, hashing
-// each tensor.
+// each tensor. A tensor that is a run of whole chunks costs no byte reads; a
+// view into a larger data segment (a torch storage shared by several
+// tensors) is named by that segment's chunks, hashed once per segment, so
+// 1000 views of a 64 MiB storage read nothing either.
 func buildIndex(r io.ReaderAt, fix *formats.Index, refs []cas.ChunkRef, starts []int64) (*FileIndex, error) {
 	ix := &FileIndex{Format: fix.Format}
+	segHash := map[int64][]byte{} // data segment offset -> its chunk-run hash
 	for _, t := range fix.Tensors {
-		h, err := tensorHash(r, t.Offset, t.Length, refs, starts)
+		h, err := tensorHash(r, t.Offset, t.Length, fix.Segments, segHash, refs, starts)
 		if err != nil {
 			return nil, fmt.Errorf("hash tensor %q: %w", t.Name, err)
 		}
@@ -282,29 +287,36 @@ func buildIndex(r io.ReaderAt, fix *formats.Index, refs []cas.ChunkRef, starts [
 	return ix, nil
 }
 
-// tensorHash identifies the bytes [off, off+length). When the range is exactly
-// a run of whole chunks (the usual case: chunks start at tensor starts), it is
-// the BLAKE3 of those chunks' IDs and lengths, so no byte is read again; a
-// range that is not (a view into a shared torch storage) is hashed byte by
-// byte under another domain. Either way equal hashes mean equal bytes, and the
-// same tensor cut the same way hashes the same in every file.
-func tensorHash(r io.ReaderAt, off, length int64, refs []cas.ChunkRef, starts []int64) (string, error) {
-	first := searchStarts(starts, off)
-	if first >= 0 && starts[first] == off {
-		end := off
-		i := first
-		for ; i < len(refs) && end < off+length; i++ {
-			end += int64(refs[i].Len)
+// tensorHash identifies the bytes [off, off+length). Equal hashes mean equal
+// bytes, and the same tensor cut the same way hashes the same in every file:
+//
+//   - a range that is exactly a run of whole chunks (the usual case: chunks
+//     start at tensor starts) is the BLAKE3 of those chunks' IDs and lengths;
+//   - a range inside a data segment that is such a run (a view into a torch
+//     storage) is the BLAKE3 of the segment's hash, the offset in it and the
+//     length: equal storages and equal places mean equal bytes. segHash
+//     caches segment hashes across the tensors of one file;
+//   - anything else is hashed byte by byte. Each rule hashes under its own
+//     domain, so the same bytes reached by two rules hash differently.
+func tensorHash(r io.ReaderAt, off, length int64, segs []formats.Segment, segHash map[int64][]byte,
+	refs []cas.ChunkRef, starts []int64) (string, error) {
+	if h := chunkRunHash(off, length, refs, starts); h != nil {
+		return fmt.Sprintf("%x", h), nil
+	}
+	if seg, ok := dataSegment(segs, off, length); ok {
+		sh, cached := segHash[seg.Offset]
+		if !cached {
+			sh = chunkRunHash(seg.Offset, seg.Length, refs, starts)
+			segHash[seg.Offset] = sh
 		}
-		if end == off+length {
+		if sh != nil {
 			h := blake3.New()
-			h.Write([]byte("ckptfs tensor chunks v1\x00"))
-			var n [8]byte
-			for _, c := range refs[first:i] {
-				binary.LittleEndian.PutUint64(n[:], uint64(c.Len))
-				h.Write(n[:])
-				h.Write(c.ID[:])
-			}
+			h.Write([]byte("ckptfs tensor view v1\x00"))
+			h.Write(sh)
+			var n [16]byte
+			binary.LittleEndian.PutUint64(n[:], uint64(off-seg.Offset))
+			binary.LittleEndian.PutUint64(n[8:], uint64(length))
+			h.Write(n[:])
 			return fmt.Sprintf("%x", h.Sum(nil)), nil
 		}
 	}
@@ -320,6 +332,46 @@ func tensorHash(r io.ReaderAt, off, length int64, refs []cas.ChunkRef, starts []
 		pos += n
 	}
 	return fmt.Sprintf("%x", h.Sum(nil)), nil
+}
+
+// chunkRunHash returns the hash of [off, off+length) if it is exactly a run of
+// whole chunks, else nil.
+func chunkRunHash(off, length int64, refs []cas.ChunkRef, starts []int64) []byte {
+	first := searchStarts(starts, off)
+	if first < 0 || starts[first] != off {
+		return nil
+	}
+	end := off
+	i := first
+	for ; i < len(refs) && end < off+length; i++ {
+		end += int64(refs[i].Len)
+	}
+	if end != off+length {
+		return nil
+	}
+	h := blake3.New()
+	h.Write([]byte("ckptfs tensor chunks v1\x00"))
+	var n [8]byte
+	for _, c := range refs[first:i] {
+		binary.LittleEndian.PutUint64(n[:], uint64(c.Len))
+		h.Write(n[:])
+		h.Write(c.ID[:])
+	}
+	return h.Sum(nil)
+}
+
+// dataSegment returns the data segment holding [off, off+length), if any.
+// segs are sorted by offset and do not overlap.
+func dataSegment(segs []formats.Segment, off, length int64) (formats.Segment, bool) {
+	i := sort.Search(len(segs), func(i int) bool { return segs[i].Offset > off }) - 1
+	if i < 0 {
+		return formats.Segment{}, false
+	}
+	s := segs[i]
+	if s.Kind != formats.KindData || off+length > s.Offset+s.Length {
+		return formats.Segment{}, false
+	}
+	return s, true
 }
 
 // searchStarts returns the index of the last start ≤ off, or -1.
