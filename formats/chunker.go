@@ -15,6 +15,12 @@ const minMaxChunk = 64
 // zip entry whose size is not in its local header (torch's small records).
 const maxDescScan = 1 << 20
 
+// minDataChunk is the smallest data segment cut into chunks of its own;
+// smaller ones are cut by content with the bytes around them. A chunk is a
+// store object: a safetensors file of 10^6 scalars must not cost 10^6 of
+// them.
+const minDataChunk = 4 << 10
+
 // headerStep bounds how many bytes a Chunker asks for beyond those it knows
 // to be metadata while it reads a header whose end it does not know yet (a
 // torch data.pkl, a GGUF header): it parses again every headerStep bytes, so
@@ -376,6 +382,11 @@ func (c *Chunker) claimRun(n int64, kind SegmentKind, then stepFunc) {
 func (c *Chunker) claimData(n int64, dtype string, then stepFunc) {
 	c.need, c.step = 0, then
 	if n <= 0 {
+		return
+	}
+	if n < minDataChunk {
+		c.segs.add(c.done, n, KindData, dtype)
+		c.claim, c.isData = n, false
 		return
 	}
 	if c.cdcPos > c.done {

@@ -21,14 +21,15 @@
 //
 // # Chunking invariants
 //
-//   - A data segment always starts and ends at a cut and is cut every
-//     maxChunk bytes from its first byte. The same tensor bytes therefore
-//     give the same chunks at any file offset, and a change inside one
-//     tensor changes only that tensor's chunks. Data bytes cost O(1) work
-//     per chunk: offset arithmetic, never hashing.
-//   - All other bytes (headers, pickles, zip records, padding, unknown
-//     formats, anything after the point where a stream stopped parsing) are
-//     cut by FastCDC (gear hash, normalized chunking, min 8 KiB, avg 32 KiB,
+//   - A data segment of at least 4 KiB always starts and ends at a cut and
+//     is cut every maxChunk bytes from its first byte. The same tensor bytes
+//     therefore give the same chunks at any file offset, and a change inside
+//     one tensor changes only that tensor's chunks. Data bytes cost O(1)
+//     work per chunk: offset arithmetic, never hashing.
+//   - Smaller data segments (a chunk is a store object: 10^6 scalars must
+//     not cost 10^6 of them) and all other bytes (headers, pickles, zip
+//     records, padding, unknown formats, anything after the point where a
+//     stream stopped parsing) are cut by FastCDC (gear hash, normalized chunking, min 8 KiB, avg 32 KiB,
 //     max min(128 KiB, maxChunk)), so unchanged parts of unknown formats
 //     still deduplicate after insertions. The gear table is fixed: changing
 //     it moves cut points and stops new chunks from matching old ones.
