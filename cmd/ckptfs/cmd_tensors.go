@@ -37,7 +37,7 @@ func runTensors(ctx context.Context, c command, args []string, stdout, stderr io
 		}{v.Path, v.Index.Format, v.Size, tensors})
 	}
 	if v.Index.Format == "" {
-		return fmt.Errorf("%s: not a checkpoint format ckptfs parses (safetensors, torch, GGUF, npy, npz)", v.Path)
+		return fmt.Errorf("%s: %w", v.Path, whyNotParsed(v.Path))
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tDTYPE\tSHAPE\tOFFSET\tBYTES")

@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/ckptfs/ckptfs/cas"
+	"github.com/ckptfs/ckptfs/formats"
 	"github.com/ckptfs/ckptfs/fusefs"
 )
 
@@ -82,5 +83,32 @@ func mountRootOf(path string, dev uint64) (string, bool) {
 		if dir == "/" {
 			return "", false
 		}
+	}
+}
+
+// whyNotParsed says why a file has no tensor index: formats.Parse's reason
+// for a file that starts like a checkpoint but is not a valid one ("global
+// os.system is not allowed", "header length ... exceeds ..."), else that its
+// format is not one ckptfs parses. It reads the file (through the mount, for
+// one in a mount): only the parts a parser looks at.
+func whyNotParsed(path string) error {
+	unknown := errors.New("not a checkpoint format ckptfs parses (safetensors, torch, GGUF, npy, npz)")
+	f, err := os.Open(path)
+	if err != nil {
+		return unknown
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return unknown
+	}
+	ix, err := formats.Parse(f, st.Size())
+	switch {
+	case err != nil:
+		return fmt.Errorf("not a valid checkpoint: %w", err)
+	case ix.Format == "":
+		return unknown
+	default:
+		return fmt.Errorf("a %s file whose layout ckptfs could not follow as it was written (a compressed zip member?), so it has no tensor index", ix.Format)
 	}
 }
