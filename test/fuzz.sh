@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# fuzz.sh [SECONDS]: runs every fuzz target for SECONDS each (default 6) and
+# fails if one finds a crasher or barely ran. -fuzzminimizetime is short: with
+# the default (60 s) FuzzParseTorch spent its whole minute minimizing one
+# "interesting" input (43 execs). A crasher is written to the package's
+# testdata/fuzz/<target>/ and becomes a regression case for plain `go test`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs=${1:-6}
+min_execs=1000
+targets=(
+	"formats FuzzParseSafetensors" "formats FuzzParseTorch" "formats FuzzParseGGUF"
+	"formats FuzzParseNPY" "formats FuzzChunker"
+	"cas FuzzDecodePayload" "cas FuzzByteGroupRoundTrip"
+)
+# Every Fuzz function must be listed above.
+all=$(grep -ho '^func Fuzz[A-Za-z0-9_]*' formats/*_test.go cas/*_test.go | sed 's/^func //' | sort)
+listed=$(printf '%s\n' "${targets[@]}" | awk '{print $2}' | sort)
+[ "$all" = "$listed" ] || { echo "fuzz.sh: targets differ from the Fuzz functions:"; diff <(echo "$listed") <(echo "$all"); exit 1; }
+start=$SECONDS
+for t in "${targets[@]}"; do
+	set -- $t
+	out=$(go test -run '^$' -fuzz "^$2\$" -fuzztime "${secs}s" -fuzzminimizetime 2s -parallel 2 "./$1" 2>&1) || {
+		echo "$out"; echo "fuzz: $1 $2 failed"; exit 1; }
+	execs=$(echo "$out" | grep -o 'execs: [0-9]*' | tail -1 | awk '{print $2}')
+	echo "fuzz: $1 $2: ${execs:-0} execs in ${secs}s"
+	[ "${execs:-0}" -ge "$min_execs" ] || { echo "$out"; echo "fuzz: $2 ran only ${execs:-0} inputs"; exit 1; }
+done
+echo "fuzz: all targets in $((SECONDS - start)) s"
