@@ -782,6 +782,10 @@ func (n *fileNode) commitLocked(ctx context.Context, origin *fileNode, originAtt
 		}
 	}
 	m.Chunks = refs
+	if ix != nil && ix.TensorsOmitted > 0 {
+		n.fsys.log.Printf("%s: %d tensors exceed the index limit of %d: the file is stored whole, without a tensor index",
+			n.name, ix.TensorsOmitted, MaxIndexTensors)
+	}
 	if ix != nil && ix.Format != "" {
 		var err error
 		if m.Extra, err = json.Marshal(ix); err != nil {

@@ -22,7 +22,19 @@ import (
 type FileIndex struct {
 	Format  string        `json:"format,omitempty"`
 	Tensors []TensorEntry `json:"tensors,omitempty"`
+	// TensorsOmitted counts the tensors of a file with more than
+	// MaxIndexTensors: its index keeps none (Tensors is empty).
+	TensorsOmitted int `json:"tensors_omitted,omitempty"`
 }
+
+// MaxIndexTensors bounds the tensors a file's index keeps. An entry costs
+// ~170 bytes of catalog and several times that of memory while a commit
+// builds it; real checkpoints hold thousands of tensors per file, a
+// hostile one millions (a GGUF of 800k empty tensors grew the catalog by
+// 136 MB and the daemon to 827 MB). Beyond the limit a file keeps its
+// chunks and format but no tensor index (tensor-level diff, dedup
+// reports and prefetch see no tensors), and the commit logs it.
+const MaxIndexTensors = 1 << 17
 
 // TensorEntry is one tensor of a file. Hash identifies the tensor's bytes:
 // equal hashes mean equal bytes (see tensorHash).
@@ -274,6 +286,10 @@ func readFull(r io.ReaderAt, buf []byte, off int64) error {
 // 1000 views of a 64 MiB storage read nothing either.
 func buildIndex(r io.ReaderAt, fix *formats.Index, refs []cas.ChunkRef, starts []int64) (*FileIndex, error) {
 	ix := &FileIndex{Format: fix.Format}
+	if len(fix.Tensors) > MaxIndexTensors {
+		ix.TensorsOmitted = len(fix.Tensors)
+		return ix, nil
+	}
 	segHash := map[int64][]byte{} // data segment offset -> its chunk-run hash
 	for _, t := range fix.Tensors {
 		h, err := tensorHash(r, t.Offset, t.Length, fix.Segments, segHash, refs, starts)

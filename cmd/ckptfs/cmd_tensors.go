@@ -39,6 +39,10 @@ func runTensors(ctx context.Context, c command, args []string, stdout, stderr io
 	if v.Index.Format == "" {
 		return fmt.Errorf("%s: %w", v.Path, whyNotParsed(v.Path))
 	}
+	if k := v.Index.TensorsOmitted; k > 0 {
+		return fmt.Errorf("%s: a %s file of %d tensors, over the %d a tensor index keeps: stored whole, without one",
+			v.Path, v.Index.Format, k, fusefs.MaxIndexTensors)
+	}
 	tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tDTYPE\tSHAPE\tOFFSET\tBYTES")
 	var total int64
