@@ -314,7 +314,7 @@ func hugeHeaderSamples(t testing.TB, headerBytes int) []sample {
 // indexed and cut as when written at once.
 func TestChunkerHugeHeaderLag(t *testing.T) {
 	const mc, feed = 1 << 20, 4 << 20 // fusefs feeds 4 MiB at a time
-	for _, s := range hugeHeaderSamples(t, 60<<20) {
+	for _, s := range hugeHeaderSamples(t, 40<<20) {
 		t.Run(s.name, func(t *testing.T) {
 			c := NewChunker(mc)
 			var cuts []int64
