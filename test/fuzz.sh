@@ -14,7 +14,7 @@ targets=(
 	"cas FuzzDecodePayload" "cas FuzzByteGroupRoundTrip"
 )
 # Every Fuzz function must be listed above.
-all=$(grep -ho '^func Fuzz[A-Za-z0-9_]*' formats/*_test.go cas/*_test.go | sed 's/^func //' | sort)
+all=$(grep -rho --include='*_test.go' '^func Fuzz[A-Za-z0-9_]*' . | sed 's/^func //' | sort)
 listed=$(printf '%s\n' "${targets[@]}" | awk '{print $2}' | sort)
 [ "$all" = "$listed" ] || { echo "fuzz.sh: targets differ from the Fuzz functions:"; diff <(echo "$listed") <(echo "$all"); exit 1; }
 start=$SECONDS
