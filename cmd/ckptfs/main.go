@@ -47,6 +47,9 @@ var errUsage = errors.New("usage error")
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if isMountHelper(os.Args[0]) {
+		os.Exit(runMountHelper(os.Args[1:], os.Stderr))
+	}
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -56,6 +59,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if len(args) == 0 {
 			return 2
 		}
+		return 0
+	}
+	if args[0] == "--version" || args[0] == "version" || args[0] == "-version" {
+		fmt.Fprintln(stdout, versionString())
 		return 0
 	}
 	for _, c := range commands {
