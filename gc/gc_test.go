@@ -361,3 +361,48 @@ func TestCollectGraceKeepsNeverCommittedObjects(t *testing.T) {
 		t.Fatalf("the object is still there: %v", err)
 	}
 }
+
+// TestFsckNamesEveryFileOfADamagedChunk: a corrupt or missing chunk shared by
+// several files is reported for each of them (every one of them reads EIO).
+func TestFsckNamesEveryFileOfADamagedChunk(t *testing.T) {
+	s := newStore(t)
+	shared := chunkData(20, 30000)
+	gone := chunkData(21, 20000)
+	for _, name := range []string{"a", "b", "c"} {
+		commitFile(t, s, name, shared, chunkData(uint64(len(name))+30, 1000), gone)
+	}
+	commitFile(t, s, "other", chunkData(40, 1000))
+	id, idGone := cas.Sum(shared).String(), cas.Sum(gone).String()
+	objPath := func(id string) string { return filepath.Join(s.Dir(), "objects", id[:2], id[2:4], id[4:]) }
+	raw, err := os.ReadFile(objPath(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw[len(raw)-3] ^= 0xff
+	if err := os.WriteFile(objPath(id), raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(objPath(idGone)); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Fsck(context.Background(), s, FsckOptions{ReadData: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, p := range res.Problems {
+		got[p.Kind+" "+p.Path+" "+p.Chunk] = true
+	}
+	var want []string
+	for _, name := range []string{"/a", "/b", "/c"} {
+		want = append(want, "corrupt-chunk "+name+" "+id, "missing-chunk "+name+" "+idGone)
+	}
+	for _, w := range want {
+		if !got[w] {
+			t.Errorf("no problem %q", w)
+		}
+	}
+	if len(res.Problems) != len(want) {
+		t.Errorf("%d problems, want %d: %+v", len(res.Problems), len(want), res.Problems)
+	}
+}

@@ -31,7 +31,7 @@ var commands = []command{
 	{"mount", "[flags] STORE MOUNTPOINT", "mount STORE (created if missing) at MOUNTPOINT, in the foreground", runMount},
 	{"stats", "[flags] PATH", "print the statistics of a mountpoint or an unmounted store", runStats},
 	{"tensors", "[flags] FILE", "list a checkpoint's tensors: name, dtype, shape, file offset, bytes", runTensors},
-	{"diff", "[flags] FILE_A FILE_B", "compare two checkpoints tensor by tensor, and what B adds to the store beyond A", runDiff},
+	{"diff", "[flags] A B", "compare two checkpoints (files, or step directories of sharded ones) tensor by tensor, and what B adds to the store beyond A", runDiff},
 	{"gc", "[flags] MOUNTPOINT|STORE", "delete chunks no file uses any more (inside the daemon when given a mountpoint)", runGC},
 	{"fsck", "[flags] MOUNTPOINT|STORE", "check the store's catalog and objects; exits 1 naming each file and chunk at fault", runFsck},
 	{"log", "[flags] RUN_DIR", "one row per step of a run: files, bytes, bytes added to the store, tensors changed, metrics", runLog},
