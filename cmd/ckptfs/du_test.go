@@ -90,8 +90,8 @@ func TestDiskUsage(t *testing.T) {
 		files, chunks, frees int
 		unique, freesBytes   int64
 	}{
-		{1, 2, 1, bb + head, head},           // its head; the backbone is shared
-		{2, 3, 2, bb + 2*head, 2 * head},     // two heads
+		{1, 2, 1, bb + head, head},          // its head; the backbone is shared
+		{2, 3, 2, bb + 2*head, 2 * head},    // two heads
 		{5, 6, 6, bb + 5*head, bb + 5*head}, // every file: the backbone too
 	} {
 		u := res.Groups[i]
