@@ -33,10 +33,12 @@ type Options struct {
 	Progress func(Progress)
 }
 
-// Progress reports how far a phase has come; Total is 0 when unknown.
+// Progress reports how far a phase has come; Total is 0 when unknown. Bytes
+// says Done and Total count bytes rather than items.
 type Progress struct {
 	Phase       string
 	Done, Total int64
+	Bytes       bool `json:",omitempty"`
 }
 
 // Result is what a collection found and freed.

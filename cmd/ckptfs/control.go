@@ -35,6 +35,9 @@ type controlRequest struct {
 	// Groups are du's sets of files, by inode number (what stat says in the
 	// mount); the result is a duResult.
 	Groups [][]uint64 `json:"groups,omitempty"`
+	// Chunks are the chunk IDs "earliest" asks about: for each, the
+	// earliest ctime (ns) of a file outside Groups[0] that uses it.
+	Chunks []string `json:"chunks,omitempty"`
 }
 
 type controlReply struct {
@@ -99,6 +102,10 @@ func handleControl(ctx context.Context, conn net.Conn, store *cas.Store, fsys *f
 	case "fsck":
 		var r gc.FsckResult
 		r, err = gc.Fsck(ctx, store, gc.FsckOptions{ReadData: req.ReadData, Progress: progress})
+		result = r
+	case "earliest":
+		var r map[string]int64
+		r, err = earliestUse(store, req.Groups, req.Chunks)
 		result = r
 	case "du":
 		var r duResult

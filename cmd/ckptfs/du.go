@@ -171,3 +171,55 @@ func manifestKey(m *cas.Manifest) [32]byte {
 	h.Sum(k[:0])
 	return k
 }
+
+// earliestUse answers the control op "earliest": for each of chunks (hex
+// IDs), the earliest change time (the last commit, in ns) of a committed file
+// that uses it, leaving out the files of exclude[0]. Chunks no such file uses
+// are absent. One pass over the manifests.
+func earliestUse(store *cas.Store, exclude [][]uint64, chunks []string) (map[string]int64, error) {
+	skip := map[uint64]bool{}
+	if len(exclude) > 0 {
+		for _, ino := range exclude[0] {
+			skip[ino] = true
+		}
+	}
+	want := make(map[cas.ID]bool, len(chunks))
+	for _, c := range chunks {
+		id, err := cas.ParseID(c)
+		if err != nil {
+			return nil, err
+		}
+		want[id] = true
+	}
+	out := map[string]int64{}
+	err := store.View(func(tx *cas.Tx) error {
+		return tx.ForEachManifest(func(ino uint64, m *cas.Manifest) error {
+			if skip[ino] {
+				return nil
+			}
+			var ctime int64
+			known := false
+			for _, c := range m.Chunks {
+				if !want[c.ID] {
+					continue
+				}
+				if !known {
+					n, ok, err := tx.Node(ino)
+					if err != nil {
+						return err
+					}
+					if !ok {
+						return nil // a manifest without a node: fsck's business
+					}
+					ctime, known = n.Ctime, true
+				}
+				k := c.ID.String()
+				if t, ok := out[k]; !ok || ctime < t {
+					out[k] = ctime
+				}
+			}
+			return nil
+		})
+	})
+	return out, err
+}

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // command is one subcommand.
@@ -142,13 +143,23 @@ func parseArgsMin(fl *flag.FlagSet, args []string, min int) ([]string, error) {
 }
 
 // splitArgs parses the flags among args and returns the positional arguments.
+// A bad flag is reported in one line in ckptfs's words (--name), not the
+// flag package's, with a pointer to --help (exit status 2).
 func splitArgs(fl *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
-		if err := fl.Parse(args); err != nil {
+		out, usage := fl.Output(), fl.Usage
+		fl.SetOutput(io.Discard)
+		fl.Usage = func() {}
+		err := fl.Parse(args)
+		fl.SetOutput(out)
+		fl.Usage = usage
+		if err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				fl.Usage()
 				return nil, err
 			}
+			fmt.Fprintf(out, "ckptfs %s: %s\nRun 'ckptfs %s --help' for usage.\n", fl.Name(), flagError(err), fl.Name())
 			return nil, errUsage
 		}
 		args = fl.Args()
@@ -158,6 +169,74 @@ func splitArgs(fl *flag.FlagSet, args []string) ([]string, error) {
 		pos = append(pos, args[0])
 		args = args[1:]
 	}
+}
+
+// flagError rewords the flag package's errors: flags are written --name.
+func flagError(err error) string {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
+		return "unknown flag --" + strings.TrimLeft(name, "-")
+	}
+	if name, ok := strings.CutPrefix(msg, "flag needs an argument: "); ok {
+		return "flag --" + strings.TrimLeft(name, "-") + " needs a value"
+	}
+	if rest, ok := strings.CutPrefix(msg, "invalid value "); ok {
+		// invalid value "1x" for flag -grace: <reason>
+		if v, after, ok := strings.Cut(rest, " for flag -"); ok {
+			name, reason, _ := strings.Cut(after, ": ")
+			return fmt.Sprintf("invalid value %s for --%s: %s", v, name, reason)
+		}
+	}
+	if rest, ok := strings.CutPrefix(msg, "invalid boolean value "); ok {
+		if v, after, ok := strings.Cut(rest, " for -"); ok {
+			name, _, _ := strings.Cut(after, ": ")
+			return fmt.Sprintf("invalid value %s for --%s: want true or false", v, name)
+		}
+	}
+	return msg
+}
+
+// usageError prints "ckptfs NAME: msg" and a pointer to --help, and returns
+// errUsage (exit status 2).
+func usageError(c command, stderr io.Writer, format string, args ...any) error {
+	fmt.Fprintf(stderr, "ckptfs %s: %s\nRun 'ckptfs %s --help' for usage.\n", c.name, fmt.Sprintf(format, args...), c.name)
+	return errUsage
+}
+
+// duration is a flag value like time.Duration's, plus days: 1d, 7d, 1d12h.
+type duration time.Duration
+
+func (d *duration) String() string { return time.Duration(*d).String() }
+
+func (d *duration) Set(s string) error {
+	v, err := parseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = duration(v)
+	return nil
+}
+
+// parseDuration is time.ParseDuration with a "d" (24 h) unit, and "0" alone.
+func parseDuration(s string) (time.Duration, error) {
+	t := strings.TrimSpace(s)
+	var days time.Duration
+	if i := strings.Index(t, "d"); i >= 0 {
+		n, err := strconv.ParseFloat(t[:i], 64)
+		if err != nil || n < 0 || strings.HasPrefix(t[:i], "-") {
+			return 0, fmt.Errorf("bad duration %q (want e.g. 1d, 12h, 30m, 0)", s)
+		}
+		days = time.Duration(n * float64(24*time.Hour))
+		t = t[i+1:]
+		if t == "" {
+			return days, nil
+		}
+	}
+	v, err := time.ParseDuration(t)
+	if err != nil {
+		return 0, fmt.Errorf("bad duration %q (want e.g. 1d, 12h, 30m, 0)", s)
+	}
+	return days + v, nil
 }
 
 // byteSize is a flag value like 256MiB, 1G or 1048576.
