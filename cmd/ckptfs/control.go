@@ -189,13 +189,16 @@ func callDaemon(ctx context.Context, socket string, req controlRequest, onProgre
 	}
 	defer conn.Close()
 	go func() { <-ctx.Done(); conn.Close() }()
-	if err := json.NewEncoder(conn).Encode(req); err != nil {
-		return err
-	}
+	// A daemon that refuses the connection says why and closes it, maybe
+	// before the request is written: read its answer even then.
+	werr := json.NewEncoder(conn).Encode(req)
 	dec := json.NewDecoder(conn)
 	for {
 		var rep controlReply
 		if err := dec.Decode(&rep); err != nil {
+			if werr != nil {
+				return fmt.Errorf("send to the daemon: %w", werr)
+			}
 			if errors.Is(err, io.EOF) {
 				return errors.New("the daemon closed the connection without a result")
 			}
