@@ -83,18 +83,18 @@ func listSteps(runDir string) (steps []stepDir, skipped []string, err error) {
 
 // stepRow is what log prints for one step.
 type stepRow struct {
-	Step           int64              `json:"step"`
-	Name           string             `json:"name"`
-	Path           string             `json:"path"`
-	Files          int                `json:"files"`
-	LogicalBytes   int64              `json:"logical_bytes"`   // sum of the files' sizes
-	UniqueBytes    int64              `json:"unique_bytes"`    // bytes of the step's distinct chunks
-	AddedBytes     int64              `json:"added_bytes"`     // bytes of distinct chunks new to the store: no earlier step of the run has them, nor (in a mount) a file outside the run committed before the step
-	AddedChunks    int                `json:"added_chunks"`    // how many such chunks
-	Tensors        int                `json:"tensors"`         // distinct tensor names in the step's checkpoint files
-	TensorsChanged int                `json:"tensors_changed"` // names whose bytes differ from the previous step, added or removed (all, at the first step)
-	PendingFiles   int                `json:"pending_files,omitempty"`
-	Metrics        metricMap          `json:"metrics"`
+	Step           int64     `json:"step"`
+	Name           string    `json:"name"`
+	Path           string    `json:"path"`
+	Files          int       `json:"files"`
+	LogicalBytes   int64     `json:"logical_bytes"`   // sum of the files' sizes
+	UniqueBytes    int64     `json:"unique_bytes"`    // bytes of the step's distinct chunks
+	AddedBytes     int64     `json:"added_bytes"`     // bytes of distinct chunks new to the store: no earlier step of the run has them, nor (in a mount) a file outside the run committed before the step
+	AddedChunks    int       `json:"added_chunks"`    // how many such chunks
+	Tensors        int       `json:"tensors"`         // distinct tensor names in the step's checkpoint files
+	TensorsChanged int       `json:"tensors_changed"` // names whose bytes differ from the previous step, added or removed (all, at the first step)
+	PendingFiles   int       `json:"pending_files,omitempty"`
+	Metrics        metricMap `json:"metrics"`
 
 	// tensors maps each tensor name to its content key (tensorKey).
 	tensors map[string]string
