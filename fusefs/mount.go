@@ -36,7 +36,7 @@ func Privileged() bool { return os.Geteuid() == 0 }
 // rounded out to whole chunks, so at 4 MiB reading one 4 MiB tensor out of a
 // large file fetched 13 MiB, at 1 MiB it fetches 4.02 MiB. Streaming speed
 // comes from the daemon's own prefetch (prefetch.go) instead: sequential reads
-// and full safe_open loads measured the same as at 4 MiB (DESIGN.md's 1–1.7
+// and full safe_open loads measured the same as at 4 MiB (the 1–1.7
 // GiB/s for ≥ 1 MiB holds).
 const DefaultReadAheadKB = 1024
 

@@ -30,9 +30,14 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 	encoders := inlineEncodersFlag(fl)
 	allowOther := fl.Bool("allow-other", false, "let other users use the mount (FUSE allow_other; an ordinary user needs user_allow_other in /etc/fuse.conf); by default only you can")
 	metricsAddr := fl.String("metrics-addr", "", "serve Prometheus metrics at http://HOST:PORT/metrics (e.g. 127.0.0.1:9477)")
+	background := fl.Bool("background", false, "return once the mount is live, leaving the daemon running (its log: --log); unmount with fusermount3 -u or umount")
+	logFile := fl.String("log", "", "with --background: the daemon's log (default ~/.cache/ckptfs/mount.log)")
 	pos, err := parseArgs(fl, args, 2)
 	if err != nil {
 		return err
+	}
+	if *background {
+		return mountInBackground(args, *logFile)
 	}
 	storeDir, mnt := pos[0], pos[1]
 	if err := checkInlineEncoders(*encoders, c, stderr); err != nil {

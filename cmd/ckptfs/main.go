@@ -1,7 +1,27 @@
 // Command ckptfs mounts a content-addressed checkpoint store as a filesystem and
 // inspects stores.
 //
-// Exit status: 0 on success, 1 on any error, 2 on a usage error.
+// Exit status: 0 on success, 1 on any error, 2 on a usage error (a bad flag
+// or argument, reported in one line with a pointer to --help).
+//
+// # Running as a service
+//
+//   - Who mounts: root calls mount(2) itself; anyone else goes through the
+//     setuid fusermount3 (fusefs.Mount). What fusermount3 would refuse is
+//     checked first (preflight.go), before the store is created, and a store
+//     that a failed mount created is removed: a refused mount changes nothing.
+//   - Privacy: the mount is the mounter's alone (no allow_other unless
+//     --allow-other); a new store is 0700 with a 0600 catalog and objects, and
+//     its root directory belongs to its creator. The control socket
+//     (control.go) is 0600 and checks each peer's uid (SO_PEERCRED): the
+//     daemon's own user or root.
+//   - mount(8): installed as /sbin/mount.fuse.ckptfs, the binary is mount's
+//     helper (mounthelper.go): it starts `ckptfs mount` in a new session and
+//     returns once the daemon reports the mount live on a pipe. `mount
+//     --background` is the same from a shell.
+//   - Metrics: --metrics-addr serves Prometheus metrics (prometheus.go),
+//     updated through fusefs.Observer and cas.Observer with atomic
+//     instruments only.
 package main
 
 import (

@@ -97,16 +97,53 @@ func helperArgs(args []string) (mountArgs []string, logFile string, err error) {
 		}
 	}
 	if logFile == "" {
-		logFile = "/var/log/ckptfs.log"
-		if os.Geteuid() != 0 {
-			dir, err := os.UserCacheDir()
-			if err != nil {
-				return nil, "", fmt.Errorf("no place for the daemon's log (give -o log=FILE): %w", err)
-			}
-			logFile = filepath.Join(dir, "ckptfs", "mount.log")
+		if logFile, err = defaultLogFile(); err != nil {
+			return nil, "", fmt.Errorf("%w (give -o log=FILE)", err)
 		}
 	}
 	return append(append([]string{"mount"}, flags...), pos...), logFile, nil
+}
+
+// defaultLogFile is where a daemon in the background logs: /var/log for
+// root, the user's cache directory otherwise.
+func defaultLogFile() (string, error) {
+	if os.Geteuid() == 0 {
+		return "/var/log/ckptfs.log", nil
+	}
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("no place for the daemon's log: %w", err)
+	}
+	return filepath.Join(dir, "ckptfs", "mount.log"), nil
+}
+
+// mountInBackground is `ckptfs mount --background ARGS`: the same mount in a
+// daemon of its own, returning once the mount is live.
+func mountInBackground(args []string, logFile string) error {
+	var rest []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--background" || a == "-background" || strings.HasPrefix(a, "--background=") || strings.HasPrefix(a, "-background="):
+		case a == "--log" || a == "-log":
+			i++
+		case strings.HasPrefix(a, "--log=") || strings.HasPrefix(a, "-log="):
+		default:
+			rest = append(rest, a)
+		}
+	}
+	if logFile == "" {
+		dir, err := os.UserCacheDir() // root's too: a command line has a HOME
+		if err != nil {
+			return fmt.Errorf("no place for the daemon's log (give --log FILE): %w", err)
+		}
+		logFile = filepath.Join(dir, "ckptfs", "mount.log")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	return startDaemon(self, append([]string{"mount"}, rest...), logFile, 2*time.Minute)
 }
 
 // runMountHelper is main for mount.fuse.ckptfs. Exit status as mount(8)'s
@@ -180,13 +217,23 @@ func startDaemon(self string, mountArgs []string, logFile string, timeout time.D
 			return nil
 		}
 		err := <-exited
-		return fmt.Errorf("the daemon failed (%v): %s", err, tail())
+		return daemonFailed(err, tail())
 	case err := <-exited:
-		return fmt.Errorf("the daemon failed (%v): %s", err, tail())
+		return daemonFailed(err, tail())
 	case <-time.After(timeout):
 		cmd.Process.Signal(syscall.SIGTERM)
 		return fmt.Errorf("the mount was not live after %v; see %s", timeout, logFile)
 	}
+}
+
+// daemonFailed is the error of a daemon that exited before its mount was
+// live: its own message (the last line it logged), else its exit status.
+func daemonFailed(exit error, log string) error {
+	lines := strings.Split(strings.TrimSpace(log), "\n")
+	if last := strings.TrimSpace(lines[len(lines)-1]); last != "" {
+		return errors.New(strings.TrimPrefix(last, "ckptfs mount: "))
+	}
+	return fmt.Errorf("the daemon exited (%v) before the mount was live", exit)
 }
 
 // readyNotifier returns the function the daemon calls once its mount is
