@@ -580,3 +580,48 @@ func TestLogAddedIsNewToTheStore(t *testing.T) {
 		}
 	}
 }
+
+// TestInterruptWhileBusySaysItWaits: Ctrl-C while a file is open in the
+// mount detaches it and says that the daemon waits for the mount's users;
+// the daemon exits once they close their files.
+func TestInterruptWhileBusySaysItWaits(t *testing.T) {
+	store, mnt := filepath.Join(t.TempDir(), "store"), t.TempDir()
+	d := startDaemon(t, store, mnt)
+	f, err := os.Create(filepath.Join(mnt, "runs", "open.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(randBytes(3, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	d.cmd.Process.Signal(os.Interrupt)
+	// Detached: gone from the namespace, the daemon still serving f.
+	deadline := time.Now().Add(20 * time.Second)
+	for mounted(t, mnt) {
+		if time.Now().After(deadline) {
+			t.Fatal("the busy mount was not detached after Ctrl-C")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	select {
+	case err := <-d.done:
+		d.done <- err
+		t.Fatalf("the daemon exited (%v) while a file was open\n%s", err, d.stderr)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := f.Close(); err != nil {
+		t.Fatalf("close after the detach: %v", err)
+	}
+	select {
+	case err := <-d.done:
+		d.done <- err
+		if err != nil {
+			t.Fatalf("daemon: %v\n%s", err, d.stderr)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the daemon did not exit after the last file closed")
+	}
+	if !strings.Contains(d.stderr.String(), "keeps serving the processes that still have files open") {
+		t.Errorf("no word of waiting for the mount's users:\n%s", d.stderr)
+	}
+}
