@@ -30,7 +30,6 @@ func duStore(t testing.TB, steps int) (*cas.Store, []uint64, []byte) {
 	t.Cleanup(func() { s.Close() })
 	ctx := context.Background()
 	b := s.NewBatch()
-	defer b.Release()
 	backbone := make([]byte, 4096)
 	for i := range backbone {
 		backbone[i] = byte(i * 7)
@@ -51,13 +50,7 @@ func duStore(t testing.TB, steps int) (*cas.Store, []uint64, []byte) {
 			t.Fatal(err)
 		}
 	}
-	if err := b.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	err = s.Update(func(tx *cas.Tx) error {
-		if err := tx.CommitBatch(b); err != nil {
-			return err
-		}
+	err = s.Commit(ctx, b, func(tx *cas.Tx) error {
 		for i, m := range manifests {
 			if err := tx.PutManifest(inos[i], m); err != nil {
 				return err
