@@ -110,7 +110,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func printUsage(w io.Writer) {
 	fmt.Fprintln(w, "ckptfs: a deduplicating filesystem for ML checkpoints")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Usage: ckptfs COMMAND [flags] ARGS  (ckptfs COMMAND --help for details)")
+	fmt.Fprintln(w, "Usage: ckptfs COMMAND [flags] ARGS  (ckptfs COMMAND --help for details; ckptfs --version)")
 	fmt.Fprintln(w)
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
