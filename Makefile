@@ -4,14 +4,31 @@ GO      ?= go
 STORE   ?= ./.ckptfs-store
 MNT     ?= ./mnt
 BIN     := bin/ckptfs
+# make install: the binary in $(PREFIX)/bin, and mount(8)'s helper names
+# (mount.fuse.ckptfs for `mount -t fuse.ckptfs` and fstab, mount.ckptfs for
+# `-t ckptfs`) in $(SBINDIR), as links to it. DESTDIR stages a package.
+PREFIX  ?= /usr/local
+SBINDIR ?= /sbin
+DESTDIR ?=
 
-.PHONY: build run test test-go test-fuzz test-e2e bench lint clean
+.PHONY: build run test test-go test-fuzz test-e2e bench lint clean install uninstall
 
+# -buildvcs=auto: stamp the commit for `ckptfs --version` even where GOFLAGS
+# turns it off.
 build:
-	$(GO) build -o $(BIN) ./cmd/ckptfs
+	$(GO) build -buildvcs=auto -o $(BIN) ./cmd/ckptfs
+
+install: build
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(SBINDIR)
+	install -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/ckptfs
+	ln -sf $(PREFIX)/bin/ckptfs $(DESTDIR)$(SBINDIR)/mount.fuse.ckptfs
+	ln -sf $(PREFIX)/bin/ckptfs $(DESTDIR)$(SBINDIR)/mount.ckptfs
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/ckptfs $(DESTDIR)$(SBINDIR)/mount.fuse.ckptfs $(DESTDIR)$(SBINDIR)/mount.ckptfs
 
 # Build, then mount $(STORE) (created if missing) at $(MNT) in the foreground.
-# Ctrl-C unmounts. Needs root and /dev/fuse.
+# Ctrl-C unmounts. Needs /dev/fuse, and fusermount3 (package fuse3) unless root.
 run: build
 	mkdir -p $(MNT)
 	$(BIN) mount $(STORE) $(MNT)

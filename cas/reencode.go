@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -268,7 +269,12 @@ func (s *Store) reencodeOne(ctx context.Context, afterRename func(ID) error) (bo
 		return false, err
 	}
 	s.reencodeNext = append(s.reencodeNext[:0], id[:]...)
-	if err := s.reencode(ctx, id, afterRename); err != nil {
+	start := time.Now()
+	err = s.reencode(ctx, id, afterRename)
+	if s.obs != nil {
+		s.obs.Reencode(time.Since(start), err)
+	}
+	if err != nil {
 		return more, fmt.Errorf("re-encode chunk %v: %w", id, err)
 	}
 	return more, nil

@@ -66,6 +66,20 @@ type Options struct {
 	// Objects is where chunk objects live; nil means the store's own
 	// objects/ directory (cas/backend/local). The Store closes it.
 	Objects backend.Backend
+	// Observer, if set, is told how long each chunk fetch (an object read
+	// and decoded on a cache miss) and each background re-encode took, for
+	// metrics.
+	Observer Observer
+}
+
+// Observer receives the timings of the store's slow operations. Its methods
+// are called outside the store's locks and must not block (a Prometheus
+// counter or histogram update).
+type Observer interface {
+	// Fetch is one chunk loaded from its object: decoded bytes, error.
+	Fetch(d time.Duration, rawBytes int, err error)
+	// Reencode is one queued chunk's re-encode attempt.
+	Reencode(d time.Duration, err error)
 }
 
 // Store is an open chunk store. Its methods are safe for concurrent use.
@@ -103,6 +117,7 @@ type Store struct {
 	collectMu    sync.Mutex    // one collection at a time
 
 	storeReadBytes atomic.Int64
+	obs            Observer // Options.Observer, or nil
 
 	hashSlots chan struct{} // see Options.HashWorkers
 	objBufs   sync.Pool     // *[]byte: objects being read
@@ -139,7 +154,8 @@ func Open(dir string, opts Options) (*Store, error) {
 			if err := checkEmptyOrMissing(dir); err != nil {
 				return nil, err
 			}
-			if err := os.MkdirAll(dir, 0o755); err != nil {
+			// Private: the catalog names every file and tensor.
+			if err := os.MkdirAll(dir, 0o700); err != nil {
 				return nil, fmt.Errorf("create store %s: %w", dir, err)
 			}
 		}
@@ -147,7 +163,7 @@ func Open(dir string, opts Options) (*Store, error) {
 			return nil, err
 		}
 	}
-	db, err := bolt.Open(catalog, 0o644, &bolt.Options{
+	db, err := bolt.Open(catalog, 0o600, &bolt.Options{
 		Timeout:        lockTimeout,
 		ReadOnly:       opts.ReadOnly,
 		NoFreelistSync: true,
@@ -163,7 +179,8 @@ func Open(dir string, opts Options) (*Store, error) {
 		objects = local.New(filepath.Join(dir, objectsName), local.Options{})
 	}
 	s := &Store{dir: dir, db: db, readOnly: opts.ReadOnly, flights: map[ID]*flight{}, objects: objects,
-		pins: map[ID]int{}, deleting: map[ID]struct{}{}, hashSlots: make(chan struct{}, opts.HashWorkers)}
+		pins: map[ID]int{}, deleting: map[ID]struct{}{}, hashSlots: make(chan struct{}, opts.HashWorkers),
+		obs: opts.Observer}
 	if err := s.init(opts.ChunkSize); err != nil {
 		db.Close()
 		return nil, err
@@ -258,7 +275,10 @@ func (s *Store) init(chunkSize int) error {
 			}
 			now := time.Now().UnixNano()
 			t := &Tx{tx: tx}
-			if err := t.PutNode(Node{Ino: RootIno, Mode: syscall.S_IFDIR | 0o755, Atime: now, Mtime: now, Ctime: now}); err != nil {
+			// The root belongs to whoever creates the store, so an
+			// ordinary user's store is writable by its owner once mounted.
+			root := Node{Ino: RootIno, Mode: syscall.S_IFDIR | 0o755, UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Atime: now, Mtime: now, Ctime: now}
+			if err := t.PutNode(root); err != nil {
 				return err
 			}
 		}
@@ -274,7 +294,7 @@ func (s *Store) resetSpool() error {
 	if err := os.MkdirAll(spool, 0o700); err != nil {
 		return fmt.Errorf("create spool %s: %w", spool, err)
 	}
-	return os.MkdirAll(filepath.Join(s.dir, objectsName), 0o755)
+	return os.MkdirAll(filepath.Join(s.dir, objectsName), 0o700)
 }
 
 // Close releases the store. Reads and writes in flight must have finished.
@@ -399,11 +419,18 @@ func (s *Store) loadChunk(ctx context.Context, id ID, alloc func(int) []byte) ([
 	if buf == nil {
 		buf = new([]byte)
 	}
+	var start time.Time
+	if s.obs != nil {
+		start = time.Now()
+	}
 	raw, obj, err := s.readObject(ctx, id, *buf, alloc)
 	if cap(obj) > 0 {
 		*buf = obj
 	}
 	s.objBufs.Put(buf)
+	if s.obs != nil {
+		s.obs.Fetch(time.Since(start), len(raw), err)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -220,9 +220,24 @@ func (n *fileNode) fillAttr(out *fuse.Attr) {
 }
 
 func (n *fileNode) Read(ctx context.Context, f fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	obs := n.fsys.obs
+	if obs == nil {
+		return n.read(ctx, f, dest, off)
+	}
+	start := time.Now()
+	res, errno := n.read(ctx, f, dest, off)
+	size := 0
+	if res != nil {
+		size = res.Size()
+	}
+	obs.Read(time.Since(start), size, errno)
+	return res, errno
+}
+
+func (n *fileNode) read(ctx context.Context, f fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	n.fsys.noteActivity()
 	if t := n.dataNode(f); t != n {
-		return t.Read(ctx, nil, dest, off)
+		return t.read(ctx, nil, dest, off)
 	}
 	n.mu.RLock()
 	if n.stream != nil {
@@ -739,11 +754,15 @@ func (n *fileNode) commit(ctx context.Context) error {
 
 // commitLocked does the commit; for a fork that took its origin's place it
 // returns the function that invalidates the kernel's entry.
-func (n *fileNode) commitLocked(ctx context.Context, origin *fileNode, originAttr cas.Node) (func(), error) {
+func (n *fileNode) commitLocked(ctx context.Context, origin *fileNode, originAttr cas.Node) (_ func(), err error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if !n.dirty {
 		return nil, nil
+	}
+	if obs := n.fsys.obs; obs != nil {
+		start := time.Now()
+		defer func() { obs.Commit(time.Since(start), n.attr.Size, err) }()
 	}
 	m := &cas.Manifest{}
 	var batch *cas.Batch
@@ -802,7 +821,7 @@ func (n *fileNode) commitLocked(ctx context.Context, origin *fileNode, originAtt
 	// The batch's objects are made durable before nsMu is taken (lookups wait
 	// on it), and the batch is released after the transaction has ended.
 	var replaced func()
-	err := n.fsys.store.CommitWith(ctx, batch, func(update func(func(*cas.Tx) error) error) error {
+	err = n.fsys.store.CommitWith(ctx, batch, func(update func(func(*cas.Tx) error) error) error {
 		n.fsys.nsMu.Lock()
 		defer n.fsys.nsMu.Unlock()
 		if origin != nil {

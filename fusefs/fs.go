@@ -55,6 +55,8 @@ type FS struct {
 	writeMemory int64
 	ingestSem   chan struct{}
 
+	obs Observer // WithObserver, or nil
+
 	asyncCommit bool           // close returns before the commit (WithAsyncCommit)
 	pending     sync.WaitGroup // background commits in flight
 
@@ -84,6 +86,20 @@ func WithAsyncCommit() Option { return func(f *FS) { f.asyncCommit = true } }
 // instead (committed at close from there). With the chunk cache and a fixed
 // cost per open writer, this bounds the daemon's memory.
 func WithWriteMemory(n int64) Option { return func(f *FS) { f.writeMemory = n } }
+
+// Observer receives the timings of commits and reads, for metrics. Its
+// methods are called on the request's goroutine, possibly under the file's
+// own lock, so they must be cheap and must not block (atomic counters,
+// histogram observations).
+type Observer interface {
+	// Commit is one commit of a changed file: its committed size, the error.
+	Commit(d time.Duration, size int64, err error)
+	// Read is one READ of a regular file: bytes returned, error.
+	Read(d time.Duration, bytes int, errno syscall.Errno)
+}
+
+// WithObserver reports commits and reads to o.
+func WithObserver(o Observer) Option { return func(f *FS) { f.obs = o } }
 
 // New returns the filesystem of store. It creates runs/ when the store's root is
 // empty (a fresh store). logger receives errors that cannot be returned to a
@@ -123,7 +139,8 @@ func New(store *cas.Store, logger *log.Logger, opts ...Option) (*FS, error) {
 			return nil
 		}
 		now := time.Now().UnixNano()
-		if err := tx.PutNode(cas.Node{Ino: runsIno, Mode: syscall.S_IFDIR | 0o755, Atime: now, Mtime: now, Ctime: now}); err != nil {
+		// runs/ belongs to the root's owner (the store's creator).
+		if err := tx.PutNode(cas.Node{Ino: runsIno, Mode: syscall.S_IFDIR | 0o755, UID: rec.UID, GID: rec.GID, Atime: now, Mtime: now, Ctime: now}); err != nil {
 			return err
 		}
 		return tx.Link(cas.RootIno, runsName, runsIno)

@@ -20,7 +20,15 @@ type MountOptions struct {
 	ReadAheadKB int
 	// Debug logs every FUSE request.
 	Debug bool
+	// AllowOther lets users other than the mounter use the mount (FUSE's
+	// allow_other). Off, the kernel refuses every other user, root included.
+	// An ordinary user needs user_allow_other in /etc/fuse.conf for it.
+	AllowOther bool
 }
+
+// Privileged reports whether Mount calls mount(2) itself (root) rather than
+// going through the setuid fusermount3 helper (everyone else).
+func Privileged() bool { return os.Geteuid() == 0 }
 
 // DefaultReadAheadKB is one max_pages READ per readahead batch. The kernel's
 // window is also what a lazy mmap reader pays for: its read-around is the
@@ -28,12 +36,19 @@ type MountOptions struct {
 // rounded out to whole chunks, so at 4 MiB reading one 4 MiB tensor out of a
 // large file fetched 13 MiB, at 1 MiB it fetches 4.02 MiB. Streaming speed
 // comes from the daemon's own prefetch (prefetch.go) instead: sequential reads
-// and full safe_open loads measured the same as at 4 MiB (DESIGN.md's 1–1.7
+// and full safe_open loads measured the same as at 4 MiB (the 1–1.7
 // GiB/s for ≥ 1 MiB holds).
 const DefaultReadAheadKB = 1024
 
 // Mount serves f at mountpoint and returns once the mount is live. The caller
 // waits on the server and unmounts it.
+//
+// Root mounts with mount(2) directly and never falls back (DirectMountStrict):
+// a failure is then a real error, not a missing helper. Anyone else mounts
+// through fusermount3 (go-fuse looks for fusermount3, then fusermount, in
+// $PATH and /bin), the setuid helper rclone, sshfs and s3fs use; the caller
+// checks its prerequisites first (cmd/ckptfs) so that a refused mount names
+// what is missing.
 func Mount(f *FS, mountpoint string, opts MountOptions) (*fuse.Server, error) {
 	day := 24 * time.Hour // every change goes through this mount
 	neg := time.Second
@@ -42,7 +57,8 @@ func Mount(f *FS, mountpoint string, opts MountOptions) (*fuse.Server, error) {
 		AttrTimeout:     &day,
 		NegativeTimeout: &neg,
 		MountOptions: fuse.MountOptions{
-			DirectMountStrict:       true,
+			DirectMountStrict:       Privileged(),
+			AllowOther:              opts.AllowOther,
 			FsName:                  "ckptfs:" + f.store.Dir(),
 			Name:                    "ckptfs",
 			MaxWrite:                1 << 20,
@@ -65,7 +81,7 @@ func Mount(f *FS, mountpoint string, opts MountOptions) (*fuse.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
 	}
-	if opts.ReadAheadKB > 0 {
+	if opts.ReadAheadKB > 0 && Privileged() { // the BDI's sysfs file is root's
 		if err := setReadAhead(mountpoint, opts.ReadAheadKB); err != nil {
 			f.log.Printf("readahead: %v", err)
 		}

@@ -21,8 +21,11 @@ const sweepBatch = 4096
 
 // Options configure Collect.
 type Options struct {
-	Grace  time.Duration // unreferenced objects younger than this are kept
-	DryRun bool          // report what would be freed, change nothing
+	// Grace keeps unreferenced objects younger than this that no commit ever
+	// named (no index row: a crashed or abandoned writer's). Unreferenced
+	// committed chunks are deleted whatever their age.
+	Grace  time.Duration
+	DryRun bool // report what would be freed, change nothing
 	// Live returns the manifests of files the daemon has open that the catalog
 	// may no longer name. Nil when the store is not mounted.
 	Live func() []*cas.Manifest
@@ -30,10 +33,12 @@ type Options struct {
 	Progress func(Progress)
 }
 
-// Progress reports how far a phase has come; Total is 0 when unknown.
+// Progress reports how far a phase has come; Total is 0 when unknown. Bytes
+// says Done and Total count bytes rather than items.
 type Progress struct {
 	Phase       string
 	Done, Total int64
+	Bytes       bool `json:",omitempty"`
 }
 
 // Result is what a collection found and freed.
@@ -42,7 +47,7 @@ type Result struct {
 	Objects       int   `json:"objects"`         // object files seen
 	Marked        int   `json:"marked"`          // distinct chunks named by manifests
 	Unreferenced  int   `json:"unreferenced"`    // objects or index rows no manifest names
-	Young         int   `json:"young"`           // unreferenced objects kept by the grace period
+	Young         int   `json:"young"`           // never-committed unreferenced objects kept by the grace period
 	Skipped       int   `json:"skipped"`         // kept because a concurrent commit uses them
 	Chunks        int   `json:"freed_chunks"`    // objects deleted (or that would be)
 	FreedBytes    int64 `json:"freed_bytes"`     // bytes of object files deleted
@@ -102,6 +107,7 @@ func Collect(ctx context.Context, s *cas.Store, opts Options) (Result, error) {
 	var candidates []cas.ID
 	var candidateBytes int64
 	cutoff := start.Add(-opts.Grace)
+	var young []cas.ObjectInfo
 	err = s.WalkObjects(ctx, func(o cas.ObjectInfo) error {
 		res.Objects++
 		seen[o.ID] = struct{}{}
@@ -113,7 +119,7 @@ func Collect(ctx context.Context, s *cas.Store, opts Options) (Result, error) {
 		}
 		res.Unreferenced++
 		if o.ModTime.After(cutoff) {
-			res.Young++
+			young = append(young, o)
 			return nil
 		}
 		candidates = append(candidates, o.ID)
@@ -122,6 +128,30 @@ func Collect(ctx context.Context, s *cas.Store, opts Options) (Result, error) {
 	})
 	if err != nil {
 		return res, fmt.Errorf("scan objects: %w", err)
+	}
+	// The grace period is for objects no commit ever named (no index row):
+	// what a crashed or abandoned writer left. An indexed object was
+	// committed, and is unreferenced because its files were deleted or
+	// replaced: it goes at once, so deleting checkpoints frees space without
+	// a flag. A concurrent commit that deduplicates against one is protected
+	// by BeginCollect's pins, not by its age.
+	err = s.View(func(tx *cas.Tx) error {
+		for _, o := range young {
+			_, indexed, err := tx.Chunk(o.ID)
+			if err != nil {
+				return err
+			}
+			if !indexed {
+				res.Young++
+				continue
+			}
+			candidates = append(candidates, o.ID)
+			candidateBytes += o.Size
+		}
+		return nil
+	})
+	if err != nil {
+		return res, fmt.Errorf("scan index: %w", err)
 	}
 	err = s.View(func(tx *cas.Tx) error {
 		return tx.ForEachChunk(func(id cas.ID, c cas.ChunkInfo) error {
@@ -142,6 +172,23 @@ func Collect(ctx context.Context, s *cas.Store, opts Options) (Result, error) {
 	if opts.DryRun {
 		res.Chunks = len(candidates) - res.IndexRows
 		res.FreedBytes = candidateBytes
+		// The raw bytes are the index rows' (an object no commit named has
+		// none: its raw size is not known without reading it).
+		err = s.View(func(tx *cas.Tx) error {
+			for _, id := range candidates {
+				info, ok, err := tx.Chunk(id)
+				if err != nil {
+					return err
+				}
+				if _, hasObject := seen[id]; ok && hasObject {
+					res.FreedRawBytes += int64(info.RawLen)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return res, fmt.Errorf("dry run: %w", err)
+		}
 		return res, nil
 	}
 

@@ -7,9 +7,12 @@
 // chunk that a concurrent commit has just deduplicated against: it starts a
 // collection in cas (Store.BeginCollect) before reading any manifest, and the
 // sweep spares chunks pinned by batches in flight or released since then (see
-// cas/sweep.go). The grace period is a second, independent line of defence
-// (and keeps objects a crashed writer left for a day, for forensics); the
-// coordination is what makes --grace 0 safe.
+// cas/sweep.go). That coordination, not age, is what protects writers, so
+// the grace period applies only to objects no commit ever named (no index
+// row: what a crashed or abandoned writer left, kept a day for forensics);
+// a chunk that was committed and is no longer referenced (its files were
+// deleted or replaced) is deleted by the next collection whatever its age,
+// so deleting checkpoints frees space without a flag.
 //
 // Temporary object files (".tmp-*", left by a crash mid-write) are removed once
 // they are an hour old, whatever the grace: a live writer renames its

@@ -75,6 +75,7 @@ func Fsck(ctx context.Context, s *cas.Store, opts FsckOptions) (FsckResult, erro
 	queued := map[cas.ID]cas.PendingReencode{}
 	// chunk → the first file that names it, for messages.
 	users := map[cas.ID]string{}
+	var inoPath map[uint64]string // every reachable node's path
 	var want cas.Counts
 	err := s.View(func(tx *cas.Tx) error {
 		nodes := map[uint64]cas.Node{}
@@ -86,6 +87,7 @@ func Fsck(ctx context.Context, s *cas.Store, opts FsckOptions) (FsckResult, erro
 			return err
 		}
 		reached := map[uint64]string{cas.RootIno: "/"}
+		inoPath = reached
 		// Walk the namespace from the root.
 		queue := []uint64{cas.RootIno}
 		for len(queue) > 0 {
@@ -288,6 +290,12 @@ func Fsck(ctx context.Context, s *cas.Store, opts FsckOptions) (FsckResult, erro
 		}
 	}
 
+	// A lost or damaged chunk fails every file that uses it: name them all,
+	// not only the first (a chunk of a shared backbone may be in thousands).
+	if err := nameEveryUser(s, &res, inoPath); err != nil {
+		return res, err
+	}
+
 	ents, err := os.ReadDir(s.SpoolDir())
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return res, fmt.Errorf("read spool: %w", err)
@@ -319,4 +327,54 @@ func unwrapCorrupt(err error) string {
 		}
 	}
 	return msg
+}
+
+// dataLoss are the kinds of problem that make reads of a chunk fail.
+var dataLoss = map[string]bool{"missing-chunk": true, "corrupt-chunk": true, "object-size": true}
+
+// nameEveryUser repeats each data-loss problem, reported for the first file
+// that uses its chunk, for every other file that uses it.
+func nameEveryUser(s *cas.Store, res *FsckResult, inoPath map[uint64]string) error {
+	bad := map[cas.ID][]Problem{}
+	for _, p := range res.Problems {
+		if !dataLoss[p.Kind] || p.Chunk == "" {
+			continue
+		}
+		id, err := cas.ParseID(p.Chunk)
+		if err != nil {
+			continue
+		}
+		bad[id] = append(bad[id], p)
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	err := s.View(func(tx *cas.Tx) error {
+		return tx.ForEachManifest(func(ino uint64, m *cas.Manifest) error {
+			p, ok := inoPath[ino]
+			if !ok {
+				return nil // unreachable: reported as such
+			}
+			done := map[cas.ID]bool{}
+			for _, c := range m.Chunks {
+				probs, isBad := bad[c.ID]
+				if !isBad || done[c.ID] {
+					continue
+				}
+				done[c.ID] = true
+				for _, pr := range probs {
+					if pr.Path == p {
+						continue
+					}
+					pr.Path = p
+					res.Problems = append(res.Problems, pr)
+				}
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("name the files of damaged chunks: %w", err)
+	}
+	return nil
 }

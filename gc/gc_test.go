@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -101,31 +102,25 @@ func TestCollectFreesOnlyUnreferencedChunks(t *testing.T) {
 	commitFile(t, s, "drop", shared, chunkData(3, 70000), chunkData(4, 9000))
 	removeFile(t, s, "drop")
 
-	// The default grace keeps everything that was just written.
-	res, err := Collect(context.Background(), s, Options{Grace: DefaultGrace})
+	// A dry run reports, with the raw bytes, and deletes nothing.
+	res, err := Collect(context.Background(), s, Options{Grace: DefaultGrace, DryRun: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Chunks != 0 || res.Young != 2 || res.Unreferenced != 2 {
-		t.Fatalf("grace 24h: %+v", res)
-	}
-	// A dry run reports and deletes nothing.
-	res, err = Collect(context.Background(), s, Options{DryRun: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Chunks != 2 || res.FreedBytes == 0 {
+	if res.Chunks != 2 || res.FreedBytes == 0 || res.FreedRawBytes != 79000 {
 		t.Fatalf("dry run: %+v", res)
 	}
 	if st, _ := s.Stats(); st.Chunks != 4 {
 		t.Fatalf("dry run changed the index: %d chunks", st.Chunks)
 	}
-	res, err = Collect(context.Background(), s, Options{})
+	// The default grace does not keep chunks that were committed: deleting
+	// files frees their chunks at the next collection.
+	res, err = Collect(context.Background(), s, Options{Grace: DefaultGrace})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Chunks != 2 || res.FreedRawBytes != 79000 || res.Marked != 2 {
-		t.Fatalf("grace 0: %+v", res)
+	if res.Chunks != 2 || res.FreedRawBytes != 79000 || res.Marked != 2 || res.Young != 0 {
+		t.Fatalf("default grace: %+v", res)
 	}
 	st, _ := s.Stats()
 	if st.Chunks != 2 || st.UniqueBytes != 105000 {
@@ -330,4 +325,84 @@ func TestCollectRemovesOldTempFilesAndBareIndexRows(t *testing.T) {
 		t.Fatalf("temp file kept: %v", err)
 	}
 	mustFsck(t, s)
+}
+
+// TestCollectGraceKeepsNeverCommittedObjects: an object no commit named (no
+// index row: a crashed writer's) is kept for the grace period, then freed.
+func TestCollectGraceKeepsNeverCommittedObjects(t *testing.T) {
+	s := newStore(t)
+	commitFile(t, s, "keep", chunkData(1, 1000))
+	h := strings.Repeat("ab", 32)
+	path := filepath.Join(s.Dir(), "objects", h[0:2], h[2:4], h[4:])
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, chunkData(9, 500), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Collect(context.Background(), s, Options{Grace: DefaultGrace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Chunks != 0 || res.Young != 1 || res.Unreferenced != 1 {
+		t.Fatalf("grace 24h: %+v", res)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("the young object is gone: %v", err)
+	}
+	res, err = Collect(context.Background(), s, Options{Grace: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Chunks != 1 || res.Young != 0 {
+		t.Fatalf("grace 0: %+v", res)
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Fatalf("the object is still there: %v", err)
+	}
+}
+
+// TestFsckNamesEveryFileOfADamagedChunk: a corrupt or missing chunk shared by
+// several files is reported for each of them (every one of them reads EIO).
+func TestFsckNamesEveryFileOfADamagedChunk(t *testing.T) {
+	s := newStore(t)
+	shared := chunkData(20, 30000)
+	gone := chunkData(21, 20000)
+	for _, name := range []string{"a", "b", "c"} {
+		commitFile(t, s, name, shared, chunkData(uint64(len(name))+30, 1000), gone)
+	}
+	commitFile(t, s, "other", chunkData(40, 1000))
+	id, idGone := cas.Sum(shared).String(), cas.Sum(gone).String()
+	objPath := func(id string) string { return filepath.Join(s.Dir(), "objects", id[:2], id[2:4], id[4:]) }
+	raw, err := os.ReadFile(objPath(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw[len(raw)-3] ^= 0xff
+	if err := os.WriteFile(objPath(id), raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(objPath(idGone)); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Fsck(context.Background(), s, FsckOptions{ReadData: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, p := range res.Problems {
+		got[p.Kind+" "+p.Path+" "+p.Chunk] = true
+	}
+	var want []string
+	for _, name := range []string{"/a", "/b", "/c"} {
+		want = append(want, "corrupt-chunk "+name+" "+id, "missing-chunk "+name+" "+idGone)
+	}
+	for _, w := range want {
+		if !got[w] {
+			t.Errorf("no problem %q", w)
+		}
+	}
+	if len(res.Problems) != len(want) {
+		t.Errorf("%d problems, want %d: %+v", len(res.Problems), len(want), res.Problems)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 )
 
@@ -51,7 +52,7 @@ func runBest(ctx context.Context, c command, args []string, stdout, stderr io.Wr
 			have[k] = true
 		}
 		v, ok := m[*metric]
-		if !ok {
+		if !ok || math.IsNaN(v) {
 			continue
 		}
 		// Ties go to the earliest step.

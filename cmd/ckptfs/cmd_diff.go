@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"sort"
 	"text/tabwriter"
 
@@ -37,12 +40,15 @@ func runDiff(ctx context.Context, c command, args []string, stdout, stderr io.Wr
 	if err != nil {
 		return err
 	}
-	a, err := loadFileView(ctx, pos[0])
+	a, err := loadDiffView(ctx, pos[0])
 	if err != nil {
 		return err
 	}
-	b, err := loadFileView(ctx, pos[1])
+	b, err := loadDiffView(ctx, pos[1])
 	if err != nil {
+		return err
+	}
+	if err := checkComparable(a, b); err != nil {
 		return err
 	}
 	res := diffViews(a, b)
@@ -67,6 +73,74 @@ func runDiff(ctx context.Context, c command, args []string, stdout, stderr io.Wr
 	}
 	fmt.Fprintf(stdout, "B adds %s in %d chunks beyond A (B is %s)\n", formatBytes(res.AddedBytes), res.AddedChunks, formatBytes(b.Size))
 	return nil
+}
+
+// isCheckpoint reports whether v has tensors (a checkpoint format ckptfs
+// parses, or a directory holding at least one).
+func isCheckpoint(v *fileView) bool { return v.Index != nil && len(v.Index.Tensors) > 0 }
+
+// checkComparable refuses a diff that could not mean anything tensor by
+// tensor: a checkpoint against a file that is not one, or two files neither
+// of which is one (diff(1) or cmp(1) compare those).
+func checkComparable(a, b *fileView) error {
+	ca, cb := isCheckpoint(a), isCheckpoint(b)
+	switch {
+	case ca && cb:
+		return nil
+	case !ca && !cb:
+		return fmt.Errorf("neither %s nor %s is a checkpoint (no tensors in a format ckptfs parses: safetensors, torch.save, GGUF, npy, npz): compare them with cmp or diff", a.Path, b.Path)
+	case !ca:
+		return fmt.Errorf("%s is not a checkpoint (no tensors in a format ckptfs parses), so it cannot be compared with %s tensor by tensor", a.Path, b.Path)
+	default:
+		return fmt.Errorf("%s is not a checkpoint (no tensors in a format ckptfs parses), so it cannot be compared with %s tensor by tensor", b.Path, a.Path)
+	}
+}
+
+// loadDiffView loads a file, or a directory (a step of a sharded checkpoint:
+// model-00001-of-00004.safetensors and the like) as one view: the tensors of
+// every checkpoint file in it, the chunks of every file.
+func loadDiffView(ctx context.Context, path string) (*fileView, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !st.IsDir() {
+		return loadFileView(ctx, path)
+	}
+	v := &fileView{Path: path, Index: &fusefs.FileIndex{Format: "directory"}}
+	seen := map[string]bool{}
+	err = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && d.Name() == ".ckptfs" {
+			return filepath.SkipDir
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		fv, err := loadFileView(ctx, p)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(path, p)
+		v.Size += fv.Size
+		v.Chunks = append(v.Chunks, fv.Chunks...)
+		if fv.Index != nil {
+			for _, t := range fv.Index.Tensors {
+				if seen[t.Name] { // two files of the step name one tensor: tell them apart
+					t.Name = rel + ":" + t.Name
+				}
+				seen[t.Name] = true
+				v.Index.Tensors = append(v.Index.Tensors, t)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v, nil
 }
 
 func diffViews(a, b *fileView) diffResult {

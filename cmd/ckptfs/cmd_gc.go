@@ -13,15 +13,16 @@ import (
 
 func runGC(ctx context.Context, c command, args []string, stdout, stderr io.Writer) error {
 	fl := newFlags(c, stderr)
-	grace := fl.Duration("grace", gc.DefaultGrace, "keep unreferenced chunks younger than this (e.g. 24h, 0)")
+	grace := duration(gc.DefaultGrace)
+	fl.Var(&grace, "grace", "keep objects no commit ever named (a crashed writer's) younger than this (e.g. 1d, 12h, 0); chunks of deleted files are freed whatever their age")
 	dryRun := fl.Bool("dry-run", false, "report what would be freed, delete nothing")
 	asJSON := fl.Bool("json", false, "print JSON")
 	pos, err := parseArgs(fl, args, 1)
 	if err != nil {
 		return err
 	}
-	if *grace < 0 {
-		return fmt.Errorf("--grace must not be negative")
+	if grace < 0 {
+		return usageError(c, stderr, "--grace must not be negative")
 	}
 	t, err := resolveTarget(pos[0])
 	if err != nil {
@@ -30,7 +31,7 @@ func runGC(ctx context.Context, c command, args []string, stdout, stderr io.Writ
 	bar := newProgressBar(stderr)
 	var res gc.Result
 	if t.socket != "" {
-		err = callDaemon(ctx, t.socket, controlRequest{Op: "gc", Grace: *grace, DryRun: *dryRun}, bar.update, &res)
+		err = callDaemon(ctx, t.socket, controlRequest{Op: "gc", Grace: time.Duration(grace), DryRun: *dryRun}, bar.update, &res)
 	} else {
 		var s *cas.Store
 		s, err = cas.Open(t.storeDir, cas.Options{})
@@ -38,7 +39,7 @@ func runGC(ctx context.Context, c command, args []string, stdout, stderr io.Writ
 			return err
 		}
 		defer s.Close()
-		res, err = gc.Collect(ctx, s, gc.Options{Grace: *grace, DryRun: *dryRun, Progress: bar.update})
+		res, err = gc.Collect(ctx, s, gc.Options{Grace: time.Duration(grace), DryRun: *dryRun, Progress: bar.update})
 	}
 	bar.done()
 	if err != nil {
@@ -55,7 +56,7 @@ func runGC(ctx context.Context, c command, args []string, stdout, stderr io.Writ
 	}
 	fmt.Fprintf(stdout, "%s %d chunks, %s (%s raw)\n", verb, res.Chunks, formatBytes(res.FreedBytes), formatBytes(res.FreedRawBytes))
 	fmt.Fprintf(stdout, "objects %d, referenced %d, unreferenced %d (%d kept: younger than %v; %d in use by commits)\n",
-		res.Objects, res.Marked, res.Unreferenced, res.Young, time.Duration(*grace), res.Skipped)
+		res.Objects, res.Marked, res.Unreferenced, res.Young, time.Duration(grace), res.Skipped)
 	if res.IndexRows > 0 || res.TempFiles > 0 {
 		fmt.Fprintf(stdout, "index rows without objects removed %d, temporary files removed %d\n", res.IndexRows, res.TempFiles)
 	}

@@ -352,7 +352,7 @@ func importInto(ctx context.Context, mnt, src, dest string, entries []importEntr
 	var done int64
 	progress := func(n int64) {
 		done += n
-		bar.update(gc.Progress{Phase: "import", Done: done, Total: total})
+		bar.update(gc.Progress{Phase: "import", Done: done, Total: total, Bytes: true})
 	}
 	buf := make([]byte, copyBlock)
 	var dirs []importEntry // set their modes and times last, deepest first

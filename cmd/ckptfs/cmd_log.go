@@ -29,7 +29,29 @@ func runLog(ctx context.Context, c command, args []string, stdout, stderr io.Wri
 	}
 	names := metricNames(h.Steps)
 	if *only != "" {
-		names = strings.Split(*only, ",")
+		known := map[string]bool{}
+		for _, n := range names {
+			known[n] = true
+		}
+		var unknown []string
+		names = nil
+		for _, n := range strings.Split(*only, ",") {
+			n = strings.TrimSpace(n)
+			if n == "" {
+				continue
+			}
+			if !known[n] {
+				unknown = append(unknown, n)
+			}
+			names = append(names, n)
+		}
+		if len(unknown) > 0 {
+			have := "none"
+			if k := metricNames(h.Steps); len(k) > 0 {
+				have = strings.Join(k, ", ")
+			}
+			return usageError(c, stderr, "--metrics: no step has %s (metrics found: %s)", strings.Join(unknown, ", "), have)
+		}
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
 	head := append([]string{"STEP", "DIR", "FILES", "LOGICAL", "ADDED", "TENSORS", "CHANGED"}, names...)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -27,9 +28,16 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 	debug := fl.Bool("debug", false, "log every FUSE request to stderr")
 	commitMode := fl.String("commit", "sync", "sync: close returns once the file is committed; async: once its bytes are staged (fsync waits for the commit)")
 	encoders := inlineEncodersFlag(fl)
+	allowOther := fl.Bool("allow-other", false, "let other users use the mount (FUSE allow_other; an ordinary user needs user_allow_other in /etc/fuse.conf); by default only you can")
+	metricsAddr := fl.String("metrics-addr", "", "serve Prometheus metrics at http://HOST:PORT/metrics (e.g. 127.0.0.1:9477)")
+	background := fl.Bool("background", false, "return once the mount is live, leaving the daemon running (its log: --log); unmount with fusermount3 -u or umount")
+	logFile := fl.String("log", "", "with --background: the daemon's log (default ~/.cache/ckptfs/mount.log)")
 	pos, err := parseArgs(fl, args, 2)
 	if err != nil {
 		return err
+	}
+	if *background {
+		return mountInBackground(args, *logFile)
 	}
 	storeDir, mnt := pos[0], pos[1]
 	if err := checkInlineEncoders(*encoders, c, stderr); err != nil {
@@ -44,19 +52,47 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 		fmt.Fprintf(stderr, "ckptfs mount: --commit must be sync or async, not %q\n", *commitMode)
 		return errUsage
 	}
+	ready := readyNotifier() // started by mount.fuse.ckptfs
 	setMemoryLimit(int64(cacheSize))
 	cores := setProcs()
 
-	// Check the mountpoint before touching the store, so a failure changes nothing.
+	// Check the mountpoint and what mounting needs before touching the
+	// store, and remove a store this call created if the mount still fails:
+	// a refused mount changes nothing.
 	mnt, err = checkMountpoint(mnt)
 	if err != nil {
 		return err
 	}
-	store, err := cas.Open(storeDir, storeOptions(cores, *encoders, cas.Options{CacheSize: int64(cacheSize)}))
+	if err := checkMountPrereqs(mnt, *allowOther); err != nil {
+		return err
+	}
+	var metrics *promMetrics
+	var metricsLn net.Listener
+	if *metricsAddr != "" {
+		metrics = newPromMetrics()
+		fsOpts = append(fsOpts, fusefs.WithObserver(metrics))
+		// Listen now, so a taken port fails the mount before it exists.
+		if metricsLn, err = net.Listen("tcp", *metricsAddr); err != nil {
+			return fmt.Errorf("--metrics-addr: %w", err)
+		}
+		defer metricsLn.Close()
+	}
+	removeNew := newStoreCleanup(storeDir)
+	mounted := false
+	storeOpts := storeOptions(cores, *encoders, cas.Options{CacheSize: int64(cacheSize)})
+	if metrics != nil {
+		storeOpts.Observer = metrics
+	}
+	store, err := cas.Open(storeDir, storeOpts)
 	if err != nil {
 		return err
 	}
-	defer store.Close()
+	defer func() {
+		store.Close()
+		if !mounted {
+			removeNew()
+		}
+	}()
 
 	logger := log.New(stderr, "ckptfs: ", log.LstdFlags)
 	fsys, err := fusefs.New(store, logger, fsOpts...)
@@ -64,17 +100,25 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 		return err
 	}
 	defer fsys.Close() // stops the background re-encoder; runs before store.Close
-	srv, err := fusefs.Mount(fsys, mnt, fusefs.MountOptions{ReadAheadKB: *readAhead, Debug: *debug})
+	srv, err := fusefs.Mount(fsys, mnt, fusefs.MountOptions{ReadAheadKB: *readAhead, Debug: *debug, AllowOther: *allowOther})
 	if err != nil {
 		return err
 	}
+	mounted = true
 	stopControl, err := serveControl(ctx, store, fsys, logger)
 	if err != nil {
 		srv.Unmount()
 		return err
 	}
 	defer stopControl()
+	if metrics != nil {
+		stopMetrics := metrics.serve(metricsLn, fsys, logger)
+		defer stopMetrics()
+	}
 	fmt.Fprintf(stdout, "ckptfs: serving %s at %s (Ctrl-C to unmount)\n", store.Dir(), mnt)
+	if ready != nil {
+		ready()
+	}
 
 	served := make(chan struct{})
 	go func() {
@@ -85,10 +129,11 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 	case <-ctx.Done():
 		if err := srv.Unmount(); err != nil {
 			// Files are still open: detach the mount; the kernel lets go when they close.
-			logger.Printf("unmount: %v; detaching lazily", err)
-			if err := syscall.Unmount(mnt, syscall.MNT_DETACH); err != nil {
+			logger.Printf("unmount: %v", err)
+			if err := detach(mnt); err != nil {
 				return fmt.Errorf("unmount %s: %w", mnt, err)
 			}
+			fmt.Fprintf(stderr, "ckptfs: %s is busy: detached it from the namespace; the daemon keeps serving the processes that still have files open in it and exits (committing their files) once they close them (fuser -vm %s lists them)\n", mnt, mnt)
 		}
 		<-served
 	case <-served: // unmounted from outside (umount)
@@ -112,7 +157,7 @@ func checkMountpoint(mnt string) (string, error) {
 	}
 	var sfs syscall.Statfs_t
 	if err := syscall.Statfs(abs, &sfs); errors.Is(err, syscall.ENOTCONN) {
-		if err := syscall.Unmount(abs, syscall.MNT_DETACH); err != nil {
+		if err := detach(abs); err != nil {
 			return "", fmt.Errorf("mountpoint %s: clearing the stale mount of a dead daemon: %w", abs, err)
 		}
 	}

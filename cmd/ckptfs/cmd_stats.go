@@ -57,6 +57,13 @@ func runStats(ctx context.Context, c command, args []string, stdout, stderr io.W
 // readStats reads PATH/.ckptfs/stats.json of a mount, or opens an unmounted
 // store read-only.
 func readStats(path string) (map[string]any, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("%s is a file: give a mountpoint or a store directory", path)
+	}
 	data, err := os.ReadFile(filepath.Join(path, ".ckptfs", "stats.json"))
 	if err == nil {
 		var m map[string]any
@@ -72,8 +79,11 @@ func readStats(path string) (map[string]any, error) {
 	if errors.Is(err, cas.ErrLocked) {
 		return nil, fmt.Errorf("%w: run stats on its mountpoint instead", err)
 	}
+	if errors.Is(err, cas.ErrNotStore) {
+		return nil, fmt.Errorf("%s is neither a ckptfs mountpoint nor a store", path)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("%s is neither a ckptfs mountpoint nor a store: %w", path, err)
+		return nil, err
 	}
 	defer store.Close()
 	st, err := store.Stats()

@@ -16,6 +16,7 @@ import (
 	"github.com/ckptfs/ckptfs/cas"
 	"github.com/ckptfs/ckptfs/fusefs"
 	"github.com/ckptfs/ckptfs/gc"
+	"golang.org/x/sys/unix"
 )
 
 // The serving daemon listens on STORE/daemon.sock so that gc, fsck and du,
@@ -34,6 +35,9 @@ type controlRequest struct {
 	// Groups are du's sets of files, by inode number (what stat says in the
 	// mount); the result is a duResult.
 	Groups [][]uint64 `json:"groups,omitempty"`
+	// Chunks are the chunk IDs "earliest" asks about: for each, the
+	// earliest ctime (ns) of a file outside Groups[0] that uses it.
+	Chunks []string `json:"chunks,omitempty"`
 }
 
 type controlReply struct {
@@ -50,11 +54,25 @@ func serveControl(ctx context.Context, store *cas.Store, fsys *fusefs.FS, logger
 	if err != nil {
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
+	// Only the store's owner may connect: the socket is 0600 (connecting
+	// needs write permission on it), and every connection's peer is checked
+	// (SO_PEERCRED), which also covers the moment between listen and chmod
+	// and a store directory someone made wider than 0700.
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
 	go func() {
 		for {
 			conn, err := ln.Accept()
 			if err != nil {
 				return
+			}
+			if err := checkPeer(conn); err != nil {
+				logger.Printf("control socket: refused: %v", err)
+				json.NewEncoder(conn).Encode(controlReply{Error: err.Error()})
+				conn.Close()
+				continue
 			}
 			go handleControl(ctx, conn, store, fsys, logger)
 		}
@@ -74,12 +92,20 @@ func handleControl(ctx context.Context, conn net.Conn, store *cas.Store, fsys *f
 	var err error
 	switch req.Op {
 	case "gc":
+		if req.Grace < 0 {
+			err = fmt.Errorf("grace %v is negative", req.Grace)
+			break
+		}
 		var r gc.Result
 		r, err = gc.Collect(ctx, store, gc.Options{Grace: req.Grace, DryRun: req.DryRun, Live: fsys.LiveManifests, Progress: progress})
 		result = r
 	case "fsck":
 		var r gc.FsckResult
 		r, err = gc.Fsck(ctx, store, gc.FsckOptions{ReadData: req.ReadData, Progress: progress})
+		result = r
+	case "earliest":
+		var r map[string]int64
+		r, err = earliestUse(store, req.Groups, req.Chunks)
 		result = r
 	case "du":
 		var r duResult
@@ -99,6 +125,32 @@ func handleControl(ctx context.Context, conn net.Conn, store *cas.Store, fsys *f
 		return
 	}
 	enc.Encode(controlReply{Result: b})
+}
+
+// checkPeer accepts a connection from the daemon's own user or root.
+func checkPeer(conn net.Conn) error {
+	uc, ok := conn.(*net.UnixConn)
+	if !ok {
+		return errors.New("not a unix socket")
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var cred *unix.Ucred
+	var credErr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return err
+	}
+	if credErr != nil {
+		return fmt.Errorf("peer credentials: %w", credErr)
+	}
+	if own := uint32(os.Geteuid()); cred.Uid != own && cred.Uid != 0 {
+		return fmt.Errorf("permission denied: uid %d (pid %d) is neither the store's owner (uid %d) nor root", cred.Uid, cred.Pid, own)
+	}
+	return nil
 }
 
 // target is what gc and fsck act on: a mounted store (through its daemon) or
@@ -137,13 +189,16 @@ func callDaemon(ctx context.Context, socket string, req controlRequest, onProgre
 	}
 	defer conn.Close()
 	go func() { <-ctx.Done(); conn.Close() }()
-	if err := json.NewEncoder(conn).Encode(req); err != nil {
-		return err
-	}
+	// A daemon that refuses the connection says why and closes it, maybe
+	// before the request is written: read its answer even then.
+	werr := json.NewEncoder(conn).Encode(req)
 	dec := json.NewDecoder(conn)
 	for {
 		var rep controlReply
 		if err := dec.Decode(&rep); err != nil {
+			if werr != nil {
+				return fmt.Errorf("send to the daemon: %w", werr)
+			}
 			if errors.Is(err, io.EOF) {
 				return errors.New("the daemon closed the connection without a result")
 			}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/binary"
-	"slices"
 
 	"github.com/ckptfs/ckptfs/cas"
 	"github.com/zeebo/blake3"
@@ -12,8 +11,7 @@ import (
 // them). A chunk is freed by deleting the set when no file outside the set
 // uses it: no committed manifest of another file, and no open or staged file
 // of the mount (an open file keeps its chunks until it is closed, and gc keeps
-// them too). Freed chunks become garbage; `ckptfs gc` deletes them once they
-// are older than its grace period.
+// them too). Freed chunks become garbage that the next `ckptfs gc` deletes.
 type duUsage struct {
 	Files            int   `json:"files"`              // files with committed content
 	LogicalBytes     int64 `json:"logical_bytes"`      // sum of their sizes
@@ -33,38 +31,33 @@ type duResult struct {
 
 // duSet accumulates one set of files.
 type duSet struct {
-	usage   duUsage
-	chunks  map[cas.ID]uint32 // distinct chunks → raw length
-	outside map[cas.ID]bool   // chunks some file outside the set uses
+	usage  duUsage
+	chunks map[cas.ID]uint32 // distinct chunks → raw length
+	refs   map[cas.ID]int    // distinct chunks → how many of the set's files use them
 }
 
 func newDuSet() *duSet {
-	return &duSet{chunks: map[cas.ID]uint32{}, outside: map[cas.ID]bool{}}
+	return &duSet{chunks: map[cas.ID]uint32{}, refs: map[cas.ID]int{}}
 }
 
 func (s *duSet) addFile(m *cas.Manifest) {
 	s.usage.Files++
 	s.usage.LogicalBytes += m.Size()
-	for _, c := range m.Chunks {
+	for _, c := range distinctChunks(m) {
 		s.chunks[c.ID] = c.Len
+		s.refs[c.ID]++
 	}
 }
 
-// markOutside notes the chunks of m, a file outside the set, that the set uses.
-func (s *duSet) markOutside(m *cas.Manifest) {
-	for _, c := range m.Chunks {
-		if _, ok := s.chunks[c.ID]; ok {
-			s.outside[c.ID] = true
-		}
-	}
-}
-
-func (s *duSet) finish(tx *cas.Tx) (duUsage, error) {
+// finish totals the set: a chunk is freed by deleting the set when every
+// file that uses it (users: all files of the store and the mount) is in the
+// set.
+func (s *duSet) finish(tx *cas.Tx, users map[cas.ID]int) (duUsage, error) {
 	u := s.usage
 	for id, n := range s.chunks {
 		u.Chunks++
 		u.UniqueBytes += int64(n)
-		if s.outside[id] {
+		if users[id] > s.refs[id] {
 			continue
 		}
 		u.FreesChunks++
@@ -80,10 +73,26 @@ func (s *duSet) finish(tx *cas.Tx) (duUsage, error) {
 	return u, nil
 }
 
+// distinctChunks returns m's chunks without repeats.
+func distinctChunks(m *cas.Manifest) []cas.ChunkRef {
+	seen := make(map[cas.ID]struct{}, len(m.Chunks))
+	out := make([]cas.ChunkRef, 0, len(m.Chunks))
+	for _, c := range m.Chunks {
+		if _, dup := seen[c.ID]; !dup {
+			seen[c.ID] = struct{}{}
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 // diskUsage computes du for groups of inode numbers (files of the mount; other
 // inode numbers are ignored) against every manifest of the store and the
-// mount's live manifests. Memory is proportional to the chunks of the groups'
-// files, not to the store.
+// mount's live manifests. Each chunk of the groups' files counts the files
+// that use it, in the groups and in all: the work is linear in the chunk
+// references of the store plus those of the groups, whatever the number of
+// groups (du with one path per step). Memory is proportional to the chunks of
+// the groups' files, not to the store.
 func diskUsage(store *cas.Store, live []*cas.Manifest, groups [][]uint64) (duResult, error) {
 	sets := make([]*duSet, len(groups))
 	member := map[uint64][]int{} // ino → the groups holding it
@@ -116,38 +125,34 @@ func diskUsage(store *cas.Store, live []*cas.Manifest, groups [][]uint64) (duRes
 			total.addFile(m)
 			own[manifestKey(m)] = true
 		}
-		// Every other file, committed or live.
-		err := tx.ForEachManifest(func(ino uint64, m *cas.Manifest) error {
-			gs := member[ino]
-			if len(gs) == 0 {
-				total.markOutside(m)
-			}
-			for gi, s := range sets {
-				if !slices.Contains(gs, gi) {
-					s.markOutside(m)
+		// Every file, committed or live, that uses one of those chunks.
+		users := make(map[cas.ID]int, len(total.chunks))
+		count := func(m *cas.Manifest) {
+			for _, c := range distinctChunks(m) {
+				if _, ok := total.chunks[c.ID]; ok {
+					users[c.ID]++
 				}
 			}
+		}
+		err := tx.ForEachManifest(func(ino uint64, m *cas.Manifest) error {
+			count(m)
 			return nil
 		})
 		if err != nil {
 			return err
 		}
 		for _, m := range live {
-			if own[manifestKey(m)] {
-				continue
-			}
-			total.markOutside(m)
-			for _, s := range sets {
-				s.markOutside(m)
+			if !own[manifestKey(m)] {
+				count(m)
 			}
 		}
 		res.Groups = make([]duUsage, len(sets))
 		for gi, s := range sets {
-			if res.Groups[gi], err = s.finish(tx); err != nil {
+			if res.Groups[gi], err = s.finish(tx, users); err != nil {
 				return err
 			}
 		}
-		res.Total, err = total.finish(tx)
+		res.Total, err = total.finish(tx, users)
 		return err
 	})
 	return res, err
@@ -165,4 +170,56 @@ func manifestKey(m *cas.Manifest) [32]byte {
 	var k [32]byte
 	h.Sum(k[:0])
 	return k
+}
+
+// earliestUse answers the control op "earliest": for each of chunks (hex
+// IDs), the earliest change time (the last commit, in ns) of a committed file
+// that uses it, leaving out the files of exclude[0]. Chunks no such file uses
+// are absent. One pass over the manifests.
+func earliestUse(store *cas.Store, exclude [][]uint64, chunks []string) (map[string]int64, error) {
+	skip := map[uint64]bool{}
+	if len(exclude) > 0 {
+		for _, ino := range exclude[0] {
+			skip[ino] = true
+		}
+	}
+	want := make(map[cas.ID]bool, len(chunks))
+	for _, c := range chunks {
+		id, err := cas.ParseID(c)
+		if err != nil {
+			return nil, err
+		}
+		want[id] = true
+	}
+	out := map[string]int64{}
+	err := store.View(func(tx *cas.Tx) error {
+		return tx.ForEachManifest(func(ino uint64, m *cas.Manifest) error {
+			if skip[ino] {
+				return nil
+			}
+			var ctime int64
+			known := false
+			for _, c := range m.Chunks {
+				if !want[c.ID] {
+					continue
+				}
+				if !known {
+					n, ok, err := tx.Node(ino)
+					if err != nil {
+						return err
+					}
+					if !ok {
+						return nil // a manifest without a node: fsck's business
+					}
+					ctime, known = n.Ctime, true
+				}
+				k := c.ID.String()
+				if t, ok := out[k]; !ok || ctime < t {
+					out[k] = ctime
+				}
+			}
+			return nil
+		})
+	})
+	return out, err
 }

@@ -25,6 +25,10 @@ type fileView struct {
 	InMount bool
 	Chunks  []fusefs.ChunkJSON
 	Index   *fusefs.FileIndex
+	// Ino and Ctime are the file's inode number and change time (in a
+	// mount: its last commit), when the caller stat'ed it.
+	Ino   uint64
+	Ctime int64
 }
 
 func loadFileView(ctx context.Context, path string) (*fileView, error) {

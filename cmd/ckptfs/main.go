@@ -1,7 +1,27 @@
 // Command ckptfs mounts a content-addressed checkpoint store as a filesystem and
 // inspects stores.
 //
-// Exit status: 0 on success, 1 on any error, 2 on a usage error.
+// Exit status: 0 on success, 1 on any error, 2 on a usage error (a bad flag
+// or argument, reported in one line with a pointer to --help).
+//
+// # Running as a service
+//
+//   - Who mounts: root calls mount(2) itself; anyone else goes through the
+//     setuid fusermount3 (fusefs.Mount). What fusermount3 would refuse is
+//     checked first (preflight.go), before the store is created, and a store
+//     that a failed mount created is removed: a refused mount changes nothing.
+//   - Privacy: the mount is the mounter's alone (no allow_other unless
+//     --allow-other); a new store is 0700 with a 0600 catalog and objects, and
+//     its root directory belongs to its creator. The control socket
+//     (control.go) is 0600 and checks each peer's uid (SO_PEERCRED): the
+//     daemon's own user or root.
+//   - mount(8): installed as /sbin/mount.fuse.ckptfs, the binary is mount's
+//     helper (mounthelper.go): it starts `ckptfs mount` in a new session and
+//     returns once the daemon reports the mount live on a pipe. `mount
+//     --background` is the same from a shell.
+//   - Metrics: --metrics-addr serves Prometheus metrics (prometheus.go),
+//     updated through fusefs.Observer and cas.Observer with atomic
+//     instruments only.
 package main
 
 import (
@@ -16,6 +36,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // command is one subcommand.
@@ -31,7 +52,7 @@ var commands = []command{
 	{"mount", "[flags] STORE MOUNTPOINT", "mount STORE (created if missing) at MOUNTPOINT, in the foreground", runMount},
 	{"stats", "[flags] PATH", "print the statistics of a mountpoint or an unmounted store", runStats},
 	{"tensors", "[flags] FILE", "list a checkpoint's tensors: name, dtype, shape, file offset, bytes", runTensors},
-	{"diff", "[flags] FILE_A FILE_B", "compare two checkpoints tensor by tensor, and what B adds to the store beyond A", runDiff},
+	{"diff", "[flags] A B", "compare two checkpoints (files, or step directories of sharded ones) tensor by tensor, and what B adds to the store beyond A", runDiff},
 	{"gc", "[flags] MOUNTPOINT|STORE", "delete chunks no file uses any more (inside the daemon when given a mountpoint)", runGC},
 	{"fsck", "[flags] MOUNTPOINT|STORE", "check the store's catalog and objects; exits 1 naming each file and chunk at fault", runFsck},
 	{"log", "[flags] RUN_DIR", "one row per step of a run: files, bytes, bytes added to the store, tensors changed, metrics", runLog},
@@ -47,6 +68,9 @@ var errUsage = errors.New("usage error")
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if isMountHelper(os.Args[0]) {
+		os.Exit(runMountHelper(os.Args[1:], os.Stderr))
+	}
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -56,6 +80,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if len(args) == 0 {
 			return 2
 		}
+		return 0
+	}
+	if args[0] == "--version" || args[0] == "version" || args[0] == "-version" {
+		fmt.Fprintln(stdout, versionString())
 		return 0
 	}
 	for _, c := range commands {
@@ -82,7 +110,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func printUsage(w io.Writer) {
 	fmt.Fprintln(w, "ckptfs: a deduplicating filesystem for ML checkpoints")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Usage: ckptfs COMMAND [flags] ARGS  (ckptfs COMMAND --help for details)")
+	fmt.Fprintln(w, "Usage: ckptfs COMMAND [flags] ARGS  (ckptfs COMMAND --help for details; ckptfs --version)")
 	fmt.Fprintln(w)
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
@@ -135,13 +163,23 @@ func parseArgsMin(fl *flag.FlagSet, args []string, min int) ([]string, error) {
 }
 
 // splitArgs parses the flags among args and returns the positional arguments.
+// A bad flag is reported in one line in ckptfs's words (--name), not the
+// flag package's, with a pointer to --help (exit status 2).
 func splitArgs(fl *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
-		if err := fl.Parse(args); err != nil {
+		out, usage := fl.Output(), fl.Usage
+		fl.SetOutput(io.Discard)
+		fl.Usage = func() {}
+		err := fl.Parse(args)
+		fl.SetOutput(out)
+		fl.Usage = usage
+		if err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				fl.Usage()
 				return nil, err
 			}
+			fmt.Fprintf(out, "ckptfs %s: %s\nRun 'ckptfs %s --help' for usage.\n", fl.Name(), flagError(err), fl.Name())
 			return nil, errUsage
 		}
 		args = fl.Args()
@@ -151,6 +189,74 @@ func splitArgs(fl *flag.FlagSet, args []string) ([]string, error) {
 		pos = append(pos, args[0])
 		args = args[1:]
 	}
+}
+
+// flagError rewords the flag package's errors: flags are written --name.
+func flagError(err error) string {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
+		return "unknown flag --" + strings.TrimLeft(name, "-")
+	}
+	if name, ok := strings.CutPrefix(msg, "flag needs an argument: "); ok {
+		return "flag --" + strings.TrimLeft(name, "-") + " needs a value"
+	}
+	if rest, ok := strings.CutPrefix(msg, "invalid value "); ok {
+		// invalid value "1x" for flag -grace: <reason>
+		if v, after, ok := strings.Cut(rest, " for flag -"); ok {
+			name, reason, _ := strings.Cut(after, ": ")
+			return fmt.Sprintf("invalid value %s for --%s: %s", v, name, reason)
+		}
+	}
+	if rest, ok := strings.CutPrefix(msg, "invalid boolean value "); ok {
+		if v, after, ok := strings.Cut(rest, " for -"); ok {
+			name, _, _ := strings.Cut(after, ": ")
+			return fmt.Sprintf("invalid value %s for --%s: want true or false", v, name)
+		}
+	}
+	return msg
+}
+
+// usageError prints "ckptfs NAME: msg" and a pointer to --help, and returns
+// errUsage (exit status 2).
+func usageError(c command, stderr io.Writer, format string, args ...any) error {
+	fmt.Fprintf(stderr, "ckptfs %s: %s\nRun 'ckptfs %s --help' for usage.\n", c.name, fmt.Sprintf(format, args...), c.name)
+	return errUsage
+}
+
+// duration is a flag value like time.Duration's, plus days: 1d, 7d, 1d12h.
+type duration time.Duration
+
+func (d *duration) String() string { return time.Duration(*d).String() }
+
+func (d *duration) Set(s string) error {
+	v, err := parseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = duration(v)
+	return nil
+}
+
+// parseDuration is time.ParseDuration with a "d" (24 h) unit, and "0" alone.
+func parseDuration(s string) (time.Duration, error) {
+	t := strings.TrimSpace(s)
+	var days time.Duration
+	if i := strings.Index(t, "d"); i >= 0 {
+		n, err := strconv.ParseFloat(t[:i], 64)
+		if err != nil || n < 0 || strings.HasPrefix(t[:i], "-") {
+			return 0, fmt.Errorf("bad duration %q (want e.g. 1d, 12h, 30m, 0)", s)
+		}
+		days = time.Duration(n * float64(24*time.Hour))
+		t = t[i+1:]
+		if t == "" {
+			return days, nil
+		}
+	}
+	v, err := time.ParseDuration(t)
+	if err != nil {
+		return 0, fmt.Errorf("bad duration %q (want e.g. 1d, 12h, 30m, 0)", s)
+	}
+	return days + v, nil
 }
 
 // byteSize is a flag value like 256MiB, 1G or 1048576.

@@ -11,8 +11,10 @@ package main
 //     else the directory's step number.
 //
 // Both may exist; metrics.json wins on a name both have. Values that are not
-// numbers (strings, nested objects, null, and Python's NaN/Infinity, which
-// json.dump writes and JSON does not allow) are left out.
+// numbers (strings, nested objects, null) are left out. Python's NaN,
+// Infinity and -Infinity, which json.dump writes although JSON does not allow
+// them, are kept: a diverged run's loss is NaN, and log shows it as NaN (log
+// --json and the report write them as null; best never picks a NaN).
 
 import (
 	"bytes"
@@ -20,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -97,14 +100,46 @@ func trainerStateMetrics(data []byte, dirStep int64, out map[string]float64) err
 // mergeNumbers copies m's numeric values except "step" into out.
 func mergeNumbers(out map[string]float64, m map[string]any) {
 	for k, v := range m {
-		if f, ok := v.(float64); ok && k != "step" {
-			out[k] = f
+		if k == "step" {
+			continue
+		}
+		switch v := v.(type) {
+		case float64:
+			out[k] = v
+		case string:
+			if f, ok := nonFinite[v]; ok {
+				out[k] = f
+			}
 		}
 	}
 }
 
+// nonFinite maps the strings sanitizeJSON writes for Python's bare tokens to
+// their values. They cannot collide with a real string value: a JSON string
+// cannot hold a raw NUL byte.
+var nonFinite = map[string]float64{
+	"\x00NaN": math.NaN(), "\x00Infinity": math.Inf(1), "\x00-Infinity": math.Inf(-1),
+}
+
+// metricMap is a step's metrics; NaN and ±Inf are written to JSON as null
+// (encoding/json refuses them).
+type metricMap map[string]float64
+
+func (m metricMap) MarshalJSON() ([]byte, error) {
+	clean := make(map[string]*float64, len(m))
+	for k, v := range m {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			clean[k] = nil
+			continue
+		}
+		clean[k] = &v
+	}
+	return json.Marshal(clean)
+}
+
 // sanitizeJSON replaces the bare tokens NaN, Infinity and -Infinity that
-// Python's json module writes (outside strings) with null.
+// Python's json module writes (outside strings) with strings nonFinite
+// knows, written as JSON escapes of a NUL byte and the token.
 func sanitizeJSON(b []byte) []byte {
 	var out bytes.Buffer
 	last := 0
@@ -127,7 +162,7 @@ func sanitizeJSON(b []byte) []byte {
 		for _, tok := range []string{"-Infinity", "Infinity", "NaN"} {
 			if bytes.HasPrefix(b[i:], []byte(tok)) {
 				out.Write(b[last:i])
-				out.WriteString("null")
+				out.WriteString(`"\u0000` + tok + `"`)
 				i += len(tok) - 1
 				last = i + 1
 				break

@@ -30,6 +30,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/ckptfs/ckptfs/gc"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -82,18 +83,18 @@ func listSteps(runDir string) (steps []stepDir, skipped []string, err error) {
 
 // stepRow is what log prints for one step.
 type stepRow struct {
-	Step           int64              `json:"step"`
-	Name           string             `json:"name"`
-	Path           string             `json:"path"`
-	Files          int                `json:"files"`
-	LogicalBytes   int64              `json:"logical_bytes"`   // sum of the files' sizes
-	UniqueBytes    int64              `json:"unique_bytes"`    // bytes of the step's distinct chunks
-	AddedBytes     int64              `json:"added_bytes"`     // bytes of distinct chunks no earlier step of the run has
-	AddedChunks    int                `json:"added_chunks"`    // how many such chunks
-	Tensors        int                `json:"tensors"`         // distinct tensor names in the step's checkpoint files
-	TensorsChanged int                `json:"tensors_changed"` // names whose bytes differ from the previous step, added or removed (all, at the first step)
-	PendingFiles   int                `json:"pending_files,omitempty"`
-	Metrics        map[string]float64 `json:"metrics"`
+	Step           int64     `json:"step"`
+	Name           string    `json:"name"`
+	Path           string    `json:"path"`
+	Files          int       `json:"files"`
+	LogicalBytes   int64     `json:"logical_bytes"`   // sum of the files' sizes
+	UniqueBytes    int64     `json:"unique_bytes"`    // bytes of the step's distinct chunks
+	AddedBytes     int64     `json:"added_bytes"`     // bytes of distinct chunks new to the store: no earlier step of the run has them, nor (in a mount) a file outside the run committed before the step
+	AddedChunks    int       `json:"added_chunks"`    // how many such chunks
+	Tensors        int       `json:"tensors"`         // distinct tensor names in the step's checkpoint files
+	TensorsChanged int       `json:"tensors_changed"` // names whose bytes differ from the previous step, added or removed (all, at the first step)
+	PendingFiles   int       `json:"pending_files,omitempty"`
+	Metrics        metricMap `json:"metrics"`
 
 	// tensors maps each tensor name to its content key (tensorKey).
 	tensors map[string]string
@@ -133,8 +134,7 @@ func loadHistory(ctx context.Context, runDir string) (*runHistory, error) {
 	}
 	abs, _ := filepath.Abs(runDir) // listSteps succeeded with it
 	h := &runHistory{RunDir: abs, Steps: []stepRow{}, Skipped: skipped}
-	seen := map[string]bool{} // chunks of earlier steps
-	var prev map[string]string
+	rows := make([]loadedStep, 0, len(steps))
 	for _, sd := range steps {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -144,14 +144,30 @@ func loadHistory(ctx context.Context, runDir string) (*runHistory, error) {
 			return nil, err
 		}
 		h.Warnings = append(h.Warnings, warns...)
+		rows = append(rows, row)
+	}
+	// In a mount, a chunk that a file outside the run committed before the
+	// step is not new to the store either: a copy of another run adds
+	// nothing. The daemon knows every file's chunks and commit time.
+	earlier, err := earliestOutside(ctx, abs, rows)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{} // chunks of earlier steps
+	var prev map[string]string
+	for _, row := range rows {
 		row.TensorsChanged = tensorsChanged(prev, row.tensors)
 		prev = row.tensors
 		for id, n := range row.chunks {
-			if !seen[id] {
-				seen[id] = true
-				row.AddedBytes += int64(n)
-				row.AddedChunks++
+			if seen[id] {
+				continue
 			}
+			seen[id] = true
+			if t, ok := earlier[id]; ok && t < row.since {
+				continue
+			}
+			row.AddedBytes += int64(n)
+			row.AddedChunks++
 		}
 		h.LogicalBytes += row.LogicalBytes
 		h.UniqueBytes += row.AddedBytes
@@ -160,10 +176,46 @@ func loadHistory(ctx context.Context, runDir string) (*runHistory, error) {
 	return h, nil
 }
 
+// earliestOutside asks the daemon of the mount holding runDir, when it is in
+// one, for the earliest commit time of each of the run's chunks among the
+// files outside the run. Outside a mount it returns nil: a local directory is
+// measured on its own.
+func earliestOutside(ctx context.Context, runDir string, rows []loadedStep) (map[string]int64, error) {
+	var inos []uint64
+	chunks := map[string]bool{}
+	for _, r := range rows {
+		inos = append(inos, r.inos...)
+		for id := range r.chunks {
+			chunks[id] = true
+		}
+	}
+	if len(inos) == 0 {
+		return nil, nil
+	}
+	root, _, err := mountRootFor(runDir)
+	if err != nil {
+		return nil, nil // not in a mount after all
+	}
+	t, err := resolveTarget(root)
+	if err != nil || t.socket == "" {
+		return nil, err
+	}
+	req := controlRequest{Op: "earliest", Groups: [][]uint64{inos}, Chunks: sortedKeys(chunks)}
+	var out map[string]int64
+	if err := callDaemon(ctx, t.socket, req, func(gc.Progress) {}, &out); err != nil {
+		return nil, fmt.Errorf("ask the daemon which chunks the store had: %w", err)
+	}
+	return out, nil
+}
+
 // loadedStep is a stepRow with the step's distinct chunks.
 type loadedStep struct {
 	stepRow
 	chunks map[string]uint32
+	// In a mount: the files' inode numbers, and the earliest ctime (commit
+	// time) of the step's files.
+	inos  []uint64
+	since int64
 }
 
 // viewWorkers is how many files of a step are loaded at once: manifests in a
@@ -228,6 +280,12 @@ func loadStep(ctx context.Context, sd stepDir) (loadedStep, []string, error) {
 			row.PendingFiles++
 			continue
 		}
+		if v.InMount {
+			row.inos = append(row.inos, v.Ino)
+			if row.since == 0 || v.Ctime < row.since {
+				row.since = v.Ctime
+			}
+		}
 		for _, c := range v.Chunks {
 			if _, ok := row.chunks[c.ID]; !ok {
 				row.chunks[c.ID] = c.Len
@@ -286,8 +344,9 @@ func loadStepFile(ctx context.Context, p string) (*fileView, int64, error) {
 	if err := syscall.Stat(p, &st); err != nil {
 		return nil, 0, fmt.Errorf("%s: %w", p, err)
 	}
+	ctime := st.Ctim.Nano()
 	if st.Size == 0 {
-		return &fileView{Path: p}, 0, nil
+		return &fileView{Path: p, Ctime: ctime}, 0, nil
 	}
 	if root, ok := mountRootOf(p, st.Dev); ok {
 		_, err := os.Stat(filepath.Join(root, ".ckptfs", "manifests", strconv.FormatUint(st.Ino, 10)))
@@ -299,5 +358,6 @@ func loadStepFile(ctx context.Context, p string) (*fileView, int64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
+	v.Ino, v.Ctime = st.Ino, ctime
 	return v, v.Size, nil
 }

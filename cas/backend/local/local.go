@@ -210,7 +210,7 @@ func (b *Backend) makeDirs(dir string) error {
 	d := b.root
 	for _, part := range append([]string{"."}, strings.Split(rel, string(filepath.Separator))...) {
 		d = filepath.Join(d, part)
-		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		if err := os.Mkdir(d, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 			return fmt.Errorf("create object directory: %w", err)
 		}
 	}
