@@ -9,8 +9,12 @@ import (
 // Object header layout (see doc.go).
 const (
 	objectMagic      = "CKCH"
-	objectVersion    = 1
+	objectVersion    = 1 // a standalone chunk
+	objectVersionDel = 2 // a delta against a base chunk (delta.go)
 	objectHeaderSize = 24
+	// deltaExtSize is the delta extension after a version-2 header:
+	// base ID [32] | transform u8 | element size u8 | reserved u16 (zero).
+	deltaExtSize = 36
 	// maxChunkSize bounds the raw length a header may claim, so a corrupt header
 	// cannot make a reader allocate gigabytes.
 	maxChunkSize = 64 << 20
@@ -21,14 +25,23 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 type objectHeader struct {
 	codec      Codec
 	rawLen     uint32
-	payloadLen uint32
-	crc        uint32
+	payloadLen uint32 // bytes after the 24-byte header (the delta extension included)
+	crc        uint32 // CRC-32C of those bytes
+
+	// Version-2 (delta) objects only.
+	delta     bool
+	base      ID
+	transform deltaTransform
+	elem      int
 }
 
 func (h objectHeader) marshal() []byte {
 	b := make([]byte, objectHeaderSize)
 	copy(b[0:4], objectMagic)
 	b[4] = objectVersion
+	if h.delta {
+		b[4] = objectVersionDel
+	}
 	b[5] = byte(h.codec)
 	binary.LittleEndian.PutUint32(b[8:], h.rawLen)
 	binary.LittleEndian.PutUint32(b[12:], h.payloadLen)
@@ -44,7 +57,33 @@ func parseObjectHeader(b []byte) (objectHeader, error) {
 	if string(b[0:4]) != objectMagic {
 		return h, fmt.Errorf("bad object magic %q", b[0:4])
 	}
-	if b[4] != objectVersion {
+	switch b[4] {
+	case objectVersion:
+	case objectVersionDel:
+		// Version 2 checks what version 1 ignored: no flags, zero reserved.
+		if binary.LittleEndian.Uint16(b[6:]) != 0 || binary.LittleEndian.Uint32(b[20:]) != 0 {
+			return h, fmt.Errorf("delta object has unknown flags")
+		}
+		if len(b) < objectHeaderSize+deltaExtSize {
+			return h, fmt.Errorf("delta object is %d bytes, shorter than its header", len(b))
+		}
+		x := b[objectHeaderSize:]
+		h.delta = true
+		copy(h.base[:], x[:32])
+		h.transform = deltaTransform(x[32])
+		h.elem = int(x[33])
+		if binary.LittleEndian.Uint16(x[34:]) != 0 {
+			return h, fmt.Errorf("delta object has non-zero reserved bytes")
+		}
+		op := h.transform &^ deltaClassed
+		wide := h.elem == 2 || h.elem == 4
+		switch {
+		case op == deltaXOR && (wide || h.transform&deltaClassed == 0):
+		case op == deltaSub && wide:
+		default:
+			return h, fmt.Errorf("delta object has transform %v with element size %d", h.transform, h.elem)
+		}
+	default:
 		return h, fmt.Errorf("object format version %d not supported", b[4])
 	}
 	h.codec = Codec(b[5])
@@ -56,6 +95,34 @@ func parseObjectHeader(b []byte) (objectHeader, error) {
 	}
 	return h, nil
 }
+
+// encodeDeltaObject returns the object file bytes (version 2) of raw coded
+// as a delta against base (same length, ID baseID, which must be a standalone
+// chunk); elem is the element size hint (0 when unknown). scratch holds at
+// least len(raw) bytes. The caller compares the size with the standalone
+// encoding and keeps the smaller.
+func (c *codecs) encodeDeltaObject(raw, base []byte, baseID ID, elem int, scratch *deltaScratch) []byte {
+	obj := make([]byte, objectHeaderSize+deltaExtSize, objectHeaderSize+deltaExtSize+len(raw)/2)
+	codec, t, obj := c.appendDeltaPayload(obj, raw, base, elem, scratch)
+	x := obj[objectHeaderSize:]
+	copy(x[:32], baseID[:])
+	x[32] = byte(t)
+	x[33] = byte(elem)
+	payload := obj[objectHeaderSize:]
+	hdr := objectHeader{
+		codec:      codec,
+		rawLen:     uint32(len(raw)),
+		payloadLen: uint32(len(payload)),
+		crc:        crc32.Checksum(payload, castagnoli),
+		delta:      true,
+	}
+	copy(obj, hdr.marshal())
+	return obj
+}
+
+// baseFunc returns the verified raw bytes of standalone chunk id and a
+// function to call when done with them.
+type baseFunc func(id ID) (data []byte, release func(), err error)
 
 // encodeObject returns the object file bytes for raw, and its codec.
 func (c *codecs) encodeObject(raw []byte, h Hint) ([]byte, Codec) {
@@ -85,14 +152,20 @@ func sealObject(obj []byte, codec Codec, rawLen int) []byte {
 	return obj
 }
 
-// decodeObject verifies and decodes a whole object file and checks that its
-// bytes hash to id. Every failure wraps ErrCorrupt.
+// decodeObject verifies and decodes a whole standalone object file and checks
+// that its bytes hash to id. Every failure wraps ErrCorrupt; a delta object is
+// one.
 func (c *codecs) decodeObject(id ID, obj []byte) ([]byte, error) {
-	return c.decodeObjectInto(id, obj, nil)
+	return c.decodeObjectInto(id, obj, nil, nil)
 }
 
 // decodeObjectInto is decodeObject into a buffer from alloc (see decodeInto).
-func (c *codecs) decodeObjectInto(id ID, obj []byte, alloc func(int) []byte) ([]byte, error) {
+// A delta object (version 2) decodes only with base, which must give its base
+// chunk; with base nil it is ErrCorrupt (a base must be standalone, so the
+// loader of a base passes nil: that bounds a read to two objects and makes a
+// cycle of bases impossible). Errors from base are returned wrapped as they
+// are (ErrMissing, ErrCorrupt); a wrong base can only fail the hash check.
+func (c *codecs) decodeObjectInto(id ID, obj []byte, alloc func(int) []byte, base baseFunc) ([]byte, error) {
 	h, err := parseObjectHeader(obj)
 	if err != nil {
 		return nil, fmt.Errorf("chunk %v: %w: %v", id, ErrCorrupt, err)
@@ -104,12 +177,58 @@ func (c *codecs) decodeObjectInto(id ID, obj []byte, alloc func(int) []byte) ([]
 	if crc32.Checksum(payload, castagnoli) != h.crc {
 		return nil, fmt.Errorf("chunk %v: %w: payload checksum mismatch", id, ErrCorrupt)
 	}
-	raw, err := c.decodeInto(h.codec, payload, int(h.rawLen), alloc)
+	if h.delta {
+		payload = payload[deltaExtSize:]
+		if base == nil {
+			return nil, fmt.Errorf("chunk %v: %w: a delta object (against %v) where a standalone chunk is required", id, ErrCorrupt, h.base)
+		}
+		if h.base == id {
+			return nil, fmt.Errorf("chunk %v: %w: a delta against itself", id, ErrCorrupt)
+		}
+	}
+	var raw []byte
+	if h.delta {
+		raw, err = c.decodeDelta(id, h, payload, alloc, base)
+	} else {
+		raw, err = c.decodeInto(h.codec, payload, int(h.rawLen), alloc)
+		if err != nil {
+			err = fmt.Errorf("chunk %v: %w: %v", id, ErrCorrupt, err)
+		}
+	}
 	if err != nil {
-		return nil, fmt.Errorf("chunk %v: %w: %v", id, ErrCorrupt, err)
+		return nil, err
 	}
 	if Sum(raw) != id {
 		return nil, fmt.Errorf("chunk %v: %w: content hash does not match its name", id, ErrCorrupt)
 	}
+	return raw, nil
+}
+
+// decodeDelta decodes the payload of delta object id (after the extension)
+// and undoes the delta against the base from base.
+func (c *codecs) decodeDelta(id ID, h objectHeader, payload []byte, alloc func(int) []byte, base baseFunc) ([]byte, error) {
+	bd, release, err := base(h.base)
+	if err != nil {
+		return nil, fmt.Errorf("chunk %v: base: %w", id, err)
+	}
+	defer release()
+	if len(bd) != int(h.rawLen) {
+		return nil, fmt.Errorf("chunk %v: %w: base %v is %d bytes, the delta %d", id, ErrCorrupt, h.base, len(bd), h.rawLen)
+	}
+	var raw []byte
+	if h.transform&deltaClassed != 0 {
+		if alloc == nil {
+			raw = make([]byte, h.rawLen)
+		} else {
+			raw = alloc(int(h.rawLen))
+		}
+		err = c.decodeClassed(raw, payload, bd, h.elem)
+	} else {
+		raw, err = c.decodeInto(h.codec, payload, int(h.rawLen), alloc)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("chunk %v: %w: %v", id, ErrCorrupt, err)
+	}
+	undoDelta(h.transform&^deltaClassed, h.elem, raw, bd)
 	return raw, nil
 }

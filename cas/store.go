@@ -458,7 +458,7 @@ func (s *Store) readObject(ctx context.Context, id ID, buf []byte, alloc func(in
 	if err != nil {
 		return nil, nil, fmt.Errorf("read chunk %v: %w", id, err)
 	}
-	raw, err = s.codecs.decodeObjectInto(id, obj, alloc)
+	raw, err = s.codecs.decodeObjectInto(id, obj, alloc, nil)
 	if err != nil {
 		return nil, obj, err
 	}

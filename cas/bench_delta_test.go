@@ -1,0 +1,217 @@
+package cas
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/ckptfs/ckptfs/formats"
+)
+
+// BenchmarkDeltaWorkload measures delta coding on the checkpoints of
+// test/delta/workload.py (a directory of step-NNNNN/ directories given by
+// $CKPTFS_DELTA_DIR): for every kind of file (bf16/model.safetensors,
+// fp32/model.safetensors, full.pt) and checkpoint distance, the stored ÷
+// logical ratio of the later checkpoint encoded standalone (as the store does
+// today) and as deltas against the earlier one (each chunk against the chunk
+// at the same place, kept only when smaller), with encode and decode speeds.
+//
+//	python test/delta/workload.py /tmp/wl --full
+//	CKPTFS_DELTA_DIR=/tmp/wl go test ./cas -run '^$' -bench DeltaWorkload -benchtime 1x
+func BenchmarkDeltaWorkload(b *testing.B) {
+	dir := os.Getenv("CKPTFS_DELTA_DIR")
+	if dir == "" {
+		b.Skip("set CKPTFS_DELTA_DIR to a directory written by test/delta/workload.py")
+	}
+	steps, _ := filepath.Glob(filepath.Join(dir, "step-*"))
+	sort.Strings(steps)
+	if len(steps) < 2 {
+		b.Fatalf("%s: fewer than two step directories", dir)
+	}
+	c, err := newCodecs()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.close()
+	kinds := []string{"bf16/model.safetensors", "fp32/model.safetensors", "full.pt"}
+	for _, kind := range kinds {
+		if _, err := os.Stat(filepath.Join(steps[0], kind)); err != nil {
+			continue
+		}
+		files := make([][]cutChunk, len(steps))
+		for i, st := range steps {
+			if files[i], err = cutFile(filepath.Join(st, kind)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		// Pairs at each distance (in saves): later save against the earlier.
+		for _, dist := range []int{1, 2, 5, 10} {
+			if dist >= len(steps) {
+				continue
+			}
+			var tot deltaTotals
+			for i := dist; i < len(steps); i++ {
+				if err := tot.add(c, files[i-dist], files[i]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			fmt.Printf("DELTA %-24s dist %2d saves  pairs %2d  logical %6.1f MB  standalone %.3f  delta %.3f  (%d of %d chunks delta; %v)  enc %5.0f / %5.0f MB/s  dec %5.0f / %5.0f MB/s\n",
+				kind, dist, tot.pairs, float64(tot.logical)/1e6,
+				float64(tot.standalone)/float64(tot.logical), float64(tot.delta)/float64(tot.logical),
+				tot.deltaChunks, tot.chunks, tot.variants,
+				mbps(tot.logical, tot.encStd), mbps(tot.logical, tot.encDelta),
+				mbps(tot.logical, tot.decStd), mbps(tot.logical, tot.decDelta))
+		}
+		// Whole runs under base-choice schemes: "chain" codes every save
+		// against the previous one (unbounded depth); "keyframe K" keeps every
+		// K-th save standalone and codes the others against the keyframe
+		// before them (depth 1: a read touches at most two objects).
+		schemes := []struct {
+			name string
+			base func(i int) int // -1: standalone
+		}{
+			{"none", func(int) int { return -1 }},
+			{"chain", func(i int) int { return i - 1 }},
+		}
+		for _, k := range []int{2, 3, 4, 5, 10, 20} {
+			schemes = append(schemes, struct {
+				name string
+				base func(int) int
+			}{fmt.Sprintf("keyframe %d", k), func(i int) int {
+				if i%k == 0 {
+					return -1
+				}
+				return i - i%k
+			}})
+		}
+		for _, sc := range schemes {
+			var tot deltaTotals
+			for i := range files {
+				bi := sc.base(i)
+				var base []cutChunk
+				if bi >= 0 {
+					base = files[bi]
+				}
+				if err := tot.add(c, base, files[i]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			fmt.Printf("SCHEME %-24s %-12s saves %2d  logical %6.1f MB  stored/logical %.3f\n",
+				kind, sc.name, len(files), float64(tot.logical)/1e6, float64(tot.delta)/float64(tot.logical))
+		}
+	}
+}
+
+func mbps(n int64, d time.Duration) float64 { return float64(n) / d.Seconds() / 1e6 }
+
+type deltaTotals struct {
+	pairs, chunks, deltaChunks         int
+	variants                           map[deltaTransform]int
+	logical, standalone, delta         int64
+	encStd, encDelta, decStd, decDelta time.Duration
+}
+
+type cutChunk struct {
+	seg, ord int // data segment ordinal (-1: not data), chunk ordinal in it
+	elem     int
+	data     []byte
+}
+
+// cutFile cuts a checkpoint as the commit path does: each data segment in
+// 1 MiB chunks from its start, the rest in 1 MiB chunks unhinted.
+func cutFile(path string) ([]cutChunk, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	ix, err := formats.Parse(f, int64(len(data)))
+	if err != nil {
+		return nil, err
+	}
+	var out []cutChunk
+	seg := 0
+	for _, s := range ix.Segments {
+		e, si := 0, -1
+		if s.Kind == formats.KindData {
+			e = formats.DTypeBits(s.DType) / 8
+			si = seg
+			seg++
+		}
+		for off, ord := s.Offset, 0; off < s.Offset+s.Length; off, ord = off+DefaultChunkSize, ord+1 {
+			out = append(out, cutChunk{seg: si, ord: ord, elem: e, data: data[off:min(off+DefaultChunkSize, s.Offset+s.Length)]})
+		}
+	}
+	return out, nil
+}
+
+// add codes the chunks of cur, against the chunk at the same place in base
+// when there is one (base nil: standalone).
+func (t *deltaTotals) add(c *codecs, base, cur []cutChunk) error {
+	type key struct{ seg, ord int }
+	byPlace := map[key][]byte{}
+	have := map[ID]bool{}
+	for _, ch := range base {
+		if ch.seg >= 0 {
+			byPlace[key{ch.seg, ch.ord}] = ch.data
+		}
+		have[Sum(ch.data)] = true
+	}
+	t.pairs++
+	if t.variants == nil {
+		t.variants = map[deltaTransform]int{}
+	}
+	scratch := new(deltaScratch)
+	for _, ch := range cur {
+		t.logical += int64(len(ch.data))
+		t.chunks++
+		id := Sum(ch.data)
+		if have[id] {
+			continue // deduplicated against the earlier checkpoint either way
+		}
+		h := Hint{}
+		if ch.elem == 2 || ch.elem == 4 {
+			h.ElemSize = ch.elem
+		}
+		t0 := time.Now()
+		obj, _ := c.encodeObject(ch.data, h)
+		t.encStd += time.Since(t0)
+		t0 = time.Now()
+		if _, err := c.decodeObject(id, obj); err != nil {
+			return err
+		}
+		t.decStd += time.Since(t0)
+		t.standalone += int64(len(obj))
+		best := int64(len(obj))
+		bd := byPlace[key{ch.seg, ch.ord}]
+		if ch.seg >= 0 && len(bd) == len(ch.data) {
+			t0 = time.Now()
+			dobj := c.encodeDeltaObject(ch.data, bd, Sum(bd), h.ElemSize, scratch)
+			t.encDelta += time.Since(t0)
+			t0 = time.Now()
+			got, err := c.decodeObjectInto(id, dobj, nil, func(bid ID) ([]byte, func(), error) { return bd, func() {}, nil })
+			if err != nil {
+				return err
+			}
+			t.decDelta += time.Since(t0)
+			if !slices.Equal(got, ch.data) {
+				return fmt.Errorf("delta round trip differs")
+			}
+			if int64(len(dobj)) < best {
+				best = int64(len(dobj))
+				t.deltaChunks++
+				t.variants[deltaTransform(dobj[objectHeaderSize+32])]++
+			}
+		}
+		t.delta += best
+	}
+	return nil
+}
