@@ -2,6 +2,7 @@ package cas
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -48,6 +49,8 @@ type codecs struct {
 	zenc *zstd.Encoder
 	zdec *zstd.Decoder
 	bg   bgPools
+	// permBufs holds *[]byte scratch for decoding classed deltas (delta.go).
+	permBufs sync.Pool
 }
 
 func newCodecs() (*codecs, error) {

@@ -99,33 +99,16 @@ func undoDelta(t deltaTransform, elem int, buf, base []byte) {
 	xorBytes(buf[n:], buf[n:], base[n:])
 }
 
-func mono16(u uint16) uint16 {
-	if u&0x8000 != 0 {
-		return ^u
-	}
-	return u | 0x8000
-}
+// mono16 maps a 16-bit float's bits to an unsigned integer in the order of
+// the values (negative: ^u, positive: u|0x8000), without a branch: the
+// sign is random in weights, so a branch mispredicts half the time.
+func mono16(u uint16) uint16 { return u ^ (uint16(int16(u)>>15) | 0x8000) }
 
-func unmono16(v uint16) uint16 {
-	if v&0x8000 != 0 {
-		return v &^ 0x8000
-	}
-	return ^v
-}
+func unmono16(v uint16) uint16 { return v ^ (uint16(int16(^v)>>15) | 0x8000) }
 
-func mono32(u uint32) uint32 {
-	if u&0x80000000 != 0 {
-		return ^u
-	}
-	return u | 0x80000000
-}
+func mono32(u uint32) uint32 { return u ^ (uint32(int32(u)>>31) | 0x80000000) }
 
-func unmono32(v uint32) uint32 {
-	if v&0x80000000 != 0 {
-		return v &^ 0x80000000
-	}
-	return ^v
-}
+func unmono32(v uint32) uint32 { return v ^ (uint32(int32(^v)>>31) | 0x80000000) }
 
 // xorBytes sets dst[i] = a[i] ^ b[i] (dst may be a), eight bytes at a time.
 func xorBytes(dst, a, b []byte) {
@@ -144,7 +127,6 @@ var deltaVariants = [...]deltaTransform{deltaSub | deltaClassed, deltaXOR | delt
 // deltaScratch is the scratch of one delta encode.
 type deltaScratch struct {
 	d, perm, best []byte
-	keys          []uint16
 }
 
 // appendDeltaPayload appends to dst the coded delta of raw against base (same
@@ -158,7 +140,6 @@ func (c *codecs) appendDeltaPayload(dst, raw, base []byte, elem int, s *deltaScr
 		bestCodec Codec
 		bestT     deltaTransform
 		have      bool
-		made      deltaTransform
 	)
 	for _, t := range deltaVariants {
 		op := t &^ deltaClassed
@@ -168,18 +149,12 @@ func (c *codecs) appendDeltaPayload(dst, raw, base []byte, elem int, s *deltaScr
 		if t&deltaClassed != 0 && len(raw)/elem < 2*deltaMinClass {
 			continue
 		}
-		if made != op {
-			makeDelta(op, elem, s.d, raw, base)
-			made = op
-		}
 		var codec Codec
 		if t&deltaClassed != 0 {
 			s.perm = growBuf(s.perm, len(raw))
-			if cap(s.keys) < len(raw)/elem {
-				s.keys = make([]uint16, len(raw)/elem)
-			}
-			dst = c.appendClassed(dst[:start], s.d, base, s.perm, s.keys[:len(raw)/elem], elem)
+			dst = c.appendClassed(dst[:start], raw, base, s.perm, op, elem)
 		} else {
+			makeDelta(op, elem, s.d, raw, base)
 			codec, dst = c.appendEncoded(dst[:start], s.d, Hint{ElemSize: elem})
 		}
 		if !have || len(dst)-start < len(s.best) {
@@ -203,7 +178,7 @@ func (c *codecs) appendDeltaPayload(dst, raw, base []byte, elem int, s *deltaScr
 //
 // Classes: the exponent byte of the base element (bf16: bits 7..14, fp32:
 // bits 23..30); exponents with fewer than deltaMinClass elements share one
-// class after all others. Classes are ordered by exponent. The payload is
+// class after all others (classesOf). The payload is
 //
 //	K u16 (number of non-empty classes, as the decoder derives them) |
 //	K × (codec u8 | encoded length u32 LE) | class 0 data | ... |
@@ -215,145 +190,195 @@ const (
 	deltaMinClass = 2048
 )
 
-// deltaClassOf returns the class key (0..256) of every element of base, the
-// number of elements of each class, and the number of classes.
-func deltaClassOf(base []byte, elem int, keys []uint16) (counts [257]int, k int) {
+// deltaClasses is the class layout of one base: the dense class of each
+// exponent byte, the elements in each class and where each class starts.
+type deltaClasses struct {
+	of     [256]uint8 // exponent byte → class
+	counts []int      // elements per class, in class order
+}
+
+// exponent returns the exponent byte of element i of base.
+func exponent(base []byte, elem, i int) byte {
+	if elem == 2 {
+		return byte(binary.LittleEndian.Uint16(base[2*i:]) >> 7)
+	}
+	return byte(binary.LittleEndian.Uint32(base[4*i:]) >> 23)
+}
+
+// classesOf derives the classes of the first n elements of base: exponents
+// in increasing order, each with at least deltaMinClass elements, then one
+// class for all the rarer exponents, if any. At most 256 classes.
+func classesOf(base []byte, elem, n int) deltaClasses {
 	var hist [256]int
-	n := len(base) / elem
 	if elem == 2 {
 		for i := range n {
-			e := byte(binary.LittleEndian.Uint16(base[2*i:]) >> 7)
-			keys[i] = uint16(e)
-			hist[e]++
+			hist[byte(binary.LittleEndian.Uint16(base[2*i:])>>7)]++
 		}
 	} else {
 		for i := range n {
-			e := byte(binary.LittleEndian.Uint32(base[4*i:]) >> 23)
-			keys[i] = uint16(e)
-			hist[e]++
+			hist[byte(binary.LittleEndian.Uint32(base[4*i:])>>23)]++
 		}
 	}
-	var rare bool
-	var remap [256]uint16
+	var cl deltaClasses
+	rare := 0
+	for _, c := range hist {
+		if c >= deltaMinClass {
+			cl.counts = append(cl.counts, c)
+		} else {
+			rare += c
+		}
+	}
+	rareClass := uint8(len(cl.counts) & 0xff) // len ≤ 255 when any exponent is rare
+	k := 0
 	for e, c := range hist {
-		remap[e] = uint16(e)
-		if c > 0 && c < deltaMinClass {
-			remap[e], rare = 256, true
-		}
-	}
-	if rare {
-		for i := range n {
-			keys[i] = remap[keys[i]]
-		}
-	}
-	for e, c := range hist {
-		counts[remap[e]] += c
-	}
-	for _, c := range counts {
-		if c > 0 {
+		if c >= deltaMinClass {
+			cl.of[e] = uint8(k)
 			k++
+		} else {
+			cl.of[e] = rareClass
 		}
 	}
-	return counts, k
+	if rare > 0 {
+		cl.counts = append(cl.counts, rare)
+	}
+	return cl
 }
 
-// classOffsets turns counts into the first element index of each class.
-func classOffsets(counts *[257]int) (off [257]int) {
+// offsets returns the first element index of each class.
+func (cl *deltaClasses) offsets() (off [256]int) {
 	pos := 0
-	for c := range counts {
-		off[c] = pos
-		pos += counts[c]
+	for i, c := range cl.counts {
+		off[i] = pos
+		pos += c
 	}
 	return off
 }
 
-// permuteByClass copies the elements of src (elem bytes each) into dst,
-// grouped by class in order (a stable counting sort by keys).
-func permuteByClass(dst, src []byte, elem int, keys []uint16, counts *[257]int) {
-	off := classOffsets(counts)
-	if elem == 2 {
-		for i, k := range keys {
-			copy(dst[2*off[k]:2*off[k]+2], src[2*i:])
+// makeClassedDelta writes the delta of the first n elements of raw against
+// base into perm, grouped by class (a stable counting sort).
+func makeClassedDelta(t deltaTransform, elem int, cl *deltaClasses, perm, raw, base []byte, n int) {
+	off := cl.offsets()
+	switch {
+	case elem == 2 && t == deltaSub:
+		for i := range n {
+			bv := binary.LittleEndian.Uint16(base[2*i:])
+			d := mono16(binary.LittleEndian.Uint16(raw[2*i:])) - mono16(bv)
+			k := cl.of[byte(bv>>7)]
+			binary.LittleEndian.PutUint16(perm[2*off[k]:], d<<1^uint16(int16(d)>>15))
 			off[k]++
 		}
-		return
-	}
-	for i, k := range keys {
-		copy(dst[4*off[k]:4*off[k]+4], src[4*i:])
-		off[k]++
+	case elem == 2:
+		for i := range n {
+			bv := binary.LittleEndian.Uint16(base[2*i:])
+			k := cl.of[byte(bv>>7)]
+			binary.LittleEndian.PutUint16(perm[2*off[k]:], binary.LittleEndian.Uint16(raw[2*i:])^bv)
+			off[k]++
+		}
+	case t == deltaSub:
+		for i := range n {
+			bv := binary.LittleEndian.Uint32(base[4*i:])
+			d := mono32(binary.LittleEndian.Uint32(raw[4*i:])) - mono32(bv)
+			k := cl.of[byte(bv>>23)]
+			binary.LittleEndian.PutUint32(perm[4*off[k]:], d<<1^uint32(int32(d)>>31))
+			off[k]++
+		}
+	default:
+		for i := range n {
+			bv := binary.LittleEndian.Uint32(base[4*i:])
+			k := cl.of[byte(bv>>23)]
+			binary.LittleEndian.PutUint32(perm[4*off[k]:], binary.LittleEndian.Uint32(raw[4*i:])^bv)
+			off[k]++
+		}
 	}
 }
 
-// unpermuteByClass is the inverse of permuteByClass.
-func unpermuteByClass(dst, src []byte, elem int, keys []uint16, counts *[257]int) {
-	off := classOffsets(counts)
-	if elem == 2 {
-		for i, k := range keys {
-			copy(dst[2*i:2*i+2], src[2*off[k]:])
+// undoClassedDelta is the inverse of makeClassedDelta: it writes the first n
+// raw elements into out from the grouped delta in perm.
+func undoClassedDelta(t deltaTransform, elem int, cl *deltaClasses, out, perm, base []byte, n int) {
+	off := cl.offsets()
+	switch {
+	case elem == 2 && t == deltaSub:
+		for i := range n {
+			bv := binary.LittleEndian.Uint16(base[2*i:])
+			k := cl.of[byte(bv>>7)]
+			z := binary.LittleEndian.Uint16(perm[2*off[k]:])
+			off[k]++
+			binary.LittleEndian.PutUint16(out[2*i:], unmono16(mono16(bv)+(z>>1^-(z&1))))
+		}
+	case elem == 2:
+		for i := range n {
+			bv := binary.LittleEndian.Uint16(base[2*i:])
+			k := cl.of[byte(bv>>7)]
+			binary.LittleEndian.PutUint16(out[2*i:], binary.LittleEndian.Uint16(perm[2*off[k]:])^bv)
 			off[k]++
 		}
-		return
-	}
-	for i, k := range keys {
-		copy(dst[4*i:4*i+4], src[4*off[k]:])
-		off[k]++
+	case t == deltaSub:
+		for i := range n {
+			bv := binary.LittleEndian.Uint32(base[4*i:])
+			k := cl.of[byte(bv>>23)]
+			z := binary.LittleEndian.Uint32(perm[4*off[k]:])
+			off[k]++
+			binary.LittleEndian.PutUint32(out[4*i:], unmono32(mono32(bv)+(z>>1^-(z&1))))
+		}
+	default:
+		for i := range n {
+			bv := binary.LittleEndian.Uint32(base[4*i:])
+			k := cl.of[byte(bv>>23)]
+			binary.LittleEndian.PutUint32(out[4*i:], binary.LittleEndian.Uint32(perm[4*off[k]:])^bv)
+			off[k]++
+		}
 	}
 }
 
-// appendClassed appends the classed payload of the delta d (against base) to
-// dst. perm is scratch of len(d) bytes, keys of len(d)/elem entries.
-func (c *codecs) appendClassed(dst, d, base, perm []byte, keys []uint16, elem int) []byte {
-	n := len(d) / elem
-	counts, k := deltaClassOf(base[:n*elem], elem, keys[:n])
-	permuteByClass(perm, d, elem, keys[:n], &counts)
-	dst = binary.LittleEndian.AppendUint16(dst, uint16(k))
+// appendClassed appends the classed payload of raw against base under
+// transform t to dst. perm is scratch of len(raw) bytes.
+func (c *codecs) appendClassed(dst, raw, base, perm []byte, t deltaTransform, elem int) []byte {
+	n := len(raw) / elem
+	cl := classesOf(base, elem, n)
+	makeClassedDelta(t, elem, &cl, perm, raw, base, n)
+	dst = binary.LittleEndian.AppendUint16(dst, uint16(len(cl.counts)))
 	hdr := len(dst)
-	for range k {
+	for range cl.counts {
 		dst = append(dst, 0, 0, 0, 0, 0)
 	}
-	j, pos := 0, 0
-	for cl := range counts {
-		if counts[cl] == 0 {
-			continue
-		}
-		seg := perm[pos*elem : (pos+counts[cl])*elem]
-		pos += counts[cl]
+	pos := 0
+	for j, cnt := range cl.counts {
+		seg := perm[pos*elem : (pos+cnt)*elem]
+		pos += cnt
 		start := len(dst)
 		var codec Codec
 		codec, dst = c.appendEncoded(dst, seg, Hint{ElemSize: elem})
 		dst[hdr+5*j] = byte(codec)
 		binary.LittleEndian.PutUint32(dst[hdr+5*j+1:], uint32(len(dst)-start))
-		j++
 	}
-	return append(dst, d[n*elem:]...)
+	tail := len(dst)
+	dst = append(dst, raw[n*elem:]...)
+	xorBytes(dst[tail:], dst[tail:], base[n*elem:])
+	return dst
 }
 
-// decodeClassed decodes a classed payload into out (the delta, len = raw
-// length), given the base it was made against.
-func (c *codecs) decodeClassed(out, payload, base []byte, elem int) error {
+// decodeClassed decodes a classed payload made under transform t against
+// base into out (the raw bytes: the delta is undone too). perm is scratch.
+func (c *codecs) decodeClassed(out, payload, base []byte, t deltaTransform, elem int, perm []byte) error {
 	if elem != 2 && elem != 4 {
 		return fmt.Errorf("classed delta with element size %d", elem)
 	}
 	n := len(out) / elem
-	keys := make([]uint16, n)
-	counts, k := deltaClassOf(base[:n*elem], elem, keys)
+	cl := classesOf(base, elem, n)
+	k := len(cl.counts)
 	if len(payload) < 2 || int(binary.LittleEndian.Uint16(payload)) != k || len(payload) < 2+5*k {
 		return fmt.Errorf("classed delta: class table does not match the base (%d classes)", k)
 	}
 	tab := payload[2 : 2+5*k]
 	body := payload[2+5*k:]
-	perm := make([]byte, n*elem)
-	j, pos := 0, 0
-	for cl := range counts {
-		if counts[cl] == 0 {
-			continue
-		}
+	pos := 0
+	for j, cnt := range cl.counts {
 		codec := Codec(tab[5*j])
 		l := binary.LittleEndian.Uint32(tab[5*j+1:])
 		if uint64(l) > uint64(len(body)) {
 			return fmt.Errorf("classed delta: class %d overruns the payload", j)
 		}
-		size := counts[cl] * elem
+		size := cnt * elem
 		seg := perm[pos*elem : pos*elem+size : pos*elem+size]
 		got, err := c.decodeInto(codec, body[:l], size, func(int) []byte { return seg })
 		if err != nil {
@@ -363,13 +388,12 @@ func (c *codecs) decodeClassed(out, payload, base []byte, elem int) error {
 			return fmt.Errorf("classed delta: class %d decoded to %d bytes, want %d", j, len(got), size)
 		}
 		body = body[l:]
-		pos += counts[cl]
-		j++
+		pos += cnt
 	}
 	if len(body) != len(out)-n*elem {
 		return fmt.Errorf("classed delta: %d trailing bytes, want %d", len(body), len(out)-n*elem)
 	}
-	unpermuteByClass(out, perm, elem, keys, &counts)
-	copy(out[n*elem:], body)
+	undoClassedDelta(t, elem, &cl, out, perm, base, n)
+	xorBytes(out[n*elem:], body, base[n*elem:])
 	return nil
 }

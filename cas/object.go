@@ -215,20 +215,30 @@ func (c *codecs) decodeDelta(id ID, h objectHeader, payload []byte, alloc func(i
 	if len(bd) != int(h.rawLen) {
 		return nil, fmt.Errorf("chunk %v: %w: base %v is %d bytes, the delta %d", id, ErrCorrupt, h.base, len(bd), h.rawLen)
 	}
-	var raw []byte
-	if h.transform&deltaClassed != 0 {
-		if alloc == nil {
-			raw = make([]byte, h.rawLen)
-		} else {
-			raw = alloc(int(h.rawLen))
+	op := h.transform &^ deltaClassed
+	if h.transform&deltaClassed == 0 {
+		raw, err := c.decodeInto(h.codec, payload, int(h.rawLen), alloc)
+		if err != nil {
+			return nil, fmt.Errorf("chunk %v: %w: %v", id, ErrCorrupt, err)
 		}
-		err = c.decodeClassed(raw, payload, bd, h.elem)
-	} else {
-		raw, err = c.decodeInto(h.codec, payload, int(h.rawLen), alloc)
+		undoDelta(op, h.elem, raw, bd)
+		return raw, nil
 	}
+	var raw []byte
+	if alloc == nil {
+		raw = make([]byte, h.rawLen)
+	} else {
+		raw = alloc(int(h.rawLen))
+	}
+	perm, _ := c.permBufs.Get().(*[]byte)
+	if perm == nil {
+		perm = new([]byte)
+	}
+	*perm = growBuf(*perm, len(raw))
+	err = c.decodeClassed(raw, payload, bd, op, h.elem, *perm)
+	c.permBufs.Put(perm)
 	if err != nil {
 		return nil, fmt.Errorf("chunk %v: %w: %v", id, ErrCorrupt, err)
 	}
-	undoDelta(h.transform&^deltaClassed, h.elem, raw, bd)
 	return raw, nil
 }
