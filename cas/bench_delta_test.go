@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,6 +39,9 @@ func BenchmarkDeltaWorkload(b *testing.B) {
 	}
 	defer c.close()
 	kinds := []string{"bf16/model.safetensors", "fp32/model.safetensors", "full.pt"}
+	if k := os.Getenv("CKPTFS_DELTA_KINDS"); k != "" {
+		kinds = strings.Split(k, ",")
+	}
 	for _, kind := range kinds {
 		if _, err := os.Stat(filepath.Join(steps[0], kind)); err != nil {
 			continue

@@ -207,6 +207,21 @@ func (c *cache) drop(id ID) {
 	}
 }
 
+// peek returns chunk id's entry with one holder counted for the caller when
+// it is cached; it never waits for a load in flight.
+func (c *cache) peek(id ID) (*cacheEntry, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	el, ok := c.entries[id]
+	if !ok {
+		return nil, false
+	}
+	c.lru.MoveToFront(el)
+	e := el.Value.(*cacheEntry)
+	e.holders++
+	return e, true
+}
+
 // has reports whether chunk id is cached or being loaded.
 func (c *cache) has(id ID) bool {
 	c.mu.Lock()

@@ -458,11 +458,38 @@ func (s *Store) readObject(ctx context.Context, id ID, buf []byte, alloc func(in
 	if err != nil {
 		return nil, nil, fmt.Errorf("read chunk %v: %w", id, err)
 	}
-	raw, err = s.codecs.decodeObjectInto(id, obj, alloc, nil)
+	raw, err = s.codecs.decodeObjectInto(id, obj, alloc, func(b ID) ([]byte, func(), error) {
+		return s.loadBase(ctx, b)
+	})
 	if err != nil {
 		return nil, obj, err
 	}
 	return raw, obj, nil
+}
+
+// loadBase returns the bytes of base chunk id of a delta object: from the
+// cache when it is there, else read from its object, which must be
+// standalone (decodeObjectInto refuses a delta there, so a read touches at most
+// two objects). It never waits for a load in flight: with a damaged store
+// naming bases in a cycle, waiting could deadlock two loads on each other.
+func (s *Store) loadBase(ctx context.Context, id ID) ([]byte, func(), error) {
+	if e, ok := s.cache.peek(id); ok {
+		k := &Chunk{Data: e.data, c: s.cache, e: e}
+		return e.data, k.Release, nil
+	}
+	obj, err := s.objects.Get(ctx, chunkHandle(id), nil)
+	if errors.Is(err, backend.ErrNotExist) {
+		return nil, nil, fmt.Errorf("chunk %v: %w", id, ErrMissing)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("read chunk %v: %w", id, err)
+	}
+	raw, err := s.codecs.decodeObject(id, obj)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.storeReadBytes.Add(int64(len(raw)))
+	return raw, func() {}, nil
 }
 
 // chunkHandle names chunk id's object in the backend.
