@@ -18,8 +18,9 @@ some noise) and the optimizer settings (AdamW beta=(0.9, 0.95), weight decay
 so the relative change between saves (what decides the delta ratio) is that of
 an ordinary run, not of an artificially slow one.
 
-    python test/delta/workload.py OUT                  # CI size: 200 steps, save every 10
-    python test/delta/workload.py OUT --steps 400 --layers 2 --embd 256 --full
+    python test/delta/workload.py OUT                          # 200 steps from init, save every 10
+    python test/delta/workload.py OUT --steps 400 --save-from 200    # CI: 20 saves in the second half
+    python test/delta/workload.py OUT --steps 400 --save-from 200 --full  # + model and optimizer
 
 It prints one line per save and, at the end, a JSON summary line
 ("WORKLOAD {...}") with the saved directories and the wall time.
@@ -51,6 +52,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--full", action="store_true", help="also torch.save model + optimizer state")
     ap.add_argument("--dtypes", default="bf16,fp32")
+    ap.add_argument("--also", help="save every checkpoint into this directory too (a reference copy)")
     a = ap.parse_args()
 
     import torch
@@ -107,19 +109,20 @@ def main():
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         if step > a.save_from and step % a.save_every == 0:
-            d = os.path.join(a.out, f"step-{step:05d}")
-            os.makedirs(d, exist_ok=True)
-            if "fp32" in dtypes:
-                model.save_pretrained(os.path.join(d, "fp32"))
-            if "bf16" in dtypes:
-                # A bf16 export: the fp32 master weights rounded to nearest even.
-                # model.to() would round the master weights too; a copy does not.
-                sd = {k: v.detach().to(torch.bfloat16) for k, v in model.state_dict().items()}
-                model.save_pretrained(os.path.join(d, "bf16"), state_dict=sd)
-            if a.full:
-                torch.save({"step": step, "model": model.state_dict(),
-                            "optim": opt.state_dict()}, os.path.join(d, "full.pt"))
-            saved.append(d)
+            for root in [a.out] + ([a.also] if a.also else []):
+                d = os.path.join(root, f"step-{step:05d}")
+                os.makedirs(d, exist_ok=True)
+                if "fp32" in dtypes:
+                    model.save_pretrained(os.path.join(d, "fp32"))
+                if "bf16" in dtypes:
+                    # A bf16 export: the fp32 master weights rounded to nearest
+                    # even. model.to() would round the master weights too.
+                    sd = {k: v.detach().to(torch.bfloat16) for k, v in model.state_dict().items()}
+                    model.save_pretrained(os.path.join(d, "bf16"), state_dict=sd)
+                if a.full:
+                    torch.save({"step": step, "model": model.state_dict(),
+                                "optim": opt.state_dict()}, os.path.join(d, "full.pt"))
+            saved.append(os.path.join(a.out, f"step-{step:05d}"))
             print(f"step {step} loss {loss.item():.4f} saved {d} ({time.time() - t0:.1f}s)", flush=True)
     print("WORKLOAD " + json.dumps({"saved": saved, "seconds": round(time.time() - t0, 1),
                                     "steps": a.steps, "save_every": a.save_every}), flush=True)
