@@ -11,7 +11,7 @@ PREFIX  ?= /usr/local
 SBINDIR ?= /sbin
 DESTDIR ?=
 
-.PHONY: build run test test-go test-fuzz test-e2e bench lint clean install uninstall
+.PHONY: build run test test-go test-fuzz test-e2e bench bench-delta lint clean install uninstall
 
 # -buildvcs=auto: stamp the commit for `ckptfs --version` even where GOFLAGS
 # turns it off.
@@ -58,6 +58,19 @@ test: lint test-go test-fuzz test-e2e
 # medians of 3, as ratios. Results: bench-results.txt (KEY VALUE lines).
 bench:
 	test/bench/run.sh
+
+# Delta coding (issue #15): trains test/delta/workload.py (tiny GPT-2, AdamW,
+# 20 saves 10 steps apart, weights in bf16 and fp32 plus torch.save of model +
+# optimizer), then prints stored ÷ logical per kind of file and checkpoint
+# distance, standalone and as deltas (ckptfs: DELTA/SCHEME lines; ZipNN:
+# ZIPNN lines), and the decode speed of a delta chunk against a standalone one.
+# ~5 min on two idle cores. $CKPTFS_VENV as for test-e2e.
+bench-delta:
+	@venv=$${CKPTFS_VENV:-.venv}; set -e; dir=$$(mktemp -d /tmp/ckptfs-delta.XXXXXX); trap 'rm -rf "$$dir"' EXIT; \
+	$$venv/bin/python test/delta/workload.py "$$dir" --steps 400 --save-from 200 --full | grep WORKLOAD; \
+	CKPTFS_DELTA_DIR="$$dir" $(GO) test ./cas -run '^$$' -bench 'DeltaWorkload' -benchtime 1x -count 1 | grep -E '^(DELTA|SCHEME)'; \
+	$(GO) test ./cas -run '^$$' -bench 'DeltaDecode' -benchtime 50x -count 3 | grep Benchmark; \
+	$$venv/bin/python test/delta/compare.py "$$dir" 2>/dev/null
 
 clean:
 	rm -rf bin
