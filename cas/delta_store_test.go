@@ -155,10 +155,7 @@ func putB(b *testing.B, s *Store, data []byte) ChunkRef {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := bt.Sync(); err != nil {
-		b.Fatal(err)
-	}
-	if err := s.Update(func(tx *Tx) error { return tx.CommitBatch(bt) }); err != nil {
+	if err := s.Commit(context.Background(), bt, func(*Tx) error { return nil }); err != nil {
 		b.Fatal(err)
 	}
 	return ref
