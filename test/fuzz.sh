@@ -11,7 +11,7 @@ min_execs=1000
 targets=(
 	"formats FuzzParseSafetensors" "formats FuzzParseTorch" "formats FuzzParseGGUF"
 	"formats FuzzParseNPY" "formats FuzzChunker"
-	"cas FuzzDecodePayload" "cas FuzzByteGroupRoundTrip"
+	"cas FuzzDecodePayload" "cas FuzzByteGroupRoundTrip" "cas FuzzDeltaDecode"
 )
 # Every Fuzz function must be listed above.
 all=$(grep -rho --include='*_test.go' '^func Fuzz[A-Za-z0-9_]*' . | sed 's/^func //' | sort)
