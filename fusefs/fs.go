@@ -160,6 +160,18 @@ type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
+// st_blksize is the buffer size stdio and Python's io pick for a file (Python
+// uses it as is; glibc only below 8 KiB). Files being written report 1 MiB, so
+// buffered writers send few large WRITEs (write handles are direct I/O).
+// Committed files report 4 KiB: readers that seek and read a few bytes at many
+// places (torch.load reads each storage record's 30-byte zip header) then read
+// a page or two there, not 1 MiB of tensor data each (issue #13: 1 GiB fetched
+// to map a 1 GiB torch.save file lazily).
+const (
+	writeBlksize = 1 << 20
+	readBlksize  = 4 << 10
+)
+
 // nodeBase is what every node of the tree has.
 type nodeBase struct {
 	fs.Inode
@@ -172,7 +184,7 @@ func fillAttr(out *fuse.Attr, n *cas.Node, nlink uint32) {
 	out.Mode = n.Mode
 	out.Size = uint64(n.Size)
 	out.Blocks = (uint64(n.Size) + 511) / 512
-	out.Blksize = 1 << 20
+	out.Blksize = writeBlksize
 	out.Nlink = nlink
 	out.Owner = fuse.Owner{Uid: n.UID, Gid: n.GID}
 	setTime := func(ns int64) (uint64, uint32) { return uint64(ns / 1e9), uint32(ns % 1e9) }
