@@ -12,8 +12,11 @@ import (
 // cache what the reader will probably ask for next, on other goroutines, so
 // that disk reads, decoding and verification overlap the kernel's requests:
 //
-//   - the rest of the tensor the read landed in, once the reader has read
-//     restAfter bytes of it in sequence (a lazy reader of one tensor fetches
+//   - more of the tensor the read landed in, once the reader has read
+//     restAfter bytes of it in sequence, a quarter of what it read so far
+//     ahead of it (a reader of some rows of a large tensor, np.load(mmap_mode)
+//     of one array or safetensors' get_slice, pays at most a quarter more
+//     than it reads; a lazy reader of one tensor fetches
 //     nothing it will not read; neither a read-around request nor the kernel's
 //     async readahead running past the end of the tensor being read, nor a
 //     header probe (torch.load reads each zip record's local header, a page
@@ -97,11 +100,13 @@ func (n *fileNode) prefetchAfter(m *cas.Manifest, offsets []int64, spans []tenso
 		rs.streak.Store(end - off)
 	}
 	limit := end
-	// The rest of the tensor holding the read, once the reader has gone
+	// More of the tensor holding the read, once the reader has gone
 	// restAfter bytes into it in sequence.
 	i := sort.Search(len(spans), func(i int) bool { return spans[i].off > end-1 }) - 1
-	if i >= 0 && spans[i].end > end && min(rs.streak.Load(), end-spans[i].off) >= restAfter {
-		limit = spans[i].end
+	if i >= 0 && spans[i].end > end {
+		if in := min(rs.streak.Load(), end-spans[i].off); in >= restAfter {
+			limit = min(spans[i].end, end+in/4)
+		}
 	}
 	if streak := rs.streak.Load(); streak >= streakBytes && streamsTensors(spans, end-streak, end) {
 		limit = max(limit, end+prefetchAhead)
