@@ -217,9 +217,6 @@ func (n *fileNode) fillAttr(out *fuse.Attr) {
 		nlink = 0
 	}
 	fillAttr(out, &n.attr, nlink)
-	if n.writers == 0 && !n.staged() {
-		out.Blksize = readBlksize
-	}
 }
 
 func (n *fileNode) Read(ctx context.Context, f fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
