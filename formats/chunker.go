@@ -74,6 +74,7 @@ type Chunker struct {
 	dtype    string // the current data segment's element type
 	dataNext int64  // next cut inside the data segment
 	dataEnd  int64
+	dataTail int64 // cut before the segment's tail edge chunk; 0: none
 
 	need int      // bytes step needs pending before it runs
 	step stepFunc // the format state machine's next step
@@ -114,7 +115,8 @@ type claimItem struct {
 // gguf/npy: the header first; npz: each member's local and .npy headers
 // before its data). Each data segment is cut into pieces of at most
 // maxChunk starting at the segment's first byte, so the same tensor at
-// another file offset yields the same chunks. All other bytes (headers,
+// another file offset yields the same chunks (torch storage records also get
+// small edge chunks at both ends; see torchEdgeHead). All other bytes (headers,
 // unknown formats, input that stops parsing) are cut by content-defined
 // chunking (FastCDC; min 8 KiB, avg 32 KiB, max min(128 KiB, maxChunk)),
 // so unchanged parts of unknown formats still deduplicate after
@@ -304,7 +306,11 @@ func (c *Chunker) consume(b []byte) {
 			c.dataNext = maxInt64
 			break
 		}
-		c.dataNext = min(c.dataNext+c.maxChunk, c.dataEnd)
+		next := min(c.dataNext+c.maxChunk, c.dataEnd)
+		if c.dataTail > c.dataNext && next > c.dataTail {
+			next = c.dataTail
+		}
+		c.dataNext = next
 	}
 	c.done, c.cdcPos = end, end
 }
@@ -380,6 +386,28 @@ func (c *Chunker) claimRun(n int64, kind SegmentKind, then stepFunc) {
 
 // claimData claims the next n bytes as one data segment, then runs then.
 func (c *Chunker) claimData(n int64, dtype string, then stepFunc) {
+	c.claimDataEdges(n, dtype, false, then)
+}
+
+// Edge chunks of torch zip records. torch.load reads each storage record's
+// local header (30 bytes, through a buffer of st_blksize bytes, 4 KiB on
+// ckptfs) before it maps the file, and the kernel reads whole pages: each
+// probe touches up to 4 KiB before the header (the previous record's last
+// bytes; the header is 16 or 24 bytes of data descriptor after them) and up
+// to 8 KiB after the record's data starts. Cutting those bytes into chunks
+// of their own keeps a probe from loading two 1 MiB chunks of tensor data.
+// The cuts are relative to the record's own start and end, so the same
+// tensor at another file offset still yields the same chunks.
+const (
+	torchEdgeHead = 8 << 10
+	torchEdgeTail = 4 << 10
+)
+
+// claimDataEdges is claimData; with edges (and a segment larger than both
+// edges) the segment's first torchEdgeHead and last torchEdgeTail bytes are
+// chunks of their own, and the bytes between are cut into maxChunk pieces
+// from the end of the head.
+func (c *Chunker) claimDataEdges(n int64, dtype string, edges bool, then stepFunc) {
 	c.need, c.step = 0, then
 	if n <= 0 {
 		return
@@ -400,6 +428,11 @@ func (c *Chunker) claimData(n int64, dtype string, then stepFunc) {
 	c.claim, c.isData, c.dtype = n, true, dtype
 	c.dataEnd = c.done + n
 	c.dataNext = min(c.done+c.maxChunk, c.dataEnd)
+	c.dataTail = 0
+	if edges && c.maxChunk > torchEdgeHead && n > torchEdgeHead+torchEdgeTail {
+		c.dataNext = c.done + torchEdgeHead
+		c.dataTail = c.dataEnd - torchEdgeTail
+	}
 }
 
 // claimRest claims everything up to EOF as a run of kind. complete says
@@ -703,7 +736,7 @@ func stepZipLocal(c *Chunker, b []byte, eof bool) {
 		z.recs[key] = recInfo{c.done + int64(hl), n, true}
 		z.ents[len(z.ents)-1].csize, z.ents[len(z.ents)-1].usize = n, n
 		dtype := z.tp.dtypes[key]
-		then = func(c *Chunker, b []byte, eof bool) { c.claimData(n, dtype, entryEnd(n)) }
+		then = func(c *Chunker, b []byte, eof bool) { c.claimDataEdges(n, dtype, true, entryEnd(n)) }
 	case c.format == fmtNPZ && strings.HasSuffix(z.name, ".npy") && z.method == 0:
 		then = func(c *Chunker, b []byte, eof bool) { c.wait(12, stepNPZMember) }
 	case !z.hasDesc:

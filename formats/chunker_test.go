@@ -56,20 +56,45 @@ func checkCuts(t testing.TB, data []byte, cuts []int64, ix *Index, maxChunk int)
 		if s.Kind != KindData || s.Length < minDataChunk {
 			continue // small segments are CDC-cut with their neighbours
 		}
-		if !isCut[s.Offset] || !isCut[s.Offset+s.Length] {
-			t.Fatalf("data segment %+v boundary is not a cut", s)
-		}
-		for p := s.Offset; p < s.Offset+s.Length; p += int64(maxChunk) {
+		want := segmentCuts(ix.Format, s, int64(maxChunk))
+		for _, p := range want {
 			if !isCut[p] {
-				t.Fatalf("data segment %+v: no cut at %d", s, p)
+				t.Fatalf("data segment %+v: no cut at %d (want %v)", s, p, want)
 			}
 		}
+		inside := map[int64]bool{}
+		for _, p := range want {
+			inside[p] = true
+		}
 		for c := range isCut {
-			if c > s.Offset && c < s.Offset+s.Length && (c-s.Offset)%int64(maxChunk) != 0 {
+			if c > s.Offset && c < s.Offset+s.Length && !inside[c] {
 				t.Fatalf("data segment %+v: stray cut at %d", s, c)
 			}
 		}
 	}
+}
+
+// segmentCuts returns the cuts a data segment must have, its ends included:
+// every maxChunk bytes from its start; for a torch storage record longer than
+// both edges (and maxChunk above the head edge), its first torchEdgeHead and
+// last torchEdgeTail bytes are chunks of their own and the pieces between
+// start after the head.
+func segmentCuts(format string, s Segment, maxChunk int64) []int64 {
+	start, end := s.Offset, s.Offset+s.Length
+	cuts := []int64{start}
+	p, tail := start, end
+	if format == fmtTorch && maxChunk > torchEdgeHead && s.Length > torchEdgeHead+torchEdgeTail {
+		p, tail = start+torchEdgeHead, end-torchEdgeTail
+		cuts = append(cuts, p)
+	}
+	for p < tail {
+		p = min(p+maxChunk, tail)
+		cuts = append(cuts, p)
+	}
+	if tail != end {
+		cuts = append(cuts, end)
+	}
+	return cuts
 }
 
 func TestChunkerMatchesParse(t *testing.T) {
@@ -342,5 +367,77 @@ func TestChunkerHugeHeaderLag(t *testing.T) {
 				t.Fatalf("%d cuts differ from whole-file writes (%d cuts)", len(cuts), len(whole))
 			}
 		})
+	}
+}
+
+// TestChunkerTorchEdges: in a torch zip, each storage record's first 8 KiB
+// and last 4 KiB are chunks of their own, so the pages around a local header
+// (what torch.load reads to find each record) never share a chunk with the
+// record's bulk; and the cuts follow the record, not the file offset, so the
+// same storage at another offset still dedupes.
+func TestChunkerTorchEdges(t *testing.T) {
+	const mc = 64 << 10
+	big := randBytes(7, 200<<10+64)
+	build := func(pad int) []byte {
+		var pts []ptTensor
+		var sts []zipMember
+		if pad > 0 {
+			pts = append(pts, ptTensor{"pad", "p", "ByteStorage", "", int64(pad), 0, []int64{int64(pad)}, []int64{1}})
+			sts = append(sts, zipMember{"p", randBytes(8, pad)})
+		}
+		for i, key := range []string{"0", "1", "2"} {
+			d := big
+			if i > 0 {
+				d = randBytes(uint64(10+i), len(big))
+			}
+			pts = append(pts, ptTensor{"t" + key, key, "ByteStorage", "", int64(len(d)), 0, []int64{int64(len(d))}, []int64{1}})
+			sts = append(sts, zipMember{key, d})
+		}
+		return buildTorchZip(torchRecords("archive", stateDictPickle(pts), sts))
+	}
+	a, b := build(0), build(5000)
+	for _, data := range [][]byte{a, b} {
+		cuts, ix := chunk(data, mc, 4093)
+		if ix.Format != fmtTorch {
+			t.Fatal("not parsed as torch")
+		}
+		checkCuts(t, data, cuts, ix, mc)
+		starts := map[int64]bool{0: true}
+		for _, c := range cuts {
+			starts[c] = true
+		}
+		for _, tn := range ix.Tensors {
+			if tn.Length != int64(len(big)) {
+				continue
+			}
+			off, end := tn.Offset, tn.Offset+tn.Length
+			for _, p := range []int64{off, off + torchEdgeHead, end - torchEdgeTail, end} {
+				if !starts[p] {
+					t.Errorf("tensor %s [%d,%d): no cut at %d", tn.Name, off, end, p)
+				}
+			}
+		}
+	}
+	ca, ixa := chunk(a, mc, 0)
+	cb, _ := chunk(b, mc, 0)
+	hb := chunkHashes(b, cb)
+	var t0 Tensor
+	for _, tn := range ixa.Tensors {
+		if tn.Name == "t0" {
+			t0 = tn
+		}
+	}
+	prev, shared := int64(0), 0
+	for _, c := range ca {
+		if prev >= t0.Offset && c <= t0.Offset+t0.Length {
+			if !hb[sha256.Sum256(a[prev:c])] {
+				t.Fatalf("chunk [%d,%d) of t0 is not in the shifted file", prev, c)
+			}
+			shared++
+		}
+		prev = c
+	}
+	if want := 2 + (len(big)-torchEdgeHead-torchEdgeTail+mc-1)/mc; shared != want {
+		t.Fatalf("t0 has %d chunks, want %d", shared, want)
 	}
 }

@@ -26,6 +26,14 @@
 //     therefore give the same chunks at any file offset, and a change inside
 //     one tensor changes only that tensor's chunks. Data bytes cost O(1)
 //     work per chunk: offset arithmetic, never hashing.
+//   - Torch storage records are the exception: their first 8 KiB and last
+//     4 KiB are chunks of their own and the maxChunk pieces start after the
+//     first 8 KiB (still relative to the record, so the invariants above
+//     hold). torch.load reads every record's local header through a 4 KiB
+//     buffer, and the kernel reads the pages around it: with these edges a
+//     lazy torch.load(mmap=True) loads ~12 KiB per record instead of two
+//     1 MiB chunks of tensor data (issue #13). The same tensor saved by
+//     torch and by safetensors no longer shares its chunks.
 //   - Smaller data segments (a chunk is a store object: 10^6 scalars must
 //     not cost 10^6 of them) and all other bytes (headers, pickles, zip
 //     records, padding, unknown formats, anything after the point where a

@@ -63,8 +63,12 @@
 // Read handles get FOPEN_KEEP_CACHE while the file's content is unchanged since the
 // last open for reading; after a change the next open drops the kernel's cached
 // pages. Reads are assembled from verified chunks through the store's cache,
-// handed to the kernel without a copy (ReadResultVector); prefetch.go loads the
-// rest of a tensor being read, and more ahead of a long sequential reader.
+// handed to the kernel without a copy (ReadResultVector); prefetch.go loads
+// ahead inside a tensor once a reader is clearly in it (never on a header probe
+// or the kernel's readahead past a tensor), and more ahead of a long
+// sequential reader. Files report st_blksize 4 KiB and the mount's readahead is
+// 256 KiB: the kernel's read-around is what a lazy mmap reader pays for
+// (mount.go, fs.go).
 //
 // # Background re-encoding
 //

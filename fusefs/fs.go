@@ -160,6 +160,18 @@ type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
+// blksize is the st_blksize every node reports: the buffer size stdio and
+// Python's io pick for a file (Python uses it as is; glibc only below 8 KiB).
+// At 1 MiB, readers that seek and read a few bytes at many places read 1 MiB
+// at each: torch.load reads each storage record's 30-byte zip header, and
+// fetched the whole of a 1 GiB torch.save file to map it lazily (issue #13).
+// At 4 KiB such a probe reads a page or two. It is the same for files being
+// written (st_blksize must not change under an open file; go-fuse's posix
+// tests check it): buffered writers then flush every 4 KiB, but the writers
+// of checkpoints (torch's and safetensors' writers, numpy, pickle frames)
+// write tensors in large writes that bypass the buffer.
+const blksize = 4 << 10
+
 // nodeBase is what every node of the tree has.
 type nodeBase struct {
 	fs.Inode
@@ -172,7 +184,7 @@ func fillAttr(out *fuse.Attr, n *cas.Node, nlink uint32) {
 	out.Mode = n.Mode
 	out.Size = uint64(n.Size)
 	out.Blocks = (uint64(n.Size) + 511) / 512
-	out.Blksize = 1 << 20
+	out.Blksize = blksize
 	out.Nlink = nlink
 	out.Owner = fuse.Owner{Uid: n.UID, Gid: n.GID}
 	setTime := func(ns int64) (uint64, uint32) { return uint64(ns / 1e9), uint32(ns % 1e9) }

@@ -30,15 +30,18 @@ type MountOptions struct {
 // going through the setuid fusermount3 helper (everyone else).
 func Privileged() bool { return os.Geteuid() == 0 }
 
-// DefaultReadAheadKB is one max_pages READ per readahead batch. The kernel's
+// DefaultReadAheadKB is the kernel's readahead window for the mount. The
 // window is also what a lazy mmap reader pays for: its read-around is the
 // window (twice it after torch's POSIX_FADV_SEQUENTIAL) centred on the fault,
-// rounded out to whole chunks, so at 4 MiB reading one 4 MiB tensor out of a
-// large file fetched 13 MiB, at 1 MiB it fetches 4.02 MiB. Streaming speed
-// comes from the daemon's own prefetch (prefetch.go) instead: sequential reads
-// and full safe_open loads measured the same as at 4 MiB (the 1–1.7
-// GiB/s for ≥ 1 MiB holds).
-const DefaultReadAheadKB = 1024
+// and its async readahead runs up to three such windows past the last byte it
+// reads, all rounded out to whole chunks. At 1 MiB a reader of 8 of 256
+// scattered 4 MiB tensors (safe_open or torch.load(mmap=True)) had the kernel
+// read 8 MiB per tensor, 60–81 MiB fetched for 32 MiB used; at 256 KiB it
+// reads 5 MiB per tensor and fetches 49 MiB (issue #13). Streaming speed comes
+// from the daemon's own prefetch (prefetch.go), not the kernel's window: a
+// cold 1 GiB dd measured no slower at 256 KiB than at 1 MiB (two alternating
+// pairs, 4.8/6.2 s against 6.7/10.6 s on a loaded machine).
+const DefaultReadAheadKB = 256
 
 // Mount serves f at mountpoint and returns once the mount is live. The caller
 // waits on the server and unmounts it.

@@ -294,3 +294,39 @@ func startClient(t *testing.T, mode, path string) (*exec.Cmd, io.WriteCloser, *b
 	}
 	return cmd, stdin, &stderr, readLine
 }
+
+// TestBlksize: files report st_blksize 4 KiB, the same while open for writing
+// and once committed, so a reader that probes small headers all over a file
+// (torch.load's zip records) reads a page or two at each, not 1 MiB (issue
+// #13).
+func TestBlksize(t *testing.T) {
+	m := newMount(t)
+	p := m.path("runs/a.bin")
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(randBytes(1, 100<<10)); err != nil {
+		t.Fatal(err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Blksize != blksize {
+		t.Errorf("file open for writing: st_blksize %d, want %d", st.Blksize, blksize)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	m.remount()
+	if err := syscall.Stat(p, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Blksize != blksize {
+		t.Errorf("committed file: st_blksize %d, want %d", st.Blksize, blksize)
+	}
+}

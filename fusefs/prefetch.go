@@ -12,10 +12,16 @@ import (
 // cache what the reader will probably ask for next, on other goroutines, so
 // that disk reads, decoding and verification overlap the kernel's requests:
 //
-//   - the rest of the tensor the read landed in, once a second sequential read
-//     lands in it (a lazy reader of one tensor fetches nothing it will not
-//     read; a single read-around request that touches a neighbouring tensor
-//     does not pull that tensor in), and
+//   - more of the tensor the read landed in, once the reader has read
+//     restAfter bytes of it in sequence, a quarter of what it read so far
+//     ahead of it (a reader of some rows of a large tensor, np.load(mmap_mode)
+//     of one array or safetensors' get_slice, pays at most a quarter more
+//     than it reads; a lazy reader of one tensor fetches
+//     nothing it will not read; neither a read-around request nor the kernel's
+//     async readahead running past the end of the tensor being read, nor a
+//     header probe (torch.load reads each zip record's local header, a page
+//     or two that straddle the previous tensor's end and this one's start)
+//     pulls a neighbouring tensor in), and
 //   - once a reader has read sequentially for streakBytes, across two whole
 //     tensors if the file has a tensor index, the next prefetchAhead bytes
 //     whatever the tensors (a full load or a copy). A lazy reader that reads
@@ -36,6 +42,12 @@ const (
 	// look sequential: a lazy reader's single fault must not start a stream.
 	streakBytes   = 4 << 20
 	prefetchLoads = 8
+	// restAfter must exceed how far the kernel reads past a lazy reader's
+	// last byte: three windows of twice the readahead (POSIX_FADV_SEQUENTIAL)
+	// at DefaultReadAheadKB, 768 KiB, on Linux 6.18. At 1 MiB the kernel's
+	// readahead into the next tensor started its prefetch: 3 MiB more per
+	// tensor read (issue #13).
+	restAfter = 1 << 20
 )
 
 // readState is a file's sequential-read detector.
@@ -88,11 +100,13 @@ func (n *fileNode) prefetchAfter(m *cas.Manifest, offsets []int64, spans []tenso
 		rs.streak.Store(end - off)
 	}
 	limit := end
-	// The rest of the tensor holding the read, when the previous read ended
-	// inside the same tensor.
+	// More of the tensor holding the read, once the reader has gone
+	// restAfter bytes into it in sequence.
 	i := sort.Search(len(spans), func(i int) bool { return spans[i].off > end-1 }) - 1
-	if i >= 0 && spans[i].end > end && sequential && off > spans[i].off {
-		limit = spans[i].end
+	if i >= 0 && spans[i].end > end {
+		if in := min(rs.streak.Load(), end-spans[i].off); in >= restAfter {
+			limit = min(spans[i].end, end+in/4)
+		}
 	}
 	if streak := rs.streak.Load(); streak >= streakBytes && streamsTensors(spans, end-streak, end) {
 		limit = max(limit, end+prefetchAhead)

@@ -22,8 +22,8 @@ import (
 
 func runMount(ctx context.Context, c command, args []string, stdout, stderr io.Writer) error {
 	fl := newFlags(c, stderr)
-	cacheSize := byteSize(cas.DefaultCacheSize)
-	fl.Var(&cacheSize, "cache-size", "memory for decoded chunks (e.g. 256MiB, 1GiB)")
+	var cacheSize byteSize
+	fl.Var(&cacheSize, "cache-size", "memory for decoded chunks (e.g. 256MiB, 1GiB; default: a quarter of the memory the daemon may use (cgroup limit or RAM), at most 256MiB)")
 	readAhead := fl.Int("readahead-kb", fusefs.DefaultReadAheadKB, "kernel readahead of the mount in KiB (0: kernel default)")
 	debug := fl.Bool("debug", false, "log every FUSE request to stderr")
 	commitMode := fl.String("commit", "sync", "sync: close returns once the file is committed; async: once its bytes are staged (fsync waits for the commit)")
@@ -53,7 +53,14 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 		return errUsage
 	}
 	ready := readyNotifier() // started by mount.fuse.ckptfs
-	setMemoryLimit(int64(cacheSize))
+	cacheSet := false
+	fl.Visit(func(f *flag.Flag) { cacheSet = cacheSet || f.Name == "cache-size" })
+	if cacheSet && cacheSize <= 0 {
+		fmt.Fprintf(stderr, "ckptfs mount: --cache-size must be more than 0\n")
+		return errUsage
+	}
+	mem := planMemory(int64(cacheSize), cgroupFS{root: "/"}.memoryBudget(physicalMemory()))
+	setMemoryLimit(mem.goLimit)
 	cores := setProcs()
 
 	// Check the mountpoint and what mounting needs before touching the
@@ -79,7 +86,7 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 	}
 	removeNew := newStoreCleanup(storeDir)
 	mounted := false
-	storeOpts := storeOptions(cores, *encoders, cas.Options{CacheSize: int64(cacheSize)})
+	storeOpts := storeOptions(cores, *encoders, cas.Options{CacheSize: mem.cache})
 	if metrics != nil {
 		storeOpts.Observer = metrics
 	}
@@ -95,6 +102,7 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 	}()
 
 	logger := log.New(stderr, "ckptfs: ", log.LstdFlags)
+	logger.Print(mem)
 	fsys, err := fusefs.New(store, logger, fsOpts...)
 	if err != nil {
 		return err
@@ -228,15 +236,15 @@ func unescapeMountinfo(s string) string {
 // pages, the runtime.
 const memoryOverhead = 96 << 20
 
-// setMemoryLimit keeps the daemon's heap near cache + overhead. The cache is
-// bounded, but by default Go lets the heap grow to twice the live data before
-// collecting, so a full cache showed as ~2.2x its size in RSS. GOMEMLIMIT, if
-// set, wins.
-func setMemoryLimit(cacheSize int64) {
+// setMemoryLimit keeps the daemon's heap near limit (planMemory: the cache +
+// overhead, within the memory budget). The cache is bounded, but by default
+// Go lets the heap grow to twice the live data before collecting, so a full
+// cache showed as ~2.2x its size in RSS. GOMEMLIMIT, if set, wins.
+func setMemoryLimit(limit int64) {
 	if os.Getenv("GOMEMLIMIT") != "" {
 		return
 	}
-	debug.SetMemoryLimit(cacheSize + memoryOverhead)
+	debug.SetMemoryLimit(limit)
 }
 
 // setProcs gives the daemon more Ps than cores and returns the cores it may

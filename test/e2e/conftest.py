@@ -51,8 +51,10 @@ class Daemon:
     """One `ckptfs mount STORE MNT` subprocess. start/stop/restart keep the same
     store and mountpoint, so a restart is a remount with a cold chunk cache."""
 
-    def __init__(self, binary: Path, store: Path, mnt: Path, args=(), log_dir: Path | None = None):
+    def __init__(self, binary: Path, store: Path, mnt: Path, args=(), log_dir: Path | None = None,
+                 prefix=()):
         self.binary = binary
+        self.prefix = list(prefix)  # argv before the binary, e.g. a cgroup wrapper
         self.store = store
         self.mnt = mnt
         self.args = list(args)
@@ -72,7 +74,7 @@ class Daemon:
         self.starts += 1
         self.stderr_path = self.log_dir / f"ckptfs-{self.mnt.name}-{self.starts}.stderr"
         self._stderr = open(self.stderr_path, "wb")
-        cmd = [str(self.binary), "mount", *self.args, str(self.store), str(self.mnt)]
+        cmd = [*self.prefix, str(self.binary), "mount", *self.args, str(self.store), str(self.mnt)]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._stderr,
                                      stdin=subprocess.DEVNULL, text=True, preexec_fn=_term_with_parent)
         serving = threading.Event()

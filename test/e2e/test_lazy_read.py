@@ -1,5 +1,13 @@
-"""Lazy partial reads and bounded daemon memory on a 1 GiB safetensors file
-(256 float32 tensors of 4 MiB), measured through stats.json and /proc.
+"""Lazy partial reads and bounded daemon memory on 1 GiB checkpoints (256
+float32 tensors of 4 MiB) in every format ckptfs parses, measured through
+stats.json and /proc.
+
+- Eight scattered tensors (32 MiB), read cold through each format's lazy
+  reader (torch.load(mmap=True) with and without weights_only, safe_open,
+  get_slice, a llama.cpp-style GGUF mmap reader, np.load(mmap_mode="r")),
+  load at most 1.5 x the bytes used + 8 MiB from the store (issue #13).
+- A daemon with default flags inside a 128 MiB memory cgroup completes the
+  torch and safetensors lazy reads (issue #13: it was OOM-killed).
 
 - One tensor, read after a remount (cold chunk cache) and a dropped page cache,
   loads only that tensor plus the kernel's readahead and chunk rounding from the
@@ -12,6 +20,7 @@
 import hashlib
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -22,8 +31,13 @@ import time
 import numpy as np
 import psutil
 import pytest
+import torch
 
+import gguf_mmap
+from conftest import Daemon
 from helpers import MiB, drop_caches, run_py
+
+E2E_DIR = os.path.dirname(os.path.abspath(__file__))
 
 N_TENSORS = 256
 ELEMS = 1 << 20  # float32: 4 MiB per tensor, 1 GiB in all
@@ -33,8 +47,12 @@ RSS_SLACK = 128 * MiB
 PICK = "t0137"
 
 
+def tensor_array(i: int) -> np.ndarray:
+    return np.random.default_rng(i).random(ELEMS, dtype=np.float32)
+
+
 def tensor_data(i: int) -> bytes:
-    return np.random.default_rng(i).random(ELEMS, dtype=np.float32).tobytes()
+    return tensor_array(i).tobytes()
 
 
 class RssSampler:
@@ -196,3 +214,220 @@ def test_whole_file_rss_bounded(big, record, how):
            f"{rss.first / MiB:.0f}/{rss.peak / MiB:.0f}, {rss.samples}; {loaded / MiB:.0f}")
     assert rss.peak <= CACHE_SIZE + RSS_SLACK, \
         f"daemon RSS peaked at {rss.peak / MiB:.0f} MiB with --cache-size {CACHE_SIZE // MiB}MiB"
+
+
+# ------------------------------------------------ eight tensors, every format
+
+# Scattered, so that every tensor pays the kernel's read-around on both sides.
+PICKS = [f"t{i:04d}" for i in (3, 40, 77, 110, 137, 180, 211, 250)]
+
+
+@pytest.fixture(scope="module")
+def all_formats(big, record):
+    """The tensors of `big` saved again as torch.save, GGUF and one 2-D .npy
+    array (row i = tensor i), on the same mount: {format: path}."""
+    d, st_path, _ = big
+    arrays = [tensor_array(i) for i in range(N_TENSORS)]
+    paths = {"safetensors": st_path}
+    t0 = time.monotonic()
+    paths["torch"] = st_path.with_name("model.pt")
+    torch.save({f"t{i:04d}": torch.from_numpy(a).view(1024, 1024) for i, a in enumerate(arrays)}, paths["torch"])
+    paths["gguf"] = st_path.with_name("model.gguf")
+    gguf_mmap.write(paths["gguf"], [(f"t{i:04d}", a.reshape(1024, 1024)) for i, a in enumerate(arrays)])
+    paths["npy"] = st_path.with_name("model.npy")
+    with open(paths["npy"], "wb") as f:
+        np.lib.format.write_array_header_1_0(f, {"descr": "<f4", "fortran_order": False,
+                                                 "shape": (N_TENSORS, ELEMS)})
+        for a in arrays:
+            f.write(a.tobytes())
+    record("lazy: torch.save + GGUF + npy writes of 1 GiB each (s)", f"{time.monotonic() - t0:.1f}")
+    del arrays
+    return paths
+
+
+# Each reader prints "name sha256" for the tensors named in argv[2:].
+READ_PICKS = {
+    "torch.load(mmap=True)": ("torch", (
+        "import hashlib, sys, torch\n"
+        "sd = torch.load(sys.argv[1], mmap=True, weights_only=False)\n"
+        "for k in sys.argv[2:]:\n"
+        "    print(k, hashlib.sha256(sd[k].numpy().tobytes()).hexdigest())\n")),
+    "torch.load(mmap=True, weights_only=True)": ("torch", (
+        "import hashlib, sys, torch\n"
+        "sd = torch.load(sys.argv[1], mmap=True, weights_only=True)\n"
+        "for k in sys.argv[2:]:\n"
+        "    print(k, hashlib.sha256(sd[k].numpy().tobytes()).hexdigest())\n")),
+    "safe_open": ("safetensors", (
+        "import hashlib, sys\n"
+        "from safetensors import safe_open\n"
+        "with safe_open(sys.argv[1], framework='pt') as f:\n"
+        "    for k in sys.argv[2:]:\n"
+        "        print(k, hashlib.sha256(f.get_tensor(k).numpy().tobytes()).hexdigest())\n")),
+    # Row by row through get_slice, as sharded loaders do.
+    "get_slice": ("safetensors", (
+        "import hashlib, sys\n"
+        "from safetensors import safe_open\n"
+        "with safe_open(sys.argv[1], framework='pt') as f:\n"
+        "    for k in sys.argv[2:]:\n"
+        "        s, h = f.get_slice(k), hashlib.sha256()\n"
+        "        for r in range(0, s.get_shape()[0], 256):\n"
+        "            h.update(s[r:r + 256].contiguous().numpy().tobytes())\n"
+        "        print(k, h.hexdigest())\n")),
+    "gguf mmap": ("gguf", (
+        f"import hashlib, sys; sys.path.insert(0, {E2E_DIR!r})\n"
+        "import gguf_mmap\n"
+        "ts = gguf_mmap.open_mmap(sys.argv[1])\n"
+        "for k in sys.argv[2:]:\n"
+        "    print(k, hashlib.sha256(ts[k].tobytes()).hexdigest())\n")),
+    "np.load(mmap_mode='r')": ("npy", (
+        "import hashlib, sys\n"
+        "import numpy as np\n"
+        "a = np.load(sys.argv[1], mmap_mode='r')\n"
+        "for k in sys.argv[2:]:\n"
+        "    print(k, hashlib.sha256(a[int(k[1:])].tobytes()).hexdigest())\n")),
+}
+
+
+def read_picks_cold(d, path, how) -> tuple[int, int]:
+    """Cold read of PICKS through READ_PICKS[how]: checks every byte, returns
+    (bytes used, bytes loaded from the store)."""
+    _, code = READ_PICKS[how]
+    cold(d)
+    before = d.stats()
+    out = run_py(code, str(path), *PICKS)
+    loaded = d.stats()["store_read_bytes"] - before["store_read_bytes"]
+    got = dict(line.split() for line in out.splitlines())
+    want = {k: hashlib.sha256(tensor_data(int(k[1:]))).hexdigest() for k in PICKS}
+    used = len(PICKS) * TENSOR_BYTES
+    assert got == want, f"{how}: wrong bytes for the picked tensors"
+    return used, loaded
+
+
+def lazy_budget(used: int) -> int:
+    return used * 3 // 2 + 8 * MiB
+
+
+@pytest.mark.parametrize("how", list(READ_PICKS))
+def test_eight_tensors_read_little(big, all_formats, record, how):
+    d, _, _ = big
+    used, loaded = read_picks_cold(d, all_formats[READ_PICKS[how][0]], how)
+    record(f"lazy ({how}): 8 scattered of 256 x 4 MiB, cold: used / store_read_bytes / budget (MiB)",
+           f"{used / MiB:.0f} / {loaded / MiB:.2f} / {lazy_budget(used) / MiB:.0f}")
+    assert loaded >= used, f"store_read_bytes grew by {loaded}: less than the bytes read (stats broken?)"
+    assert loaded <= lazy_budget(used), \
+        f"{how}: reading {used / MiB:.0f} MiB loaded {loaded / MiB:.1f} MiB (budget {lazy_budget(used) / MiB:.0f})"
+
+
+# ------------------------------------------------ a daemon in a 128 MiB cgroup
+
+CGROUP_LIMIT = 128 * MiB
+
+
+class MemoryCgroup:
+    """A fresh memory cgroup limited to `limit` bytes without swap: v1's memory
+    controller if mounted (/sys/fs/cgroup/memory), else cgroup v2's. Fails the
+    test, saying why, if neither can be made."""
+
+    def __init__(self, name: str, limit: int):
+        v1 = "/sys/fs/cgroup/memory"
+        try:
+            if os.path.exists(f"{v1}/memory.limit_in_bytes"):
+                self.path = f"{v1}/{name}"
+                os.mkdir(self.path)
+                self._write("memory.limit_in_bytes", limit)
+                if os.path.exists(f"{self.path}/memory.memsw.limit_in_bytes"):
+                    self._write("memory.memsw.limit_in_bytes", limit)
+                self.v2 = False
+            else:
+                root = cgroup2_mount()
+                if root is None:
+                    pytest.fail("no cgroup v1 memory controller and no cgroup2 mount: cannot limit the daemon's memory")
+                with open(f"{root}/cgroup.controllers") as f:
+                    if "memory" not in f.read().split():
+                        pytest.fail(f"{root}/cgroup.controllers lacks the memory controller")
+                with open(f"{root}/cgroup.subtree_control") as f:
+                    enabled = "memory" in f.read().split()
+                if not enabled:
+                    with open(f"{root}/cgroup.subtree_control", "w") as f:
+                        f.write("+memory")
+                self.path = f"{root}/{name}"
+                os.mkdir(self.path)
+                self._write("memory.max", limit)
+                if os.path.exists(f"{self.path}/memory.swap.max"):
+                    self._write("memory.swap.max", 0)
+                self.v2 = True
+        except OSError as e:
+            pytest.fail(f"cannot make a {limit // MiB} MiB memory cgroup: {e}")
+
+    def _write(self, name, value) -> None:
+        with open(f"{self.path}/{name}", "w") as f:
+            f.write(str(value))
+
+    def _read(self, name) -> str:
+        with open(f"{self.path}/{name}") as f:
+            return f.read()
+
+    def prefix(self) -> list[str]:
+        """argv that runs the rest of the command inside the cgroup."""
+        return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', f"{self.path}/cgroup.procs"]
+
+    def oom_kills(self) -> int:
+        text = self._read("memory.events" if self.v2 else "memory.oom_control")
+        m = re.search(r"^oom_kill (\d+)", text, re.M)
+        assert m, f"no oom_kill count in {self.path}"
+        return int(m.group(1))
+
+    def peak(self) -> int | None:
+        name = "memory.peak" if self.v2 else "memory.max_usage_in_bytes"
+        try:
+            return int(self._read(name))
+        except OSError:
+            return None
+
+    def remove(self) -> None:
+        try:
+            os.rmdir(self.path)
+        except OSError:
+            pass  # processes left (a failed stop): the cgroup outlives the test
+
+
+def cgroup2_mount() -> str | None:
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            sep = fields.index("-")
+            if fields[sep + 1] == "cgroup2":
+                return fields[4]
+    return None
+
+
+def test_daemon_in_128mib_cgroup(big, all_formats, ckptfs_bin, record):
+    """With default flags, a daemon limited to 128 MiB sizes its cache from the
+    cgroup (logged) and completes the torch and safetensors lazy reads within
+    the same budget, without being OOM-killed."""
+    d, _, _ = big
+    d.stop()
+    cg = MemoryCgroup(f"ckptfs-e2e-{os.getpid()}", CGROUP_LIMIT)
+    small = Daemon(ckptfs_bin, d.store, d.mnt, (), log_dir=d.log_dir, prefix=cg.prefix())
+    try:
+        small.start()
+        log = small.stderr()
+        assert re.search(r"chunk cache 32 MiB .*memory budget 128 MiB \(" + re.escape(cg.path), log), \
+            f"the daemon did not size its cache from the cgroup; its log:\n{log}"
+        for how in ("torch.load(mmap=True, weights_only=True)", "safe_open"):
+            used, loaded = read_picks_cold(small, all_formats[READ_PICKS[how][0]], how)
+            record(f"cgroup 128 MiB, default flags ({how}): store_read_bytes / budget (MiB)",
+                   f"{loaded / MiB:.2f} / {lazy_budget(used) / MiB:.0f}")
+            assert loaded <= lazy_budget(used), f"{how} in the cgroup: {loaded / MiB:.1f} MiB loaded"
+        peak = cg.peak()
+        record("cgroup 128 MiB: peak memory charged to the cgroup (MiB)", "n/a" if peak is None else f"{peak / MiB:.0f}")
+        assert cg.oom_kills() == 0, "the daemon's cgroup saw an OOM kill"
+        small.stop()
+    finally:
+        if small.proc is not None:
+            small.proc.kill()
+            small.proc.wait()
+            subprocess.run(["umount", "-l", str(small.mnt)], check=False)
+            small.proc = None
+        cg.remove()
+        d.start()
