@@ -149,6 +149,11 @@ func countFiles(entries []importEntry) int {
 // cleanDest checks DEST: a path below the mount root, outside .ckptfs.
 func cleanDest(d string) (string, error) {
 	bad := fmt.Errorf("DEST %q must be a new path below the mount root (e.g. runs/imported), outside .ckptfs", d)
+	if filepath.IsAbs(d) {
+		// Not a host path: taken relative to the mount root, it would land
+		// somewhere the user did not name.
+		return "", fmt.Errorf("DEST %q is absolute: give a path relative to the mount root (e.g. runs/imported)", d)
+	}
 	for _, part := range strings.Split(d, "/") {
 		if part == ".." {
 			return "", bad
@@ -344,7 +349,7 @@ func importInto(ctx context.Context, mnt, src, dest string, entries []importEntr
 	if err != nil {
 		return sum, err
 	}
-	if err := os.MkdirAll(filepath.Dir(base), 0o755); err != nil {
+	if err := mkdirBeneath(mnt, filepath.Dir(dest)); err != nil {
 		return sum, err
 	}
 	bar := newProgressBar(stderr)
@@ -404,7 +409,46 @@ func importInto(ctx context.Context, mnt, src, dest string, entries []importEntr
 	return sum, nil
 }
 
+// mkdirBeneath creates the directories of rel (a clean relative path) under
+// mnt that do not exist yet, and refuses a component that is a symlink or not
+// a directory: a symlink already in the mount (an earlier import keeps the
+// source's links verbatim) may point anywhere on the host, and the import
+// runs as root, so following it would write outside the store. The entries
+// import then creates below DEST are its own, and it creates none below a
+// symlink (the walk of SRC does not descend into links).
+func mkdirBeneath(mnt, rel string) error {
+	p := mnt
+	if rel == "." {
+		return nil
+	}
+	for _, part := range strings.Split(rel, "/") {
+		p = filepath.Join(p, part)
+		st, err := os.Lstat(p)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			if err := os.Mkdir(p, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+				return err
+			}
+			if st, err = os.Lstat(p); err != nil {
+				return err
+			}
+		case err != nil:
+			return err
+		}
+		if !st.IsDir() {
+			what := "not a directory"
+			if st.Mode()&fs.ModeSymlink != 0 {
+				what = "a symlink (import does not follow links in the mount)"
+			}
+			r, _ := filepath.Rel(mnt, p)
+			return fmt.Errorf("DEST: %s in the store is %s", r, what)
+		}
+	}
+	return nil
+}
+
 // checkDestFree refuses a DEST that exists, unless it is an empty directory.
+// It does not follow a symlink at DEST: one is refused as existing.
 func checkDestFree(base, dest string) error {
 	st, err := os.Lstat(base)
 	if errors.Is(err, fs.ErrNotExist) {
