@@ -46,7 +46,9 @@
 // the budget is spent is staged in a spool instead, so parallel writers cost
 // disk, not memory. Spooled commits ingest at most maxSpoolIngests at a time.
 //
-// Write handles use FOPEN_DIRECT_IO (no page-cache copy; 1 MiB requests). Writing
+// Write handles use FOPEN_DIRECT_IO (no page-cache copy; 1 MiB requests), so the
+// kernel does not clear setuid/setgid on their writes: Write does it, as ext4
+// does, for a caller without CAP_FSETID (file.go, killPriv). Writing
 // to a committed file first copies its committed content into a spool unless the
 // first change is a truncation to zero (open with O_TRUNC), which is the common case.
 //

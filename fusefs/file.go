@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -439,6 +441,9 @@ func (n *fileNode) Write(ctx context.Context, f fs.FileHandle, data []byte, off 
 	if h, ok := f.(*handle); ok {
 		h.noteChange(ctx)
 	}
+	if f != nil {
+		n.killPriv(ctx) // by path (a fork's change), the caller did it on the origin
+	}
 	if t := n.changeTarget(f); t != n {
 		return t.Write(ctx, nil, data, off)
 	}
@@ -475,6 +480,65 @@ func (n *fileNode) Write(ctx context.Context, f fs.FileHandle, data []byte, off 
 		return uint32(k), n.fsys.toErrno("write", err)
 	}
 	return uint32(k), 0
+}
+
+// killPriv clears the setuid bit, and the setgid bit of a group-executable
+// file, when a caller without CAP_FSETID writes, as the kernel does for ext4
+// (file_remove_privs). The kernel leaves this to us: write handles are
+// FOPEN_DIRECT_IO, whose writes skip it, and go-fuse's node API does not pass
+// the FUSE_WRITE_KILL_SUIDGID flag that CAP_HANDLE_KILLPRIV_V2 would give.
+// The new mode is committed with the content (a fork takes its origin's
+// mode, cleared here); the kernel's cached attributes are dropped so that a
+// stat after the write sees it.
+func (n *fileNode) killPriv(ctx context.Context) {
+	n.mu.RLock()
+	mode := n.attr.Mode
+	n.mu.RUnlock()
+	kill := killPrivBits(mode)
+	if kill == 0 || callerMaySetID(ctx) {
+		return
+	}
+	n.mu.Lock()
+	n.attr.Mode &^= killPrivBits(n.attr.Mode)
+	n.attr.Ctime = time.Now().UnixNano()
+	n.mu.Unlock()
+	if errno := n.NotifyContent(-1, 0); errno != 0 && errno != syscall.ENOSYS {
+		n.fsys.log.Printf("invalidate attributes of %q: %v", n.name, errno)
+	}
+}
+
+// killPrivBits returns the mode bits a write by an unprivileged caller clears:
+// setuid, and setgid when group execute is set (setgid alone marks mandatory
+// locking, which the kernel keeps).
+func killPrivBits(mode uint32) uint32 {
+	kill := mode & syscall.S_ISUID
+	if mode&(syscall.S_ISGID|syscall.S_IXGRP) == syscall.S_ISGID|syscall.S_IXGRP {
+		kill |= syscall.S_ISGID
+	}
+	return kill
+}
+
+// callerMaySetID reports whether the thread that made the request has
+// CAP_FSETID in its effective set (read from /proc; a root thread that moved
+// its fsuid away from 0 has lost it), falling back to "uid 0" when /proc
+// cannot say. It is only asked for files with setuid or setgid bits.
+func callerMaySetID(ctx context.Context) bool {
+	c, ok := ctx.(*fuse.Context)
+	if !ok {
+		return true // not a kernel request
+	}
+	const capFsetid = 4
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.Pid))
+	if err == nil {
+		for _, line := range strings.Split(string(status), "\n") {
+			if hexCaps, ok := strings.CutPrefix(line, "CapEff:"); ok {
+				if caps, err := strconv.ParseUint(strings.TrimSpace(hexCaps), 16, 64); err == nil {
+					return caps&(1<<capFsetid) != 0
+				}
+			}
+		}
+	}
+	return c.Uid == 0
 }
 
 // changed records a content change (mu held).

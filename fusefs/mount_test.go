@@ -13,10 +13,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/ckptfs/ckptfs/cas"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -40,8 +43,33 @@ func TestMain(m *testing.M) {
 //	write-hold: open PATH with O_RDWR|O_TRUNC, write CKPTFS_TEST_SEED's bytes,
 //	           mmap the file, close the descriptor (FLUSH), print "ready", wait
 //	           for a line on stdin, exit (the mapping's RELEASE comes now).
+//	write-fsuid: open PATH, then with fsuid and fsgid CKPTFS_TEST_FSUID (on its
+//	           thread: a root process that does this keeps passing FUSE's
+//	           allow check, and loses CAP_FSETID) write "written" at offset 0.
 func runClient(mode, path string) int {
 	switch mode {
+	case "write-fsuid":
+		// setfsuid is per thread: open and write on this one.
+		// (Opened first: the test's temporary directories are root's 0700.)
+		runtime.LockOSThread()
+		var id int
+		fmt.Sscan(os.Getenv("CKPTFS_TEST_FSUID"), &id)
+		fd, err := unix.Open(path, unix.O_WRONLY, 0)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "open:", err)
+			return 1
+		}
+		unix.Setfsgid(id)
+		unix.Setfsuid(id)
+		if _, err := unix.Pwrite(fd, []byte("written"), 0); err != nil {
+			fmt.Fprintln(os.Stderr, "write:", err)
+			return 1
+		}
+		if err := unix.Close(fd); err != nil {
+			fmt.Fprintln(os.Stderr, "close:", err)
+			return 1
+		}
+		return 0
 	case "write-hold":
 		var seed uint64
 		var size int
