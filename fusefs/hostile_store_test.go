@@ -48,7 +48,7 @@ func TestWriteClearsSetID(t *testing.T) {
 		if got := statMode(t, p); got != uint32(c.want) {
 			t.Errorf("%s: mode after remount %o, want %o", c.name, got, c.want)
 		}
-		mustEqualFile(t, p, []byte("written" + "original content"[len("written"):]))
+		mustEqualFile(t, p, []byte("written"+"original content"[len("written"):]))
 	}
 }
 
