@@ -11,7 +11,8 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
-// dirNode is a directory. All its state is guarded by fsys.nsMu.
+// dirNode is a directory. Its attr is guarded by fsys.nsMu and fsys.viewMu
+// (changed holding both, read holding either); loaded by viewMu.
 type dirNode struct {
 	nodeBase
 	loaded bool // children read from the catalog into the inode tree
@@ -49,8 +50,13 @@ func (d *dirNode) OnAdd(ctx context.Context) {
 	ctlInode.AddChild(manifestsName, manifests, false)
 }
 
-// load reads d's children from the catalog into the inode tree. nsMu held.
+// load reads d's children from the catalog into the inode tree. It takes
+// viewMu; the caller may hold nsMu. A namespace change loads the directories
+// it touches first, so a lookup's load never reads a catalog that a change
+// in flight (holding nsMu across its transaction) is about to alter.
 func (d *dirNode) load(ctx context.Context) error {
+	d.fsys.viewMu.Lock()
+	defer d.fsys.viewMu.Unlock()
 	if d.loaded {
 		return nil
 	}
@@ -102,13 +108,12 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	if len(name) > maxNameLen {
 		return nil, syscall.ENAMETOOLONG
 	}
-	d.fsys.nsMu.Lock()
-	err := d.load(ctx)
-	child := d.GetChild(name)
-	d.fsys.nsMu.Unlock()
-	if err != nil {
+	// Not nsMu: a lookup must not wait for a namespace change's (or a
+	// commit's) catalog transaction. The inode tree has its own lock.
+	if err := d.load(ctx); err != nil {
 		return nil, d.fsys.toErrno("lookup", err)
 	}
+	child := d.GetChild(name)
 	if child == nil {
 		return nil, syscall.ENOENT
 	}
@@ -123,9 +128,7 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 }
 
 func (d *dirNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
-	d.fsys.nsMu.Lock()
-	defer d.fsys.nsMu.Unlock()
-	if err := d.load(ctx); err != nil {
+	if err := d.load(ctx); err != nil { // not nsMu: see Lookup
 		return nil, d.fsys.toErrno("readdir", err)
 	}
 	children := d.Children()
@@ -137,8 +140,8 @@ func (d *dirNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 }
 
 func (d *dirNode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	d.fsys.nsMu.Lock()
-	defer d.fsys.nsMu.Unlock()
+	d.fsys.viewMu.RLock()
+	defer d.fsys.viewMu.RUnlock()
 	fillAttr(&out.Attr, &d.attr, 2)
 	return 0
 }
@@ -160,7 +163,7 @@ func (f *FS) setattrNS(attr *cas.Node, in *fuse.SetAttrIn, out *fuse.AttrOut, nl
 	if err := f.store.Update(func(tx *cas.Tx) error { return tx.PutNode(rec) }); err != nil {
 		return f.toErrno("setattr", err)
 	}
-	*attr = rec
+	f.setView(func() { *attr = rec })
 	fillAttr(&out.Attr, attr, nlink)
 	return 0
 }
@@ -188,7 +191,7 @@ func (d *dirNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno
 
 // touch sets d's mtime and ctime to now (nsMu held); the caller persists d.attr.
 func (d *dirNode) touch(now int64) {
-	d.attr.Mtime, d.attr.Ctime = now, now
+	d.fsys.setView(func() { d.attr.Mtime, d.attr.Ctime = now, now })
 }
 
 // addNode persists a new directory or symlink record at d/name.
@@ -226,7 +229,7 @@ func (d *dirNode) addNode(ctx context.Context, name string, rec cas.Node) (*fs.I
 	if err != nil {
 		return nil, d.fsys.toErrno("create", err)
 	}
-	d.attr = parent
+	d.fsys.setView(func() { d.attr = parent })
 	child := d.fsys.nodeFor(rec, d, name)
 	if dn, ok := child.(*dirNode); ok {
 		dn.loaded = true // new and empty
@@ -345,7 +348,7 @@ func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	if err != nil {
 		return d.fsys.toErrno("unlink", err)
 	}
-	d.attr = parent
+	d.fsys.setView(func() { d.attr = parent })
 	detach(child.Operations())
 	return 0
 }
@@ -385,7 +388,7 @@ func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 	if err != nil {
 		return d.fsys.toErrno("rmdir", err)
 	}
-	d.attr = parent
+	d.fsys.setView(func() { d.attr = parent })
 	detach(cd)
 	return 0
 }
@@ -537,10 +540,12 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 	if err != nil {
 		return d.fsys.toErrno("rename", err)
 	}
-	d.attr = oldParent
-	if np != d {
-		np.attr = newParentRec
-	}
+	d.fsys.setView(func() {
+		d.attr = oldParent
+		if np != d {
+			np.attr = newParentRec
+		}
+	})
 	if dst != nil {
 		detach(dst)
 	}
@@ -565,7 +570,7 @@ func inoOf(n fs.InodeEmbedder) uint64 {
 	return 0
 }
 
-// symlinkNode is a symbolic link; its state is guarded by fsys.nsMu.
+// symlinkNode is a symbolic link; its attr is guarded like a dirNode's.
 type symlinkNode struct {
 	nodeBase
 }
@@ -577,14 +582,14 @@ var (
 )
 
 func (s *symlinkNode) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
-	s.fsys.nsMu.Lock()
-	defer s.fsys.nsMu.Unlock()
+	s.fsys.viewMu.RLock()
+	defer s.fsys.viewMu.RUnlock()
 	return []byte(s.attr.Target), 0
 }
 
 func (s *symlinkNode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	s.fsys.nsMu.Lock()
-	defer s.fsys.nsMu.Unlock()
+	s.fsys.viewMu.RLock()
+	defer s.fsys.viewMu.RUnlock()
 	fillAttr(&out.Attr, &s.attr, 1)
 	return 0
 }

@@ -92,9 +92,22 @@
 // # Locking
 //
 // FS.nsMu guards the namespace: directory children and attributes, and each file's
-// location, shadow and persisted flag. file.mu guards a file's content state
+// location, shadow and persisted flag. It is held across a namespace change's
+// catalog transaction (mkdir, unlink, rename, a commit's directory entry...),
+// so those changes are serialized. file.mu guards a file's content state
 // (spool, manifest, size, dirty) and its attributes. The only nesting is
 // file.mu → nsMu (commit, chmod of a file); namespace operations never take a
 // file's mutex, so they never wait for a commit's chunking. Catalog transactions
 // are short and never span a call into the kernel.
+//
+// Reads of the namespace never wait for a change or a commit (an `ls` while a
+// 1 GiB file in the directory commits): lookup, readdir and the getattr of
+// directories and symlinks take FS.viewMu (a read lock) instead of nsMu, and
+// the getattr of a file takes file.attrMu instead of file.mu. Each is a leaf
+// lock held for a few memory accesses: a field those readers see (a
+// directory's or symlink's attr, a directory's loaded flag; a file's attr) is
+// changed holding both its guards (nsMu and viewMu; file.mu and attrMu), and
+// read holding either. Loading a directory from the catalog takes viewMu
+// (after nsMu when a change does it). The full order is
+// file.commitMu → file.mu → nsMu → viewMu, and file.mu → file.attrMu.
 package fusefs

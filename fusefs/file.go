@@ -44,6 +44,12 @@ type fileNode struct {
 
 	commitMu sync.Mutex // one commit of this file at a time
 
+	// attrMu is a leaf lock that guards attr too: attr is changed holding
+	// both mu and attrMu, and read holding either. Getattr takes attrMu
+	// only, so a stat or a listing never waits for a commit, which holds mu
+	// while it stores the file's chunks.
+	attrMu sync.Mutex
+
 	mu            sync.RWMutex // guards what follows, and attr
 	manifest      *cas.Manifest
 	offsets       []int64 // offsets[i] = file offset of manifest.Chunks[i]
@@ -207,10 +213,17 @@ func (n *fileNode) setManifest(m *cas.Manifest) {
 }
 
 func (n *fileNode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	n.mu.RLock()
-	defer n.mu.RUnlock()
+	n.attrMu.Lock()
+	defer n.attrMu.Unlock()
 	n.fillAttr(&out.Attr)
 	return 0
+}
+
+// setAttr changes n.attr (mu held).
+func (n *fileNode) setAttr(change func(a *cas.Node)) {
+	n.attrMu.Lock()
+	change(&n.attr)
+	n.attrMu.Unlock()
 }
 
 func (n *fileNode) fillAttr(out *fuse.Attr) {
@@ -369,7 +382,7 @@ func (n *fileNode) stage(ctx context.Context, keep int64) error {
 	}
 	keep = min(keep, n.committedSize)
 	if keep == 0 {
-		n.attr.Size = 0
+		n.setAttr(func(a *cas.Node) { a.Size = 0 })
 		return n.stageEmpty()
 	}
 	f, err := n.fsys.newSpool(n.attr.Ino)
@@ -381,7 +394,7 @@ func (n *fileNode) stage(ctx context.Context, keep int64) error {
 		return fmt.Errorf("copy committed content to spool: %w", err)
 	}
 	n.spool = f
-	n.attr.Size = keep
+	n.setAttr(func(a *cas.Node) { a.Size = keep })
 	return nil
 }
 
@@ -460,7 +473,7 @@ func (n *fileNode) Write(ctx context.Context, f fs.FileHandle, data []byte, off 
 			return 0, n.fsys.toErrno("write", err)
 		}
 		if ok {
-			n.attr.Size = max(n.attr.Size, off+int64(len(data)))
+			n.setAttr(func(a *cas.Node) { a.Size = max(a.Size, off+int64(len(data))) })
 			n.changed()
 			return uint32(len(data)), 0
 		}
@@ -471,7 +484,7 @@ func (n *fileNode) Write(ctx context.Context, f fs.FileHandle, data []byte, off 
 	}
 	k, err := n.spool.WriteAt(data, off)
 	if end := off + int64(k); end > n.attr.Size {
-		n.attr.Size = end
+		n.setAttr(func(a *cas.Node) { a.Size = end })
 	}
 	if k > 0 {
 		n.changed()
@@ -499,8 +512,10 @@ func (n *fileNode) killPriv(ctx context.Context) {
 		return
 	}
 	n.mu.Lock()
-	n.attr.Mode &^= killPrivBits(n.attr.Mode)
-	n.attr.Ctime = time.Now().UnixNano()
+	n.setAttr(func(a *cas.Node) {
+		a.Mode &^= killPrivBits(a.Mode)
+		a.Ctime = time.Now().UnixNano()
+	})
 	n.mu.Unlock()
 	if errno := n.NotifyContent(-1, 0); errno != 0 && errno != syscall.ENOSYS {
 		n.fsys.log.Printf("invalidate attributes of %q: %v", n.name, errno)
@@ -546,7 +561,7 @@ func (n *fileNode) changed() {
 	n.dirty = true
 	n.gen++
 	now := time.Now().UnixNano()
-	n.attr.Mtime, n.attr.Ctime = now, now
+	n.setAttr(func(a *cas.Node) { a.Mtime, a.Ctime = now, now })
 }
 
 // resize sets the staged size (mu held).
@@ -581,7 +596,7 @@ func (n *fileNode) resize(ctx context.Context, size int64) error {
 			return fmt.Errorf("truncate spool: %w", err)
 		}
 	}
-	n.attr.Size = size
+	n.setAttr(func(a *cas.Node) { a.Size = size })
 	n.changed()
 	return nil
 }
@@ -616,8 +631,10 @@ func (n *fileNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAtt
 	n.mu.Lock()
 	rec := n.attr
 	applySetattr(&rec, in, time.Now().UnixNano())
-	n.attr.Mode, n.attr.UID, n.attr.GID = rec.Mode, rec.UID, rec.GID
-	n.attr.Atime, n.attr.Mtime, n.attr.Ctime = rec.Atime, rec.Mtime, rec.Ctime
+	n.setAttr(func(a *cas.Node) {
+		a.Mode, a.UID, a.GID = rec.Mode, rec.UID, rec.GID
+		a.Atime, a.Mtime, a.Ctime = rec.Atime, rec.Mtime, rec.Ctime
+	})
 	rec.Size = n.committedSize
 	n.mu.Unlock()
 	if !resize || in.Valid&^fuse.FATTR_SIZE&^fuse.FATTR_FH&^fuse.FATTR_LOCKOWNER != 0 {
@@ -771,7 +788,7 @@ func (n *fileNode) revert() {
 		n.spool.Close()
 		n.spool = nil
 	}
-	n.attr.Size = n.committedSize
+	n.setAttr(func(a *cas.Node) { a.Size = n.committedSize })
 	n.dirty = false
 	n.gen++
 }
@@ -920,7 +937,7 @@ func (n *fileNode) commitLocked(ctx context.Context, origin *fileNode, originAtt
 			}
 			n.persisted, n.shadow = true, 0
 		}
-		n.attr.Mode, n.attr.UID, n.attr.GID = rec.Mode, rec.UID, rec.GID
+		n.setAttr(func(a *cas.Node) { a.Mode, a.UID, a.GID = rec.Mode, rec.UID, rec.GID })
 		n.setManifest(m)
 		n.dirty = false
 		n.dropSpoolLocked()

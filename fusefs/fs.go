@@ -36,7 +36,8 @@ type FS struct {
 	store *cas.Store
 	log   *log.Logger
 
-	nsMu sync.Mutex // guards the namespace; see the package doc
+	nsMu   sync.Mutex   // guards the namespace; see the package doc
+	viewMu sync.RWMutex // guards what lookups and listings read; see the package doc
 
 	root *dirNode
 
@@ -176,7 +177,16 @@ const blksize = 4 << 10
 type nodeBase struct {
 	fs.Inode
 	fsys *FS
-	attr cas.Node // dirs, symlinks: guarded by fsys.nsMu; files: by file.mu
+	attr cas.Node // dirs, symlinks: guarded by fsys.nsMu and viewMu; files: by file.mu and attrMu
+}
+
+// setView makes a change that lookups, listings and getattr of directories
+// and symlinks may see (nsMu held): under viewMu, which they take instead of
+// nsMu so that they never wait for a catalog transaction.
+func (f *FS) setView(change func()) {
+	f.viewMu.Lock()
+	change()
+	f.viewMu.Unlock()
 }
 
 func fillAttr(out *fuse.Attr, n *cas.Node, nlink uint32) {

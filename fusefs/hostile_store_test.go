@@ -1,10 +1,14 @@
 package fusefs
 
 import (
+	"encoding/binary"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // TestWriteClearsSetID: a write by a caller without CAP_FSETID clears the
@@ -71,4 +75,77 @@ func goMode(m os.FileMode) os.FileMode {
 		g |= os.ModeSetgid
 	}
 	return g
+}
+
+// TestListingDuringCommit: `ls -l` of a directory (readdir, lookups and a
+// getattr of every entry) must not wait while a file in it commits. A 1 GiB
+// file is written in order and closed; while close commits (the tail, the
+// fdatasync of its objects, the catalog transaction), `ls -l` runs in a
+// subprocess again and again. Each listing must return long before the commit
+// does (the issue's target is 100 ms; the bound here is loose for a loaded
+// machine, and the figures are logged).
+func TestListingDuringCommit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 1 GiB")
+	}
+	m := newMount(t)
+	dir := m.path("runs/r1")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		mustWrite(t, filepath.Join(dir, "small"+itoa(i)), randBytes(uint64(i), 1000))
+	}
+	f, err := os.Create(filepath.Join(dir, "big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := randBytes(7, 1<<20)
+	for i := range 1024 {
+		binary.LittleEndian.PutUint64(block, uint64(i)) // every block a new chunk
+		if _, err := f.Write(block); err != nil {
+			t.Fatal(err)
+		}
+	}
+	closed := make(chan time.Duration, 1)
+	go func() {
+		start := time.Now()
+		if err := f.Close(); err != nil {
+			t.Error(err)
+		}
+		closed <- time.Since(start)
+	}()
+	var during []time.Duration
+	var commit time.Duration
+	for commit == 0 {
+		start := time.Now()
+		out, err := exec.Command("ls", "-l", dir).CombinedOutput()
+		took := time.Since(start)
+		if err != nil {
+			t.Fatalf("ls: %v %s", err, out)
+		}
+		select {
+		case commit = <-closed:
+			if len(during) == 0 {
+				during = append(during, took) // it started during the commit
+			}
+		default:
+			during = append(during, took)
+		}
+	}
+	slowest := slices.Max(during)
+	t.Logf("close (commit of 1 GiB) took %v; %d listings meanwhile, slowest %v, median %v",
+		commit, len(during), slowest, median(during))
+	if commit < 200*time.Millisecond {
+		t.Skipf("the commit was too quick to tell a wait from none (%v)", commit)
+	}
+	if slowest > commit/2 || slowest > time.Second {
+		t.Fatalf("ls took %v during a %v commit: it waited for the commit", slowest, commit)
+	}
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
