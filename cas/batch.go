@@ -37,6 +37,18 @@ type Batch struct {
 	queue    map[ID]Hint      // chunks stored raw, to re-encode later
 	pinned   []ID             // chunks this batch keeps from the sweeper
 	released bool
+
+	committed bool // a transaction that added its rows committed, or Keep
+}
+
+// Keep tells Release that the batch's objects are in use although no catalog
+// row will name them (the in-memory manifest of a file unlinked while open):
+// they are left to the collector, which sees such manifests through the
+// caller (fusefs.FS.LiveManifests), instead of being discarded.
+func (b *Batch) Keep() {
+	b.mu.Lock()
+	b.committed = true
+	b.mu.Unlock()
 }
 
 // flight is an object being written by some batch; other batches putting the
@@ -195,6 +207,11 @@ func (b *Batch) Sync(ctx context.Context) error {
 // objects it wrote but never synced. Commit releases its batch; call Release
 // only for a batch you will not commit. It may be called more than once; the
 // batch must not be used after.
+//
+// A batch that was never committed (its write failed or was abandoned) nor
+// kept (Keep) also deletes the objects it names that no index row names and
+// no other batch pins (Store.discardUnnamed): they would otherwise fill the
+// disk until a collection's grace period is over.
 func (b *Batch) Release() {
 	b.mu.Lock()
 	if b.released {
@@ -209,11 +226,23 @@ func (b *Batch) Release() {
 		abandoned = append(abandoned, chunkHandle(id))
 	}
 	b.wrote = nil
+	var unnamed []ID
+	if !b.committed {
+		unnamed = make([]ID, 0, len(b.added))
+		for id := range b.added {
+			unnamed = append(unnamed, id)
+		}
+	}
 	b.mu.Unlock()
 	if f, ok := b.s.objects.(forgetter); ok && len(abandoned) > 0 {
 		f.Forget(abandoned)
 	}
 	b.s.unpin(pinned)
+	if len(unnamed) > 0 && !b.s.readOnly {
+		// A failure leaves the objects to the collector, as before this
+		// existed; the write that failed has reported its own error.
+		_, _ = b.s.discardUnnamed(context.Background(), unnamed)
+	}
 }
 
 // forgetter is a backend that holds resources from Put until Sync (the local
@@ -280,6 +309,11 @@ func (t *Tx) commitBatch(b *Batch) error {
 			return fmt.Errorf("commit of a batch that Sync has not made durable: chunk %v", id)
 		}
 	}
+	t.tx.OnCommit(func() {
+		b.mu.Lock()
+		b.committed = true
+		b.mu.Unlock()
+	})
 	for id, info := range b.added {
 		added, err := t.putChunk(id, info)
 		if err != nil {

@@ -45,7 +45,11 @@
 //     name them (many at once, so that the filesystem groups them into few
 //     journal commits; cas/backend/local has the rules). An object on disk that no row names may
 //     therefore be unsynced, or damaged by a crash: it is verified before it
-//     is reused, and collected after the grace period otherwise. The
+//     is reused, and collected after the grace period otherwise. Objects of
+//     a batch released without a commit (a write that failed on a full disk,
+//     or was abandoned) do not wait for that: Release deletes those no row
+//     names and no other batch pins (sweep.go, discardUnnamed), so a failed
+//     save does not keep the disk full. The
 //     one replacement is a re-encode (below): a file holding the same raw
 //     bytes under another codec, fdatasync'd before its rename over the old
 //     name, so a reader gets one whole, verifiable version or the other.

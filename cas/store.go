@@ -112,8 +112,7 @@ type Store struct {
 	pinMu        sync.Mutex
 	pins         map[ID]int
 	watch        map[ID]struct{} // while a collection runs: chunks of batches released since it began
-	deleting     map[ID]struct{}
-	deletingDone chan struct{} // closed when the current sweep step ends
+	deleting     map[ID]chan struct{} // closed when the step deleting the chunk ends
 	collectMu    sync.Mutex    // one collection at a time
 
 	storeReadBytes atomic.Int64
@@ -179,7 +178,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		objects = local.New(filepath.Join(dir, objectsName), local.Options{})
 	}
 	s := &Store{dir: dir, db: db, readOnly: opts.ReadOnly, flights: map[ID]*flight{}, objects: objects,
-		pins: map[ID]int{}, deleting: map[ID]struct{}{}, hashSlots: make(chan struct{}, opts.HashWorkers),
+		pins: map[ID]int{}, deleting: map[ID]chan struct{}{}, hashSlots: make(chan struct{}, opts.HashWorkers),
 		obs: opts.Observer}
 	if err := s.init(opts.ChunkSize); err != nil {
 		db.Close()

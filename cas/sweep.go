@@ -20,8 +20,8 @@ import (
 //   - watch: while a collection runs (BeginCollect to its end), the chunks of
 //     every batch released. A commit that landed after the collector read the
 //     manifests, and released its pins before the sweep, is caught here.
-//   - deleting: the chunks a sweep step has chosen, from the choice until their
-//     index rows are removed and their objects are gone.
+//   - deleting: the chunks a sweep step (or a discard, below) has chosen, from
+//     the choice until their index rows are removed and their objects are gone.
 //
 // The collector calls BeginCollect before it reads any manifest, so a chunk
 // named by a manifest it did not see is pinned or watched when Sweep chooses.
@@ -47,10 +47,10 @@ func (s *Store) BeginCollect() (end func()) {
 func (s *Store) pin(ctx context.Context, id ID) error {
 	s.pinMu.Lock()
 	for {
-		if _, ok := s.deleting[id]; !ok {
+		done, ok := s.deleting[id]
+		if !ok {
 			break
 		}
-		done := s.deletingDone
 		s.pinMu.Unlock()
 		select {
 		case <-done:
@@ -132,6 +132,7 @@ func (s *Store) Sweep(ctx context.Context, candidates []ID) (SweepResult, error)
 	}
 	s.pinMu.Lock()
 	chosen := make([]ID, 0, len(candidates))
+	done := make(chan struct{})
 	for _, id := range candidates {
 		_, watched := s.watch[id]
 		if s.pins[id] > 0 || watched {
@@ -141,19 +142,11 @@ func (s *Store) Sweep(ctx context.Context, candidates []ID) (SweepResult, error)
 		if _, ok := s.deleting[id]; ok {
 			continue
 		}
-		s.deleting[id] = struct{}{}
+		s.deleting[id] = done
 		chosen = append(chosen, id)
 	}
-	s.deletingDone = make(chan struct{})
 	s.pinMu.Unlock()
-	defer func() {
-		s.pinMu.Lock()
-		for _, id := range chosen {
-			delete(s.deleting, id)
-		}
-		close(s.deletingDone)
-		s.pinMu.Unlock()
-	}()
+	defer s.endDeleting(chosen, done)
 
 	var doomed []ID
 	err := s.Update(func(tx *Tx) error {
@@ -201,6 +194,67 @@ func (s *Store) Sweep(ctx context.Context, candidates []ID) (SweepResult, error)
 		}
 	}
 	return res, nil
+}
+
+// endDeleting ends a deletion step: pins waiting for its chunks go on.
+func (s *Store) endDeleting(chosen []ID, done chan struct{}) {
+	s.pinMu.Lock()
+	for _, id := range chosen {
+		delete(s.deleting, id)
+	}
+	close(done)
+	s.pinMu.Unlock()
+}
+
+// discardUnnamed deletes the objects of ids that no index row names and no
+// batch pins: the chunks of a batch released without a commit (a write that
+// failed, on a full disk say, or was abandoned). No commit ever named them,
+// so they need not wait for a collection's grace period, which would keep a
+// full disk full. It is a sweep step restricted to unindexed chunks, under the
+// same rules: a chunk another batch pins (it found the object, in flight or
+// on disk, and may commit it) is kept, a chunk indexed meanwhile is kept, and
+// a Put of a chosen chunk waits until the object is gone and writes it anew.
+// Errors are returned for logging only: what is left is the collector's.
+func (s *Store) discardUnnamed(ctx context.Context, ids []ID) (int, error) {
+	s.pinMu.Lock()
+	chosen := make([]ID, 0, len(ids))
+	done := make(chan struct{})
+	for _, id := range ids {
+		if _, ok := s.deleting[id]; ok || s.pins[id] > 0 {
+			continue
+		}
+		s.deleting[id] = done
+		chosen = append(chosen, id)
+	}
+	s.pinMu.Unlock()
+	defer s.endDeleting(chosen, done)
+	if len(chosen) == 0 {
+		return 0, nil
+	}
+	unnamed := make([]ID, 0, len(chosen))
+	if err := s.View(func(tx *Tx) error {
+		for _, id := range chosen {
+			_, indexed, err := tx.Chunk(id)
+			if err != nil {
+				return err
+			}
+			if !indexed {
+				unnamed = append(unnamed, id)
+			}
+		}
+		return nil
+	}); err != nil {
+		return 0, fmt.Errorf("discard unnamed chunks: %w", err)
+	}
+	n := 0
+	for _, id := range unnamed {
+		if err := s.objects.Delete(ctx, chunkHandle(id)); err != nil {
+			return n, fmt.Errorf("discard unnamed chunk %v: %w", id, err)
+		}
+		s.cache.drop(id)
+		n++
+	}
+	return n, nil
 }
 
 // deleteChunk removes chunk id's index row and its share of the counters.

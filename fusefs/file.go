@@ -911,7 +911,9 @@ func (n *fileNode) commitLocked(ctx context.Context, origin *fileNode, originAtt
 				n.unlinked.Store(true)
 			}
 		}
-		if !n.unlinked.Load() {
+		if n.unlinked.Load() {
+			batch.Keep() // m names its chunks while the file is open
+		} else {
 			err := update(func(tx *cas.Tx) error {
 				if !n.persisted {
 					replaced := n.shadow
