@@ -46,7 +46,10 @@ var (
 
 // FormatVersion is the catalog format this code writes. A store with a larger
 // number is refused (ErrNewerFormat).
-const FormatVersion = 1
+//
+// Format 2 seals every record with a checksum (record.go); Open migrates a
+// format-1 store.
+const FormatVersion = 2
 
 // Reserved inode numbers. Numbers below FirstIno are never allocated, so the
 // caller may use them for virtual nodes.
@@ -213,7 +216,8 @@ func direntKey(parent uint64, name string) []byte {
 // Tx is a catalog transaction. It is valid only inside the function passed to
 // Store.View or Store.Update; values it returns are copies the caller owns.
 type Tx struct {
-	tx *bolt.Tx
+	tx     *bolt.Tx
+	legacy bool // a format-1 store: records may be unsealed (record.go)
 }
 
 func (t *Tx) b(name []byte) *bolt.Bucket { return t.tx.Bucket(name) }
@@ -235,12 +239,17 @@ func (t *Tx) addCounter(key []byte, delta int64) error {
 
 // Node returns the node record of ino.
 func (t *Tx) Node(ino uint64) (Node, bool, error) {
-	v := t.b(bucketNodes).Get(u64key(ino))
+	key := u64key(ino)
+	v := t.b(bucketNodes).Get(key)
 	if v == nil {
 		return Node{}, false, nil
 	}
-	n, err := unmarshalNode(ino, v)
-	return n, err == nil, err
+	rec, err := t.openRecord(key, v)
+	if err != nil {
+		return Node{}, false, err
+	}
+	n, err := unmarshalNode(ino, rec)
+	return n, err == nil, errDamaged(err)
 }
 
 // PutNode writes n, keeping the file and directory counters right.
@@ -255,7 +264,8 @@ func (t *Tx) PutNode(n Node) error {
 	if err := t.countNode(n, true, +1); err != nil {
 		return err
 	}
-	return t.b(bucketNodes).Put(u64key(n.Ino), n.marshal())
+	key := u64key(n.Ino)
+	return t.b(bucketNodes).Put(key, sealRecord(key, n.marshal()))
 }
 
 func (t *Tx) countNode(n Node, exists bool, sign int64) error {
@@ -290,16 +300,18 @@ func (t *Tx) DeleteNode(ino uint64) error {
 
 // Lookup returns the child ino named name in directory parent.
 func (t *Tx) Lookup(parent uint64, name string) (uint64, bool) {
-	v := t.b(bucketDirents).Get(direntKey(parent, name))
-	if len(v) != 8 {
+	key := direntKey(parent, name)
+	rec, err := t.openRecord(key, t.b(bucketDirents).Get(key))
+	if len(rec) != 8 || err != nil {
 		return 0, false
 	}
-	return binary.BigEndian.Uint64(v), true
+	return binary.BigEndian.Uint64(rec), true
 }
 
 // Link sets the directory entry parent/name to ino, replacing any previous one.
 func (t *Tx) Link(parent uint64, name string, ino uint64) error {
-	return t.b(bucketDirents).Put(direntKey(parent, name), u64key(ino))
+	key := direntKey(parent, name)
+	return t.b(bucketDirents).Put(key, sealRecord(key, u64key(ino)))
 }
 
 // Unlink removes the directory entry parent/name.
@@ -312,10 +324,14 @@ func (t *Tx) Children(parent uint64, fn func(name string, ino uint64) error) err
 	prefix := u64key(parent)
 	c := t.b(bucketDirents).Cursor()
 	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-		if len(v) != 8 {
-			return fmt.Errorf("dirent %d/%q: bad record", parent, k[8:])
+		rec, err := t.openRecord(k, v)
+		if err != nil {
+			return fmt.Errorf("dirent %d/%q: %w", parent, k[8:], err)
 		}
-		if err := fn(string(k[8:]), binary.BigEndian.Uint64(v)); err != nil {
+		if len(rec) != 8 {
+			return fmt.Errorf("dirent %d/%q: %w: bad record", parent, k[8:], ErrCatalogDamaged)
+		}
+		if err := fn(string(k[8:]), binary.BigEndian.Uint64(rec)); err != nil {
 			return err
 		}
 	}
@@ -324,13 +340,18 @@ func (t *Tx) Children(parent uint64, fn func(name string, ino uint64) error) err
 
 // Manifest returns the committed manifest of file ino.
 func (t *Tx) Manifest(ino uint64) (*Manifest, bool, error) {
-	v := t.b(bucketManifests).Get(u64key(ino))
+	key := u64key(ino)
+	v := t.b(bucketManifests).Get(key)
 	if v == nil {
 		return nil, false, nil
 	}
-	m, err := unmarshalManifest(v)
+	rec, err := t.openRecord(key, v)
 	if err != nil {
 		return nil, false, fmt.Errorf("manifest of %d: %w", ino, err)
+	}
+	m, err := unmarshalManifest(rec)
+	if err != nil {
+		return nil, false, fmt.Errorf("manifest of %d: %w", ino, errDamaged(err))
 	}
 	return m, true, nil
 }
@@ -338,15 +359,23 @@ func (t *Tx) Manifest(ino uint64) (*Manifest, bool, error) {
 // PutManifest stores m as the content of file ino. Every chunk it names must be
 // in the chunk index or in a Batch committed by the same transaction.
 func (t *Tx) PutManifest(ino uint64, m *Manifest) error {
-	return t.b(bucketManifests).Put(u64key(ino), m.marshal())
+	key := u64key(ino)
+	return t.b(bucketManifests).Put(key, sealRecord(key, m.marshal()))
 }
 
 // ForEachManifest calls fn for every manifest in the catalog.
 func (t *Tx) ForEachManifest(fn func(ino uint64, m *Manifest) error) error {
 	return t.b(bucketManifests).ForEach(func(k, v []byte) error {
-		m, err := unmarshalManifest(v)
+		if len(k) != 8 {
+			return fmt.Errorf("manifest key %x: %w", k, ErrCatalogDamaged)
+		}
+		rec, err := t.openRecord(k, v)
 		if err != nil {
 			return fmt.Errorf("manifest of %d: %w", binary.BigEndian.Uint64(k), err)
+		}
+		m, err := unmarshalManifest(rec)
+		if err != nil {
+			return fmt.Errorf("manifest of %d: %w", binary.BigEndian.Uint64(k), errDamaged(err))
 		}
 		return fn(binary.BigEndian.Uint64(k), m)
 	})
@@ -355,9 +384,16 @@ func (t *Tx) ForEachManifest(fn func(ino uint64, m *Manifest) error) error {
 // ForEachNode calls fn for every node record.
 func (t *Tx) ForEachNode(fn func(n Node) error) error {
 	return t.b(bucketNodes).ForEach(func(k, v []byte) error {
-		n, err := unmarshalNode(binary.BigEndian.Uint64(k), v)
+		if len(k) != 8 {
+			return fmt.Errorf("node key %x: %w", k, ErrCatalogDamaged)
+		}
+		rec, err := t.openRecord(k, v)
 		if err != nil {
 			return err
+		}
+		n, err := unmarshalNode(binary.BigEndian.Uint64(k), rec)
+		if err != nil {
+			return errDamaged(err)
 		}
 		return fn(n)
 	})
@@ -368,9 +404,13 @@ func (t *Tx) ForEachChunk(fn func(id ID, c ChunkInfo) error) error {
 	return t.b(bucketChunks).ForEach(func(k, v []byte) error {
 		var id ID
 		copy(id[:], k)
-		c, err := unmarshalChunkInfo(v)
+		rec, err := t.openRecord(k, v)
+		if err != nil {
+			return err
+		}
+		c, err := unmarshalChunkInfo(rec)
 		if err != nil || len(k) != IDSize {
-			return fmt.Errorf("chunk row %x: bad record", k)
+			return fmt.Errorf("chunk row %x: %w: bad record", k, ErrCatalogDamaged)
 		}
 		return fn(id, c)
 	})
@@ -382,9 +422,13 @@ func (t *Tx) Chunk(id ID) (ChunkInfo, bool, error) {
 	if v == nil {
 		return ChunkInfo{}, false, nil
 	}
-	c, err := unmarshalChunkInfo(v)
+	rec, err := t.openRecord(id[:], v)
 	if err != nil {
-		return c, false, fmt.Errorf("chunk %v: %w", id, err)
+		return ChunkInfo{}, false, fmt.Errorf("chunk %v: %w", id, err)
+	}
+	c, err := unmarshalChunkInfo(rec)
+	if err != nil {
+		return c, false, fmt.Errorf("chunk %v: %w", id, errDamaged(err))
 	}
 	return c, true, nil
 }
@@ -396,7 +440,7 @@ func (t *Tx) putChunk(id ID, c ChunkInfo) (bool, error) {
 	if b.Get(id[:]) != nil {
 		return false, nil
 	}
-	if err := b.Put(id[:], c.marshal()); err != nil {
+	if err := b.Put(id[:], sealRecord(id[:], c.marshal())); err != nil {
 		return false, err
 	}
 	if err := t.addCounter(keyChunks, 1); err != nil {

@@ -141,6 +141,32 @@
 // FormatVersion 2 on the first delta written so that an older ckptfs refuses
 // the store instead of sweeping bases it cannot see are referenced.
 //
+// # Catalog damage
+//
+// A damaged catalog must give errors, never a panic or wrong bytes. Two
+// layers (decided for #18; the store format went from 1 to 2 for the second):
+//
+//   - Pages: Open walks the bbolt file's B+tree (catalogcheck.go) before
+//     bbolt opens it, bounds-checking every page header, element and key
+//     order, and refuses a damaged file with ErrCatalogDamaged naming the
+//     page. bbolt trusts its pages and panics (once in a goroutine of its
+//     own, while rebuilding the freelist at Open: unrecoverable) or faults
+//     on them. View and Update also recover a bbolt panic into the same error.
+//   - Records: every value of the nodes, dirents, manifests, chunks and
+//     reencode buckets is sealed with a CRC-32C over its key and value
+//     (record.go), and decoders check lengths strictly, so a flipped byte is
+//     an error wrapping ErrCatalogDamaged when the record is read: EIO for a
+//     read through the mount, a problem fsck names. Open migrates a writable
+//     format-1 store in one transaction; a read-only Open reads one as it is.
+//     An older ckptfs refuses a format-2 store (ErrNewerFormat).
+//
+// A file's node record and its manifest are cross-checked too (fusefs: the
+// manifest's size must be the node's), so a missing manifest cannot read as
+// an empty file. The two meta pages are bbolt's own: a damaged newest one
+// makes bbolt fall back to the other, losing the last transaction.
+// Format 2 is this; the first delta written (above) must therefore move the
+// store to format 3.
+//
 // Counters for statistics (files, logical bytes, chunks, unique and stored bytes,
 // re-encodes pending and their raw bytes) live in the catalog and are updated in
 // the same transactions that change what they count, so Stats is O(1) whatever

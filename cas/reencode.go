@@ -81,6 +81,16 @@ func unmarshalPending(b []byte) (PendingReencode, error) {
 	return PendingReencode{Hint: Hint{ElemSize: int(b[1])}, RawLen: binary.LittleEndian.Uint32(b[2:])}, nil
 }
 
+// pending decodes the sealed queue row v of key.
+func (t *Tx) pending(key, v []byte) (PendingReencode, error) {
+	rec, err := t.openRecord(key, v)
+	if err != nil {
+		return PendingReencode{}, err
+	}
+	p, err := unmarshalPending(rec)
+	return p, errDamaged(err)
+}
+
 // newEncodeSlots returns the inline-encode semaphore for Options.InlineEncoders.
 func newEncodeSlots(n int) chan struct{} {
 	switch {
@@ -143,7 +153,7 @@ func (t *Tx) queueReencode(id ID, h Hint, rawLen uint32) error {
 			return err
 		}
 	}
-	return b.Put(id[:], PendingReencode{Hint: h, RawLen: rawLen}.marshal())
+	return b.Put(id[:], sealRecord(id[:], PendingReencode{Hint: h, RawLen: rawLen}.marshal()))
 }
 
 // unqueueReencode removes chunk id's queue row, if it has one.
@@ -156,7 +166,7 @@ func (t *Tx) unqueueReencode(id ID) error {
 	if v == nil {
 		return nil
 	}
-	p, err := unmarshalPending(v)
+	p, err := t.pending(id[:], v)
 	if err != nil {
 		return fmt.Errorf("chunk %v: %w", id, err)
 	}
@@ -179,7 +189,7 @@ func (t *Tx) PendingReencode(id ID) (PendingReencode, bool, error) {
 	if v == nil {
 		return PendingReencode{}, false, nil
 	}
-	p, err := unmarshalPending(v)
+	p, err := t.pending(id[:], v)
 	if err != nil {
 		return p, false, fmt.Errorf("chunk %v: %w", id, err)
 	}
@@ -193,7 +203,7 @@ func (t *Tx) ForEachPendingReencode(fn func(id ID, p PendingReencode) error) err
 		return nil
 	}
 	return b.ForEach(func(k, v []byte) error {
-		p, err := unmarshalPending(v)
+		p, err := t.pending(k, v)
 		if err != nil || len(k) != IDSize {
 			return fmt.Errorf("re-encode row %x: bad record", k)
 		}
@@ -375,7 +385,7 @@ func (s *Store) finishReencode(id ID, stored *ChunkInfo) error {
 			}
 			if ok {
 				next := ChunkInfo{RawLen: cur.RawLen, StoredLen: stored.StoredLen, Codec: stored.Codec}
-				if err := tx.b(bucketChunks).Put(id[:], next.marshal()); err != nil {
+				if err := tx.b(bucketChunks).Put(id[:], sealRecord(id[:], next.marshal())); err != nil {
 					return err
 				}
 				if err := tx.addCounter(keyStored, int64(next.StoredLen)-int64(cur.StoredLen)); err != nil {

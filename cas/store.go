@@ -1,6 +1,7 @@
 package cas
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -89,6 +90,7 @@ type Store struct {
 	codecs    *codecs
 	cache     *cache
 	chunkSize int
+	format    uint32 // the catalog's format version (catalog.go)
 	readOnly  bool
 
 	inoMu    sync.Mutex
@@ -162,11 +164,16 @@ func Open(dir string, opts Options) (*Store, error) {
 			return nil, err
 		}
 	}
-	db, err := bolt.Open(catalog, 0o600, &bolt.Options{
-		Timeout:        lockTimeout,
-		ReadOnly:       opts.ReadOnly,
-		NoFreelistSync: true,
-	})
+	if exists {
+		if err := checkCatalogFile(catalog); err != nil {
+			if catalogLocked(catalog, opts.ReadOnly) {
+				// Being written by the process that holds it: not damage.
+				return nil, fmt.Errorf("open store %s: %w", dir, ErrLocked)
+			}
+			return nil, fmt.Errorf("open store %s: %w", dir, err)
+		}
+	}
+	db, err := openBolt(catalog, opts.ReadOnly)
 	if errors.Is(err, bolt.ErrTimeout) {
 		return nil, fmt.Errorf("open store %s: %w", dir, ErrLocked)
 	}
@@ -200,6 +207,40 @@ func Open(dir string, opts Options) (*Store, error) {
 		}
 	}
 	return s, nil
+}
+
+// openBolt opens the catalog, turning a panic of bbolt's (on damage that
+// checkCatalogFile let through) into an error.
+func openBolt(path string, readOnly bool) (db *bolt.DB, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			db, err = nil, fmt.Errorf("%w: %s: %v", ErrCatalogDamaged, path, r)
+		}
+	}()
+	return bolt.Open(path, 0o600, &bolt.Options{
+		Timeout:        lockTimeout,
+		ReadOnly:       readOnly,
+		NoFreelistSync: true,
+	})
+}
+
+// catalogLocked reports whether another process holds the catalog's lock
+// (bbolt's flock: exclusive for a writer, shared for a reader).
+func catalogLocked(path string, readOnly bool) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	how := syscall.LOCK_EX
+	if readOnly {
+		how = syscall.LOCK_SH
+	}
+	if err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB); err != nil {
+		return errors.Is(err, syscall.EWOULDBLOCK)
+	}
+	syscall.Flock(int(f.Fd()), syscall.LOCK_UN) // closing the file unlocks it too
+	return false
 }
 
 func checkEmptyOrMissing(dir string) error {
@@ -242,9 +283,11 @@ func (s *Store) init(chunkSize int) error {
 		if len(v) != 4 {
 			return fmt.Errorf("catalog %s: %w: no format version", s.dir, ErrNotStore)
 		}
-		if f := binary.BigEndian.Uint32(v); f > FormatVersion {
+		f := binary.BigEndian.Uint32(v)
+		if f > FormatVersion {
 			return fmt.Errorf("store %s has format %d, this ckptfs reads up to %d: %w", s.dir, f, FormatVersion, ErrNewerFormat)
 		}
+		s.format = f
 		cs := meta.Get(keyChunkSize)
 		if len(cs) != 4 {
 			return fmt.Errorf("catalog %s: %w: no chunk size", s.dir, ErrNotStore)
@@ -281,8 +324,47 @@ func (s *Store) init(chunkSize int) error {
 				return err
 			}
 		}
-		return check(tx)
+		if err := check(tx); err != nil {
+			return err
+		}
+		if s.format < FormatVersion {
+			return s.migrate(tx)
+		}
+		return nil
 	})
+}
+
+// migrate brings a format-1 catalog to format 2: it seals every record
+// (record.go). One transaction: a crash leaves format 1, migrated again at
+// the next Open.
+func (s *Store) migrate(tx *bolt.Tx) error {
+	for _, name := range [][]byte{bucketNodes, bucketDirents, bucketManifests, bucketChunks, bucketReencode} {
+		b := tx.Bucket(name)
+		if b == nil {
+			continue
+		}
+		var keys, vals [][]byte
+		if err := b.ForEach(func(k, v []byte) error {
+			if len(v) >= 5 && v[0] == recordVersion {
+				return fmt.Errorf("%w: bucket %s of a format-1 catalog holds a sealed record %x", ErrCatalogDamaged, name, k)
+			}
+			keys = append(keys, bytes.Clone(k))
+			vals = append(vals, sealRecord(k, v))
+			return nil
+		}); err != nil {
+			return err
+		}
+		for i, k := range keys {
+			if err := b.Put(k, vals[i]); err != nil {
+				return err
+			}
+		}
+	}
+	if err := tx.Bucket(bucketMeta).Put(keyFormat, binary.BigEndian.AppendUint32(nil, FormatVersion)); err != nil {
+		return err
+	}
+	s.format = FormatVersion
+	return nil
 }
 
 func (s *Store) resetSpool() error {
@@ -314,14 +396,28 @@ func (s *Store) SpoolDir() string { return filepath.Join(s.dir, spoolName) }
 func (s *Store) ChunkSize() int { return s.chunkSize }
 
 // View runs fn in a read-only catalog transaction.
-func (s *Store) View(fn func(*Tx) error) error {
-	return s.db.View(func(tx *bolt.Tx) error { return fn(&Tx{tx: tx}) })
+//
+// A panic inside bbolt (a damaged page that Open's check could not see) is
+// returned as an error wrapping ErrCatalogDamaged; the transaction is rolled
+// back first.
+func (s *Store) View(fn func(*Tx) error) (err error) {
+	defer recoverDamage(&err)
+	return s.db.View(func(tx *bolt.Tx) error { return fn(&Tx{tx: tx, legacy: s.format < FormatVersion}) })
+}
+
+// recoverDamage turns a panic of bbolt's into an error.
+func recoverDamage(err *error) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("%w: %v", ErrCatalogDamaged, r)
+	}
 }
 
 // Update runs fn in a read-write catalog transaction, committed (and durable)
 // when fn returns nil and rolled back otherwise. Do no slow I/O inside fn.
-func (s *Store) Update(fn func(*Tx) error) error {
-	return s.db.Update(func(tx *bolt.Tx) error { return fn(&Tx{tx: tx}) })
+// A panic inside bbolt is returned as View's is.
+func (s *Store) Update(fn func(*Tx) error) (err error) {
+	defer recoverDamage(&err)
+	return s.db.Update(func(tx *bolt.Tx) error { return fn(&Tx{tx: tx, legacy: s.format < FormatVersion}) })
 }
 
 // AllocIno returns an inode number never handed out before in this store.

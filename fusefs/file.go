@@ -191,10 +191,13 @@ func (n *fileNode) loadManifest() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.manifest == nil {
-		n.setManifest(m)
-		if n.committedSize != n.manifest.Size() {
-			return fmt.Errorf("file %d: manifest holds %d bytes, node record says %d", n.attr.Ino, n.manifest.Size(), n.committedSize)
+		// The node record's size (committedSize until a manifest is set)
+		// must be the manifest's: a damaged or missing row must not serve a
+		// 2 MB file as 0 bytes.
+		if n.committedSize != m.Size() {
+			return fmt.Errorf("file %d: %w: manifest holds %d bytes, node record says %d", n.attr.Ino, cas.ErrCatalogDamaged, m.Size(), n.committedSize)
 		}
+		n.setManifest(m)
 	}
 	return nil
 }
