@@ -194,8 +194,12 @@ func (c *boltChecker) checkFreelist(id uint64) error {
 }
 
 // element returns the key and (for a leaf) value of element i of a page's
-// bytes buf, bounds-checked.
-func element(buf []byte, count, i int, leaf bool) (flags uint32, key, val []byte, child uint64, err error) {
+// bytes buf, bounds-checked. bbolt writes keys and values packed in element
+// order right after the element headers; element checks that they are, so a
+// changed count, position or size is seen even where the bytes it points at
+// stay inside the page.
+// Call it for i = 0, 1, ... with the same next, which tracks that.
+func element(buf []byte, count, i int, leaf bool, next *uint64) (flags uint32, key, val []byte, child uint64, err error) {
 	off := boltPageHeader + i*boltElemSize
 	if count > (len(buf)-boltPageHeader)/boltElemSize {
 		return 0, nil, nil, 0, fmt.Errorf("%d elements do not fit", count)
@@ -212,6 +216,13 @@ func element(buf []byte, count, i int, leaf bool) (flags uint32, key, val []byte
 	if start+ksize+vsize > uint64(len(buf)) {
 		return 0, nil, nil, 0, fmt.Errorf("element %d runs past its page", i)
 	}
+	if *next == 0 {
+		*next = uint64(boltPageHeader + count*boltElemSize) // where element 0's key starts
+	}
+	if start != *next {
+		return 0, nil, nil, 0, fmt.Errorf("element %d starts at %d, not at %d (packed after the element headers and the elements before it)", i, start, *next)
+	}
+	*next = start + ksize + vsize
 	return flags, buf[start : start+ksize], buf[start+ksize : start+ksize+vsize], child, nil
 }
 
@@ -232,21 +243,25 @@ func (c *boltChecker) checkTree(id uint64, lo, hi []byte, depth int) ([]byte, er
 		}
 		var last []byte
 		prev := lo
+		var next uint64
+		keys, children := make([][]byte, count), make([]uint64, count)
 		for i := range count {
-			_, key, _, child, err := element(buf, count, i, false)
-			if err != nil {
+			var err error
+			if _, keys[i], _, children[i], err = element(buf, count, i, false, &next); err != nil {
 				return nil, fmt.Errorf("branch page %d: %w", id, err)
 			}
+		}
+		for i := range count {
+			key, child := keys[i], children[i]
 			if err := keyInOrder(key, prev, hi, i); err != nil {
 				return nil, fmt.Errorf("branch page %d: %w", id, err)
 			}
-			next := hi
+			bound := hi
 			if i+1 < count {
-				if _, next, _, _, err = element(buf, count, i+1, false); err != nil {
-					return nil, fmt.Errorf("branch page %d: %w", id, err)
-				}
+				bound = keys[i+1]
 			}
-			if last, err = c.checkTree(child, key, next, depth+1); err != nil {
+			var err error
+			if last, err = c.checkTree(child, key, bound, depth+1); err != nil {
 				return nil, err
 			}
 			prev = last
@@ -262,8 +277,9 @@ func (c *boltChecker) checkTree(id uint64, lo, hi []byte, depth int) ([]byte, er
 // page, which may hold no sub-buckets).
 func (c *boltChecker) checkLeaf(what string, buf []byte, count int, lo, hi []byte, depth int, subBuckets bool) ([]byte, error) {
 	prev := lo
+	var next uint64
 	for i := range count {
-		flags, key, val, _, err := element(buf, count, i, true)
+		flags, key, val, _, err := element(buf, count, i, true, &next)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", what, err)
 		}
