@@ -55,6 +55,12 @@ func (d *dirNode) OnAdd(ctx context.Context) {
 // it touches first, so a lookup's load never reads a catalog that a change
 // in flight (holding nsMu across its transaction) is about to alter.
 func (d *dirNode) load(ctx context.Context) error {
+	d.fsys.viewMu.RLock()
+	loaded := d.loaded
+	d.fsys.viewMu.RUnlock()
+	if loaded {
+		return nil // lookups in parallel
+	}
 	d.fsys.viewMu.Lock()
 	defer d.fsys.viewMu.Unlock()
 	if d.loaded {
