@@ -40,6 +40,8 @@ lint:
 # Every Go test, race detector on (the FUSE handlers are concurrent).
 test-go:
 	$(GO) test -race -count=1 -timeout 40m ./...
+	# The catalog damage sweep in full (under -race it samples every fourth flip).
+	$(GO) test -count=1 -run '^TestDamagedCatalogSweep$$' ./fusefs
 
 # Every fuzz target for a few seconds each (~1.5 min in all; test/fuzz.sh).
 test-fuzz:

@@ -59,7 +59,7 @@ func checkCatalogFile(path string) error {
 		return fmt.Errorf("map %s: %w", path, err)
 	}
 	defer syscall.Munmap(data)
-	if err := checkBoltPages(data); err != nil {
+	if _, err := checkBoltPages(data); err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrCatalogDamaged, path, err)
 	}
 	return nil
@@ -97,7 +97,8 @@ func readBoltMeta(data []byte, off int) (boltMeta, error) {
 	return meta, nil
 }
 
-func checkBoltPages(data []byte) error {
+// checkBoltPages checks the file's bytes and returns the pages in use.
+func checkBoltPages(data []byte) (map[uint64]bool, error) {
 	// bbolt reads meta 0 at offset 0 and meta 1 one page further, the page
 	// size coming from meta 0 (or the OS page size when meta 0 is invalid),
 	// and uses the valid one with the higher transaction id.
@@ -119,19 +120,21 @@ func checkBoltPages(data []byte) error {
 	case err1 == nil:
 		meta = m1
 	default:
-		return fmt.Errorf("both meta pages are invalid: %v; %v", err0, err1)
+		return nil, fmt.Errorf("both meta pages are invalid: %v; %v", err0, err1)
 	}
 	c := &boltChecker{data: data, ps: uint64(meta.pageSize), hwm: meta.hwm, seen: map[uint64]bool{0: true, 1: true}}
 	if meta.hwm < 3 || meta.hwm > uint64(len(data))/c.ps {
-		return fmt.Errorf("meta page says %d pages, the file holds %d", meta.hwm, uint64(len(data))/c.ps)
+		return nil, fmt.Errorf("meta page says %d pages, the file holds %d", meta.hwm, uint64(len(data))/c.ps)
 	}
 	if meta.freelist != boltNoFreelist {
 		if err := c.checkFreelist(meta.freelist); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	_, err := c.checkTree(meta.root, nil, nil, 0)
-	return err
+	if _, err := c.checkTree(meta.root, nil, nil, 0); err != nil {
+		return nil, err
+	}
+	return c.seen, nil
 }
 
 type boltChecker struct {

@@ -3,6 +3,8 @@ package cas
 import (
 	"context"
 	"errors"
+	"os"
+	"slices"
 	"testing"
 )
 
@@ -30,4 +32,28 @@ func SimulateReencodeCrash(tb testing.TB, s *Store) ID {
 			tb.Fatal("the re-encode queue holds no chunk that encodes smaller")
 		}
 	}
+}
+
+// CatalogPagesInUse returns the page size and the sorted ids of the pages in
+// use (meta pages included) of the intact store catalog at path, for tests
+// that damage them. It fails tb when the catalog does not check.
+func CatalogPagesInUse(tb testing.TB, path string) (pageSize int, ids []uint64) {
+	tb.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	seen, err := checkBoltPages(data)
+	if err != nil {
+		tb.Fatalf("%s: %v", path, err)
+	}
+	for id := range seen {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	m, err := readBoltMeta(data, 0)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return int(m.pageSize), ids
 }
