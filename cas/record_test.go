@@ -91,13 +91,7 @@ func TestFormat1StoreIsMigrated(t *testing.T) {
 	if _, err := b.Put(context.Background(), pseudoRandom(3000, 3)); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Update(func(tx *Tx) error {
-		if err := tx.CommitBatch(b); err != nil {
-			return err
-		}
+	if err := s.Commit(context.Background(), b, func(tx *Tx) error {
 		if err := tx.queueReencode(ref.ID, Hint{ElemSize: 2}, ref.Len); err != nil {
 			return err
 		}
@@ -111,7 +105,6 @@ func TestFormat1StoreIsMigrated(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	b.Release()
 	s.Close()
 
 	// Rewrite it as format 1: every value unsealed.

@@ -111,11 +111,11 @@ type Store struct {
 
 	// Coordination with garbage collection (see sweep.go): chunks named by
 	// batches not committed yet are pinned; chunks being swept are deleting.
-	pinMu        sync.Mutex
-	pins         map[ID]int
-	watch        map[ID]struct{} // while a collection runs: chunks of batches released since it began
-	deleting     map[ID]chan struct{} // closed when the step deleting the chunk ends
-	collectMu    sync.Mutex    // one collection at a time
+	pinMu     sync.Mutex
+	pins      map[ID]int
+	watch     map[ID]struct{}      // while a collection runs: chunks of batches released since it began
+	deleting  map[ID]chan struct{} // closed when the step deleting the chunk ends
+	collectMu sync.Mutex           // one collection at a time
 
 	storeReadBytes atomic.Int64
 	obs            Observer // Options.Observer, or nil
