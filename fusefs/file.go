@@ -507,9 +507,9 @@ func (n *fileNode) Write(ctx context.Context, f fs.FileHandle, data []byte, off 
 // mode, cleared here); the kernel's cached attributes are dropped so that a
 // stat after the write sees it.
 func (n *fileNode) killPriv(ctx context.Context) {
-	n.mu.RLock()
+	n.attrMu.Lock()
 	mode := n.attr.Mode
-	n.mu.RUnlock()
+	n.attrMu.Unlock()
 	kill := killPrivBits(mode)
 	if kill == 0 || callerMaySetID(ctx) {
 		return
@@ -521,7 +521,7 @@ func (n *fileNode) killPriv(ctx context.Context) {
 	})
 	n.mu.Unlock()
 	if errno := n.NotifyContent(-1, 0); errno != 0 && errno != syscall.ENOSYS {
-		n.fsys.log.Printf("invalidate attributes of %q: %v", n.name, errno)
+		n.fsys.log.Printf("invalidate attributes of file %d: %v", n.attr.Ino, errno)
 	}
 }
 
