@@ -13,6 +13,10 @@
 // a chunk that was committed and is no longer referenced (its files were
 // deleted or replaced) is deleted by the next collection whatever its age,
 // so deleting checkpoints frees space without a flag.
+// Objects of a write that failed or was abandoned (a full disk) do not wait
+// for the grace either: the batch's release deletes them at once under the
+// same coordination (cas.Batch.Release), so the grace only holds back what a
+// crash left.
 //
 // Temporary object files (".tmp-*", left by a crash mid-write) are removed once
 // they are an hour old, whatever the grace: a live writer renames its
@@ -23,7 +27,8 @@
 // the re-encoder pins the chunk it works on, so a collection spares it.
 //
 // Fsck reads the catalog and the objects and reports every problem it finds in
-// one run: dangling directory entries, unreachable nodes, manifests without
+// one run (a catalog whose pages or records do not check is reported as
+// cas.ErrCatalogDamaged, naming the page or record, never a panic): dangling directory entries, unreachable nodes, manifests without
 // nodes or with the wrong size, chunks that are not indexed or have no object,
 // index rows whose object is missing or of another size (or, with ReadData,
 // codec), counters that disagree with what they count, and, with ReadData,
