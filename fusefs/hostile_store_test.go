@@ -79,9 +79,9 @@ func goMode(m os.FileMode) os.FileMode {
 
 // TestListingDuringCommit: `ls -l` of a directory (readdir, lookups and a
 // getattr of every entry) must not wait while a file in it commits. A 1 GiB
-// file is written in order and closed; while close commits (the tail, the
-// fdatasync of its objects, the catalog transaction), `ls -l` runs in a
-// subprocess again and again. Each listing must return long before the commit
+// file (128 MiB under the race detector) is written in order and closed;
+// while close commits (the tail, the fdatasync of its objects, the catalog
+// transaction), `ls -l` runs in a subprocess again and again. Each listing must return long before the commit
 // does (the issue's target is 100 ms; the bound here is loose for a loaded
 // machine, and the figures are logged).
 func TestListingDuringCommit(t *testing.T) {
@@ -100,8 +100,14 @@ func TestListingDuringCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	blocks := 1024 // 1 GiB
+	if raceEnabled {
+		// Writing 1 GiB through the instrumented server takes minutes; make
+		// test-go runs the full size without the race detector.
+		blocks = 128
+	}
 	block := randBytes(7, 1<<20)
-	for i := range 1024 {
+	for i := range blocks {
 		binary.LittleEndian.PutUint64(block, uint64(i)) // every block a new chunk
 		if _, err := f.Write(block); err != nil {
 			t.Fatal(err)
@@ -134,8 +140,8 @@ func TestListingDuringCommit(t *testing.T) {
 		}
 	}
 	slowest := slices.Max(during)
-	t.Logf("close (commit of 1 GiB) took %v; %d listings meanwhile, slowest %v, median %v",
-		commit, len(during), slowest, median(during))
+	t.Logf("close (commit of %d MiB) took %v; %d listings meanwhile, slowest %v, median %v",
+		blocks, commit, len(during), slowest, median(during))
 	if commit < 200*time.Millisecond {
 		t.Skipf("the commit was too quick to tell a wait from none (%v)", commit)
 	}
