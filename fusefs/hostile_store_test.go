@@ -145,7 +145,7 @@ func TestListingDuringCommit(t *testing.T) {
 	if commit < 200*time.Millisecond {
 		t.Skipf("the commit was too quick to tell a wait from none (%v)", commit)
 	}
-	if slowest > commit/2 || slowest > time.Second {
+	if slowest > commit*3/4 || slowest > time.Second {
 		t.Fatalf("ls took %v during a %v commit: it waited for the commit", slowest, commit)
 	}
 }
