@@ -63,6 +63,7 @@ type fileNode struct {
 	fork          *fileNode    // the new version being staged for n's writers
 	stream        *stream      // the staged content, when written in order from empty
 	asyncErr      error        // a background commit's failure, for the next close or fsync
+	lost          error        // staged content was dropped (revert): writes fail until truncated or reopened
 	spans         []tensorSpan // tensor byte ranges of the manifest, for prefetch
 
 	reads readState // sequential-read detection, for prefetch
@@ -465,6 +466,9 @@ func (n *fileNode) Write(ctx context.Context, f fs.FileHandle, data []byte, off 
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.lost != nil {
+		return 0, n.fsys.toErrno("write", n.lost)
+	}
 	if err := n.stage(ctx, n.attr.Size); err != nil {
 		return 0, n.fsys.toErrno("write", err)
 	}
@@ -472,7 +476,7 @@ func (n *fileNode) Write(ctx context.Context, f fs.FileHandle, data []byte, off 
 		ok, err := st.write(data, off)
 		if ok && err != nil {
 			// The streamer failed (the store is full?): what it took is lost.
-			n.revert()
+			n.revert(err)
 			return 0, n.fsys.toErrno("write", err)
 		}
 		if ok {
@@ -481,7 +485,7 @@ func (n *fileNode) Write(ctx context.Context, f fs.FileHandle, data []byte, off 
 			return uint32(len(data)), 0
 		}
 		if err := n.materialize(ctx); err != nil {
-			n.revert()
+			n.revert(err)
 			return 0, n.fsys.toErrno("write", err)
 		}
 	}
@@ -575,6 +579,9 @@ func (n *fileNode) resize(ctx context.Context, size int64) error {
 	if err := n.stage(ctx, size); err != nil {
 		return err
 	}
+	if size == 0 {
+		n.lost = nil // a new save starts here
+	}
 	if st := n.stream; st != nil {
 		switch {
 		case size == 0:
@@ -582,14 +589,14 @@ func (n *fileNode) resize(ctx context.Context, size int64) error {
 			st.abandon()
 			n.stream = nil
 			if err := n.stageEmpty(); err != nil {
-				n.revert()
+				n.revert(err)
 				return err
 			}
 		case size >= st.written():
 			st.extend(size)
 		default:
 			if err := n.materialize(ctx); err != nil {
-				n.revert()
+				n.revert(err)
 				return err
 			}
 		}
@@ -761,6 +768,9 @@ func (n *fileNode) Release(ctx context.Context, f fs.FileHandle) syscall.Errno {
 		if fork != nil {
 			fork.releaseWriter()
 		}
+		if n.writers == 0 {
+			n.lost = nil // the writers that lost content are gone
+		}
 	}
 	n.dropSpoolLocked()
 	if fork != nil && n.writers == 0 {
@@ -775,14 +785,23 @@ func (n *fileNode) Release(ctx context.Context, f fs.FileHandle) syscall.Errno {
 func (n *fileNode) releaseWriter() {
 	n.mu.Lock()
 	n.writers--
+	if n.writers == 0 {
+		n.lost = nil
+	}
 	n.dropSpoolLocked()
 	n.mu.Unlock()
 }
 
 // revert drops staged content that cannot be committed (its stream failed):
 // n shows its committed content again, as after a crash before the commit
-// (mu held).
-func (n *fileNode) revert() {
+// (mu held). The writers that had it staged must not go on as if it were
+// still there: a writer that retries the rest of a short write would
+// otherwise commit its later bytes after a hole of zeros (now that a failed
+// write's chunks are freed at once, a retry on a full disk often succeeds).
+// So writes fail with that error until the file is truncated to nothing (open
+// with O_TRUNC: a new save) or every writer has closed.
+func (n *fileNode) revert(cause error) {
+	n.lost = fmt.Errorf("the file's staged content was lost (%w): write it again from the start", cause)
 	if st := n.stream; st != nil {
 		st.abandon()
 		n.stream = nil
@@ -856,7 +875,7 @@ func (n *fileNode) commitLocked(ctx context.Context, origin *fileNode, originAtt
 		// The chunks were stored while the file was written: finish the tail.
 		var err error
 		if refs, ix, err = st.finish(n.attr.Size); err != nil {
-			n.revert() // releases the stream's batch
+			n.revert(err) // releases the stream's batch
 			return nil, fmt.Errorf("staged content lost: %w", err)
 		}
 		n.stream = nil

@@ -91,7 +91,9 @@ func TestDiskFullFreesFailedWrite(t *testing.T) {
 	before := free()
 	err := os.WriteFile(filepath.Join(mnt, "runs/big.bin"), randBytes(2, 40<<20), 0o644)
 	if !errors.Is(err, syscall.ENOSPC) {
-		t.Fatalf("a 40 MiB save with %d MiB free: %v, want ENOSPC", before>>20, err)
+		var st syscall.Statfs_t
+		syscall.Statfs(filepath.Join(mnt, "runs"), &st)
+		t.Fatalf("a 40 MiB save with %d MiB free: %v, want ENOSPC (now %d MiB free; mount fs type %#x)\n%s", before>>20, err, free()>>20, st.Type, d.stderr)
 	}
 	after := free()
 	t.Logf("free before the failed save %.1f MiB, after %.1f MiB", float64(before)/(1<<20), float64(after)/(1<<20))
