@@ -549,25 +549,38 @@ func (n *fileNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAtt
 			}
 		}
 	}
+	if err := n.setattrLocked(in, resize); err != nil {
+		return n.fsys.toErrno("setattr", err)
+	}
+	return n.Getattr(ctx, f, out)
+}
+
+// setattrLocked applies in's attributes (not the size) and writes the node
+// record. n.mu is held until the record is written: a commit holds it from
+// its first look at the content to its catalog write, so the record written
+// here carries the size of the manifest the catalog holds at that moment,
+// never that of a version a commit replaced meanwhile (the size would not
+// match the manifest after a remount, and the file would open with EIO).
+func (n *fileNode) setattrLocked(in *fuse.SetAttrIn, resize bool) error {
 	n.mu.Lock()
+	defer n.mu.Unlock()
 	rec := n.attr
 	applySetattr(&rec, in, time.Now().UnixNano())
 	n.attr.Mode, n.attr.UID, n.attr.GID = rec.Mode, rec.UID, rec.GID
 	n.attr.Atime, n.attr.Mtime, n.attr.Ctime = rec.Atime, rec.Mtime, rec.Ctime
 	rec.Size = n.committedSize
-	n.mu.Unlock()
-	if !resize || in.Valid&^fuse.FATTR_SIZE&^fuse.FATTR_FH&^fuse.FATTR_LOCKOWNER != 0 {
-		n.fsys.nsMu.Lock()
-		var err error
-		if n.persisted {
-			err = n.fsys.store.Update(func(tx *cas.Tx) error { return tx.PutNode(rec) })
-		}
-		n.fsys.nsMu.Unlock()
-		if err != nil {
-			return n.fsys.toErrno("setattr", err)
-		}
+	if h := n.fsys.setattrHook; h != nil {
+		h()
 	}
-	return n.Getattr(ctx, f, out)
+	if resize && in.Valid&^fuse.FATTR_SIZE&^fuse.FATTR_FH&^fuse.FATTR_LOCKOWNER == 0 {
+		return nil // a plain truncate: its commit writes the record
+	}
+	n.fsys.nsMu.Lock() // file.mu → nsMu, as in commit
+	defer n.fsys.nsMu.Unlock()
+	if !n.persisted {
+		return nil
+	}
+	return n.fsys.store.Update(func(tx *cas.Tx) error { return tx.PutNode(rec) })
 }
 
 func (n *fileNode) Allocate(ctx context.Context, f fs.FileHandle, off uint64, size uint64, mode uint32) syscall.Errno {

@@ -66,6 +66,10 @@ type FS struct {
 	bgStop       context.CancelFunc
 	bgDone       chan struct{}
 	closeOnce    sync.Once
+
+	// setattrHook, when set (tests only), runs in Setattr after the new
+	// attributes are computed and before they are written to the catalog.
+	setattrHook func()
 }
 
 // Option configures New.

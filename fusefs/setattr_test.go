@@ -1,0 +1,129 @@
+package fusefs
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ckptfs/ckptfs/cas"
+	"github.com/ckptfs/ckptfs/gc"
+)
+
+// TestSetattrDuringCommitKeepsNewSize races chmod and utimens against
+// rewrites of the same files (each rewrite commits at close, with a different
+// size), then remounts, reads every file and runs fsck. A setattr must never
+// write a file's attributes back with the size of the version before a
+// commit that ran meanwhile: after the remount the manifest and the node
+// record would disagree and the file would open with EIO.
+func TestSetattrDuringCommitKeepsNewSize(t *testing.T) {
+	const (
+		files   = 12
+		writers = 3
+		setters = 4
+		rounds  = 12
+	)
+	// Widen the window between a setattr computing the attributes and writing
+	// them: a commit of the file that starts meanwhile is done by the time the
+	// setattr writes (without the hook the window is a few instructions wide,
+	// and 144 rewrites did not hit it).
+	hook := func(f *FS) { f.setattrHook = func() { time.Sleep(10 * time.Millisecond) } }
+	m := &testMount{t: t, store: filepath.Join(t.TempDir(), "store"), dir: t.TempDir(), opts: []Option{hook}}
+	m.mount()
+	t.Cleanup(m.unmount)
+	name := func(i int) string { return m.path(fmt.Sprintf("f%02d", i)) }
+	content := func(round, i int) []byte {
+		// Every round changes every file's size.
+		return randBytes(uint64(round*files+i+1), 3000+(round%2)*5000+i*131)
+	}
+	want := make([][]byte, files)
+	for i := range want {
+		want[i] = content(0, i)
+		mustWrite(t, name(i), want[i])
+	}
+	budget := time.Now().Add(12 * time.Second)
+	for round := 1; round <= rounds && time.Now().Before(budget); round++ {
+		var stop atomic.Bool
+		var wg sync.WaitGroup
+		errs := make(chan error, setters+writers)
+		for s := 0; s < setters; s++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for k := 0; !stop.Load(); k++ {
+					p := name((k*7 + s*5) % files)
+					var err error
+					if k%2 == 0 {
+						err = os.Chmod(p, os.FileMode(0o600|(k&0o44)))
+					} else {
+						mt := time.Unix(int64(1_700_000_000+k), 0)
+						err = os.Chtimes(p, mt, mt)
+					}
+					if err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		var wwg sync.WaitGroup
+		for w := 0; w < writers; w++ {
+			wwg.Add(1)
+			go func() {
+				defer wwg.Done()
+				for i := w; i < files; i += writers {
+					data := content(round, i)
+					if err := os.WriteFile(name(i), data, 0o644); err != nil {
+						errs <- err
+						return
+					}
+					want[i] = data
+				}
+			}()
+		}
+		wwg.Wait()
+		// Keep the setters running a little after the last close: a stale
+		// setattr lands after the commit it raced.
+		time.Sleep(5 * time.Millisecond)
+		stop.Store(true)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+
+		m.unmount()
+		s, err := cas.Open(m.store, cas.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := gc.Fsck(context.Background(), s, gc.FsckOptions{})
+		if cerr := s.Close(); cerr != nil {
+			t.Error(cerr)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.OK() {
+			t.Errorf("round %d: fsck: %v", round, res.Problems)
+		}
+		m.mount()
+		for i := range want {
+			got, err := os.ReadFile(name(i))
+			if err != nil {
+				t.Errorf("round %d: %v", round, err)
+				continue
+			}
+			if !bytesEqual(got, want[i]) {
+				t.Errorf("round %d: %s: %d bytes, want %d", round, name(i), len(got), len(want[i]))
+			}
+		}
+		if t.Failed() {
+			t.Fatalf("failed in round %d of %d", round, rounds)
+		}
+	}
+}
