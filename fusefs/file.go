@@ -896,11 +896,12 @@ func (n *fileNode) replaceOrigin(origin *fileNode) func() {
 	parent := n.dir.EmbeddedInode()
 	// A rename of the origin updates origin.dir/name under nsMu, but go-fuse
 	// moves its inode only after our Rename returns. Wait for the tree to
-	// agree, or that move would put the origin back over n.
-	for i := 0; i < 1000 && parent.GetChild(n.name) != origin.EmbeddedInode(); i++ {
-		n.fsys.nsMu.Unlock()
-		time.Sleep(time.Millisecond)
-		n.fsys.nsMu.Lock()
+	// agree, or that move would put the origin back over n: while the tree
+	// disagrees, a rename is in flight (renameTracker), and its end is
+	// broadcast. The wait releases nsMu (Rename takes it; n.mu and commitMu
+	// it never takes). n.dir/name stay what the catalog got in this commit.
+	for parent.GetChild(n.name) != origin.EmbeddedInode() && n.fsys.renames > 0 {
+		n.fsys.renamed.Wait()
 	}
 	detach(origin)
 	child := parent.NewPersistentInode(context.Background(), n, fs.StableAttr{Mode: syscall.S_IFREG, Ino: n.attr.Ino})

@@ -38,6 +38,12 @@ type FS struct {
 
 	nsMu sync.Mutex // guards the namespace; see the package doc
 
+	// renames counts the RENAME requests in flight, from before our Rename
+	// runs to after go-fuse has moved the inode in its tree; renamed (on
+	// nsMu) is broadcast when one ends. Guarded by nsMu.
+	renames int
+	renamed *sync.Cond
+
 	root *dirNode
 
 	// openFiles tracks files with open handles or uncommitted content, so that
@@ -117,6 +123,7 @@ func New(store *cas.Store, logger *log.Logger, opts ...Option) (*FS, error) {
 	f := &FS{store: store, log: logger, openFiles: map[*fileNode]int{},
 		act: activity{epoch: time.Now()}, reencodeIdle: DefaultReencodeIdle,
 		writeMemory: DefaultWriteMemory, ingestSem: make(chan struct{}, maxSpoolIngests)}
+	f.renamed = sync.NewCond(&f.nsMu)
 	for _, o := range opts {
 		o(f)
 	}
