@@ -182,11 +182,14 @@ func (n *fileNode) loadManifest() error {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	// Nothing is staged before the manifest is loaded: attr.Size is still the
+	// node record's. A mismatch is refused every time (the manifest is not
+	// installed), never served cut or padded to the record's size.
 	if n.manifest == nil {
-		n.setManifest(m)
-		if n.committedSize != n.manifest.Size() {
-			return fmt.Errorf("file %d: manifest holds %d bytes, node record says %d", n.attr.Ino, n.manifest.Size(), n.committedSize)
+		if m.Size() != n.attr.Size {
+			return fmt.Errorf("file %d: manifest holds %d bytes, node record says %d", n.attr.Ino, m.Size(), n.attr.Size)
 		}
+		n.setManifest(m)
 	}
 	return nil
 }

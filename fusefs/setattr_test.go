@@ -2,11 +2,13 @@ package fusefs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -171,5 +173,42 @@ func TestRenameDuringForkCommit(t *testing.T) {
 	m.remount()
 	for i := 0; i < 20; i++ {
 		mustEqualFile(t, m.path(fmt.Sprintf("y%d", i)), randBytes(uint64(2*i+2), 9000+i))
+	}
+}
+
+// TestSizeMismatchStaysEIO: a node record whose size disagrees with the
+// file's manifest (what the setattr race used to write) makes every open fail
+// with EIO, not only the first: the second must not serve the manifest's
+// bytes cut at the record's size.
+func TestSizeMismatchStaysEIO(t *testing.T) {
+	m := newMount(t)
+	data := randBytes(7, 9000)
+	mustWrite(t, m.path("f"), data)
+	ino := inoOfPath(t, m.path("f"))
+	m.unmount()
+	s, err := cas.Open(m.store, cas.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Update(func(tx *cas.Tx) error {
+		n, ok, err := tx.Node(ino)
+		if err != nil || !ok {
+			return fmt.Errorf("node %d: %v %v", ino, ok, err)
+		}
+		n.Size = 4000
+		return tx.PutNode(n)
+	})
+	if cerr := s.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.mount()
+	for i := 0; i < 2; i++ {
+		got, err := os.ReadFile(m.path("f"))
+		if !errors.Is(err, syscall.EIO) {
+			t.Fatalf("read %d: %d bytes, err %v; want EIO", i+1, len(got), err)
+		}
 	}
 }
