@@ -92,7 +92,15 @@
 // FS.nsMu guards the namespace: directory children and attributes, and each file's
 // location, shadow and persisted flag. file.mu guards a file's content state
 // (spool, manifest, size, dirty) and its attributes. The only nesting is
-// file.mu → nsMu (commit, chmod of a file); namespace operations never take a
-// file's mutex, so they never wait for a commit's chunking. Catalog transactions
-// are short and never span a call into the kernel.
+// file.mu → nsMu (commit, setattr of a file: each holds file.mu until its
+// catalog write is done, so a setattr never writes back the size of a version
+// a commit replaced); namespace operations never take a file's mutex, so they
+// never wait for a commit's chunking. Catalog transactions are short and never
+// span a call into the kernel.
+//
+// go-fuse moves a renamed inode in its tree only after our Rename returns. A
+// fork's commit that finds its origin renamed but not yet moved waits on
+// FS.renamed (a sync.Cond on nsMu, broadcast by the mount's renameTracker when
+// a RENAME request has ended) instead of polling; the wait releases nsMu and
+// keeps file.mu and commitMu, which Rename never takes.
 package fusefs
