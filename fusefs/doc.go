@@ -96,8 +96,10 @@
 // catalog transaction (mkdir, unlink, rename, a commit's directory entry...),
 // so those changes are serialized. file.mu guards a file's content state
 // (spool, manifest, size, dirty) and its attributes. The only nesting is
-// file.mu → nsMu (commit, chmod of a file); namespace operations never take a
-// file's mutex, so they never wait for a commit's chunking. Catalog transactions
+// file.mu → nsMu (commit, setattr of a file: each holds file.mu until its
+// catalog write is done, so a setattr never writes back the size of a version
+// a commit replaced); namespace operations never take a file's mutex, so they
+// never wait for a commit's chunking. Catalog transactions
 // are short and never span a call into the kernel.
 //
 // Reads of the namespace never wait for a change or a commit (an `ls` while a
@@ -110,4 +112,10 @@
 // read holding either. Loading a directory from the catalog takes viewMu
 // (after nsMu when a change does it). The full order is
 // file.commitMu → file.mu → nsMu → viewMu, and file.mu → file.attrMu.
+//
+// go-fuse moves a renamed inode in its tree only after our Rename returns. A
+// fork's commit that finds its origin renamed but not yet moved waits on
+// FS.renamed (a sync.Cond on nsMu, broadcast by the mount's renameTracker when
+// a RENAME request has ended) instead of polling; the wait releases nsMu and
+// keeps file.mu and commitMu, which Rename never takes.
 package fusefs

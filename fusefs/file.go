@@ -191,6 +191,9 @@ func (n *fileNode) loadManifest() error {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	// Nothing is staged before the manifest is loaded: attr.Size is still the
+	// node record's. A mismatch is refused every time (the manifest is not
+	// installed), never served cut or padded to the record's size.
 	if n.manifest == nil {
 		// The node record's size (committedSize until a manifest is set)
 		// must be the manifest's: a damaged or missing row must not serve a
@@ -638,7 +641,21 @@ func (n *fileNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAtt
 			}
 		}
 	}
+	if err := n.setattrLocked(in, resize); err != nil {
+		return n.fsys.toErrno("setattr", err)
+	}
+	return n.Getattr(ctx, f, out)
+}
+
+// setattrLocked applies in's attributes (not the size) and writes the node
+// record. n.mu is held until the record is written: a commit holds it from
+// its first look at the content to its catalog write, so the record written
+// here carries the size of the manifest the catalog holds at that moment,
+// never that of a version a commit replaced meanwhile (the size would not
+// match the manifest after a remount, and the file would open with EIO).
+func (n *fileNode) setattrLocked(in *fuse.SetAttrIn, resize bool) error {
 	n.mu.Lock()
+	defer n.mu.Unlock()
 	rec := n.attr
 	applySetattr(&rec, in, time.Now().UnixNano())
 	n.setAttr(func(a *cas.Node) {
@@ -646,19 +663,18 @@ func (n *fileNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAtt
 		a.Atime, a.Mtime, a.Ctime = rec.Atime, rec.Mtime, rec.Ctime
 	})
 	rec.Size = n.committedSize
-	n.mu.Unlock()
-	if !resize || in.Valid&^fuse.FATTR_SIZE&^fuse.FATTR_FH&^fuse.FATTR_LOCKOWNER != 0 {
-		n.fsys.nsMu.Lock()
-		var err error
-		if n.persisted {
-			err = n.fsys.store.Update(func(tx *cas.Tx) error { return tx.PutNode(rec) })
-		}
-		n.fsys.nsMu.Unlock()
-		if err != nil {
-			return n.fsys.toErrno("setattr", err)
-		}
+	if h := n.fsys.setattrHook; h != nil {
+		h()
 	}
-	return n.Getattr(ctx, f, out)
+	if resize && in.Valid&^fuse.FATTR_SIZE&^fuse.FATTR_FH&^fuse.FATTR_LOCKOWNER == 0 {
+		return nil // a plain truncate: its commit writes the record
+	}
+	n.fsys.nsMu.Lock() // file.mu → nsMu, as in commit
+	defer n.fsys.nsMu.Unlock()
+	if !n.persisted {
+		return nil
+	}
+	return n.fsys.store.Update(func(tx *cas.Tx) error { return tx.PutNode(rec) })
 }
 
 func (n *fileNode) Allocate(ctx context.Context, f fs.FileHandle, off uint64, size uint64, mode uint32) syscall.Errno {
@@ -988,11 +1004,12 @@ func (n *fileNode) replaceOrigin(origin *fileNode) func() {
 	parent := n.dir.EmbeddedInode()
 	// A rename of the origin updates origin.dir/name under nsMu, but go-fuse
 	// moves its inode only after our Rename returns. Wait for the tree to
-	// agree, or that move would put the origin back over n.
-	for i := 0; i < 1000 && parent.GetChild(n.name) != origin.EmbeddedInode(); i++ {
-		n.fsys.nsMu.Unlock()
-		time.Sleep(time.Millisecond)
-		n.fsys.nsMu.Lock()
+	// agree, or that move would put the origin back over n: while the tree
+	// disagrees, a rename is in flight (renameTracker), and its end is
+	// broadcast. The wait releases nsMu (Rename takes it; n.mu and commitMu
+	// it never takes). n.dir/name stay what the catalog got in this commit.
+	for parent.GetChild(n.name) != origin.EmbeddedInode() && n.fsys.renames > 0 {
+		n.fsys.renamed.Wait()
 	}
 	detach(origin)
 	child := parent.NewPersistentInode(context.Background(), n, fs.StableAttr{Mode: syscall.S_IFREG, Ino: n.attr.Ino})

@@ -39,6 +39,12 @@ type FS struct {
 	nsMu   sync.Mutex   // guards the namespace; see the package doc
 	viewMu sync.RWMutex // guards what lookups and listings read; see the package doc
 
+	// renames counts the RENAME requests in flight, from before our Rename
+	// runs to after go-fuse has moved the inode in its tree; renamed (on
+	// nsMu) is broadcast when one ends. Guarded by nsMu.
+	renames int
+	renamed *sync.Cond
+
 	root *dirNode
 
 	// openFiles tracks files with open handles or uncommitted content, so that
@@ -67,6 +73,13 @@ type FS struct {
 	bgStop       context.CancelFunc
 	bgDone       chan struct{}
 	closeOnce    sync.Once
+
+	// setattrHook, when set (tests only), runs in Setattr after the new
+	// attributes are computed and before they are written to the catalog.
+	setattrHook func()
+	// renameHook, when set (tests only), runs when our Rename has recorded a
+	// rename and released nsMu, before go-fuse moves the inode in its tree.
+	renameHook func()
 }
 
 // Option configures New.
@@ -114,6 +127,7 @@ func New(store *cas.Store, logger *log.Logger, opts ...Option) (*FS, error) {
 	f := &FS{store: store, log: logger, openFiles: map[*fileNode]int{},
 		act: activity{epoch: time.Now()}, reencodeIdle: DefaultReencodeIdle,
 		writeMemory: DefaultWriteMemory, ingestSem: make(chan struct{}, maxSpoolIngests)}
+	f.renamed = sync.NewCond(&f.nsMu)
 	for _, o := range opts {
 		o(f)
 	}

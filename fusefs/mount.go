@@ -80,8 +80,14 @@ func Mount(f *FS, mountpoint string, opts MountOptions) (*fuse.Server, error) {
 	if opts.Debug {
 		fsOpts.Logger = log.New(os.Stderr, "fuse: ", log.Lmicroseconds)
 	}
-	srv, err := fs.Mount(mountpoint, f.Root(), fsOpts)
+	// fs.Mount, with renames tracked (renameTracker).
+	raw := renameTracker{fs.NewNodeFS(f.Root(), fsOpts), f}
+	srv, err := fuse.NewServer(raw, mountpoint, &fsOpts.MountOptions)
 	if err != nil {
+		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
+	}
+	go srv.Serve()
+	if err := srv.WaitMount(); err != nil {
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
 	}
 	if opts.ReadAheadKB > 0 && Privileged() { // the BDI's sysfs file is root's
@@ -90,6 +96,28 @@ func Mount(f *FS, mountpoint string, opts MountOptions) (*fuse.Server, error) {
 		}
 	}
 	return srv, nil
+}
+
+// renameTracker counts the renames in flight (FS.renames): go-fuse moves a
+// renamed inode in its tree after our Rename has returned, and a fork's
+// commit must not put the fork in its origin's place before that move is
+// done (replaceOrigin).
+type renameTracker struct {
+	fuse.RawFileSystem
+	f *FS
+}
+
+func (r renameTracker) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newName string) fuse.Status {
+	r.f.nsMu.Lock()
+	r.f.renames++
+	r.f.nsMu.Unlock()
+	defer func() {
+		r.f.nsMu.Lock()
+		r.f.renames--
+		r.f.renamed.Broadcast()
+		r.f.nsMu.Unlock()
+	}()
+	return r.RawFileSystem.Rename(cancel, in, oldName, newName)
 }
 
 // setReadAhead writes the mount's BDI read_ahead_kb.
