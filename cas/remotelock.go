@@ -32,11 +32,11 @@ type lockRecord struct {
 
 // RemoteLock is a held writer lock; Unlock releases it.
 type RemoteLock struct {
-	be     backend.Backend
-	rec    lockRecord
-	stop   context.CancelFunc
-	done   chan struct{}
-	logf   func(format string, args ...any)
+	be   backend.Backend
+	rec  lockRecord
+	stop context.CancelFunc
+	done chan struct{}
+	logf func(format string, args ...any)
 }
 
 // LockRemote takes be's writer lock (locks/writer) with a put-if-absent, and
