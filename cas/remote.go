@@ -3,7 +3,9 @@ package cas
 import (
 	"container/list"
 	"context"
+	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -61,6 +63,7 @@ import (
 
 // Catalog keys and buckets of the remote tier. An older ckptfs ignores them.
 var (
+	keyStoreID        = []byte("store_id")
 	keyCommitGen      = []byte("commit_gen")
 	keyUploadedGen    = []byte("remote_uploaded_gen")
 	bucketRemoteChunk = []byte("remote_chunks")
@@ -487,4 +490,33 @@ func (s *Store) fetchedCopy(id ID) bool {
 		return false
 	}
 	return !indexed
+}
+
+// ID returns the store's random identity, made when it is first asked for
+// (the remote writer lock names it: a store reopened after its daemon died
+// may take its own lock back at once, since the catalog's flock proves the
+// old holder gone). A read-only store that never had one returns "".
+func (s *Store) ID() (string, error) {
+	var id string
+	err := s.db.View(func(tx *bolt.Tx) error {
+		id = string(tx.Bucket(bucketMeta).Get(keyStoreID))
+		return nil
+	})
+	if err != nil || id != "" || s.readOnly {
+		return id, err
+	}
+	var rnd [16]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		return "", err
+	}
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		if v := meta.Get(keyStoreID); v != nil {
+			id = string(v)
+			return nil
+		}
+		id = hex.EncodeToString(rnd[:])
+		return meta.Put(keyStoreID, []byte(id))
+	})
+	return id, err
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ckptfs/ckptfs/cas/backend"
 	"github.com/ckptfs/ckptfs/cas/backend/mem"
@@ -187,11 +188,11 @@ func TestRemoteDamagedObject(t *testing.T) {
 func TestRemoteWriterLock(t *testing.T) {
 	ctx := context.Background()
 	remote := mem.New(backend.Properties{})
-	l, err := LockRemote(ctx, remote, t.Logf)
+	l, err := LockRemote(ctx, remote, "store-a", t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := LockRemote(ctx, remote, t.Logf); !errors.Is(err, ErrRemoteLocked) {
+	if _, err := LockRemote(ctx, remote, "store-b", t.Logf); !errors.Is(err, ErrRemoteLocked) {
 		t.Fatalf("second writer: %v, want ErrRemoteLocked", err)
 	} else {
 		t.Logf("refused: %v", err)
@@ -199,9 +200,35 @@ func TestRemoteWriterLock(t *testing.T) {
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	l2, err := LockRemote(ctx, remote, t.Logf)
+	l2, err := LockRemote(ctx, remote, "store-b", t.Logf)
 	if err != nil {
 		t.Fatalf("lock after unlock: %v", err)
 	}
-	l2.Unlock(ctx)
+	// Store b's daemon dies holding the lock; b, reopened, takes it back at
+	// once; store a still may not.
+	l3, err := LockRemote(ctx, remote, "store-b", t.Logf)
+	if err != nil {
+		t.Fatalf("the same store relocking after its daemon died: %v", err)
+	}
+	if _, err := LockRemote(ctx, remote, "store-a", t.Logf); !errors.Is(err, ErrRemoteLocked) {
+		t.Fatalf("another store took a fresh lock: %v", err)
+	}
+	l2.stop()
+	l3.Unlock(ctx)
+}
+
+// TestRemoteStaleLock: a lock nobody rewrote for StaleLockAge is taken over.
+func TestRemoteStaleLock(t *testing.T) {
+	ctx := context.Background()
+	remote := mem.New(backend.Properties{KeepsModTime: true})
+	h := backend.Handle{Kind: backend.Lock, Name: writerName}
+	old := time.Now().Add(-2 * StaleLockAge)
+	if err := remote.Put(ctx, h, []byte(`{"holder":"x","store":"dead","host":"gone","pid":1}`), backend.PutOptions{ModTime: old}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := LockRemote(ctx, remote, "store-a", t.Logf)
+	if err != nil {
+		t.Fatalf("a stale lock was not taken over: %v", err)
+	}
+	l.Unlock(ctx)
 }

@@ -24,6 +24,7 @@ var ErrRemoteLocked = errors.New("the remote is mounted for writing elsewhere")
 
 type lockRecord struct {
 	Holder string    `json:"holder"` // random, to recognise our own lock
+	Store  string    `json:"store"`  // the holder's Store.ID
 	Host   string    `json:"host"`
 	PID    int       `json:"pid"`
 	Since  time.Time `json:"since"`
@@ -39,17 +40,19 @@ type RemoteLock struct {
 	logf func(format string, args ...any)
 }
 
-// LockRemote takes be's writer lock (locks/writer) with a put-if-absent, and
-// keeps it fresh with a heartbeat until Unlock. A lock held by a live writer
-// gives an error wrapping ErrRemoteLocked that names its host and process; a
-// stale one (no heartbeat for StaleLockAge) is taken over. logf reports a
-// heartbeat that failed or found the lock taken from us.
-func LockRemote(ctx context.Context, be backend.Backend, logf func(format string, args ...any)) (*RemoteLock, error) {
+// LockRemote takes be's writer lock (locks/writer) for the store whose ID is
+// storeID, with a put-if-absent, and keeps it fresh with a heartbeat until
+// Unlock. A lock held by a live writer gives an error wrapping
+// ErrRemoteLocked that names its host and process; a stale one (no heartbeat
+// for StaleLockAge), or one held for the same store (whose daemon died: the
+// caller has the store open, so no other process has), is taken over. logf
+// reports a heartbeat that failed or found the lock taken from us.
+func LockRemote(ctx context.Context, be backend.Backend, storeID string, logf func(format string, args ...any)) (*RemoteLock, error) {
 	host, _ := os.Hostname()
 	now := time.Now().UTC()
 	l := &RemoteLock{be: be, logf: logf, rec: lockRecord{
 		Holder: Sum([]byte(fmt.Sprint(host, os.Getpid(), now.UnixNano()))).String()[:16],
-		Host:   host, PID: os.Getpid(), Since: now, Beat: now,
+		Store:  storeID, Host: host, PID: os.Getpid(), Since: now, Beat: now,
 	}}
 	h := backend.Handle{Kind: backend.Lock, Name: writerName}
 	body, err := json.Marshal(l.rec)
@@ -78,12 +81,13 @@ func LockRemote(ctx context.Context, be backend.Backend, logf func(format string
 		var other lockRecord
 		_ = json.Unmarshal(old, &other) // a damaged lock is still a lock: judged by its age
 		age := time.Since(info.ModTime)
-		if age < StaleLockAge {
+		same := storeID != "" && other.Store == storeID
+		if age < StaleLockAge && !same {
 			return nil, fmt.Errorf("%s: %w: held by %s pid %d since %s, last heartbeat %s ago; mount it read-only (--read-only), or stop that writer",
 				be.Location(), ErrRemoteLocked, other.Host, other.PID, other.Since.Format(time.RFC3339), age.Round(time.Second))
 		}
 		if logf != nil {
-			logf("taking over the stale writer lock of %s (held by %s pid %d, silent for %s)", be.Location(), other.Host, other.PID, age.Round(time.Second))
+			logf("taking over the writer lock of %s (held by %s pid %d for this store, silent for %s)", be.Location(), other.Host, other.PID, age.Round(time.Second))
 		}
 		if err := be.Delete(ctx, h); err != nil {
 			return nil, fmt.Errorf("remove the stale writer lock of %s: %w", be.Location(), err)
