@@ -115,6 +115,9 @@ func (s *Store) Remote() backend.Backend {
 	return s.remote.be
 }
 
+// HasRemote reports whether the store has a remote tier.
+func (s *Store) HasRemote() bool { return s.remote != nil }
+
 // RemoteStats are the remote tier's counters.
 type RemoteStats struct {
 	PendingBytes  int64 `json:"remote_pending_bytes"`  // raw bytes of committed chunks not in the bucket yet (as of the last round)

@@ -179,6 +179,12 @@ func resolveTarget(p string) (target, error) {
 	if _, err := os.Stat(filepath.Join(p, "catalog.db")); err != nil {
 		return target{}, fmt.Errorf("%s is neither a ckptfs mountpoint nor a store", p)
 	}
+	// A store its daemon has open: ask the daemon, which holds the store's lock.
+	if sock := filepath.Join(p, socketName); isSocket(sock) {
+		if abs, err := filepath.Abs(p); err == nil {
+			return target{storeDir: abs, socket: filepath.Join(abs, socketName)}, nil
+		}
+	}
 	return target{storeDir: p}, nil
 }
 
@@ -222,4 +228,14 @@ func callDaemon(ctx context.Context, socket string, req controlRequest, onProgre
 type remoteControl struct {
 	sync   func(context.Context) error // ckptfs sync
 	writer bool                        // this daemon holds the remote's writer lock: gc collects the remote too
+}
+
+// isSocket reports whether path is a live daemon's control socket.
+func isSocket(path string) bool {
+	conn, err := net.DialTimeout("unix", path, time.Second)
+	if err != nil {
+		return false
+	}
+	conn.Close()
+	return true
 }
