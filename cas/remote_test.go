@@ -232,3 +232,63 @@ func TestRemoteStaleLock(t *testing.T) {
 	}
 	l.Unlock(ctx)
 }
+
+// TestCollectRemote: the remote's garbage collection deletes the chunks no
+// published or local file names once they are older than the cutoff, keeps
+// the rest, and a later commit needing a deleted chunk uploads it again.
+func TestCollectRemote(t *testing.T) {
+	ctx := context.Background()
+	remote := mem.New(backend.Properties{DurableOnPut: true})
+	s := testStore(t, Options{Remote: remote})
+	keep, drop := pseudoRandom(100000, 11), pseudoRandom(100000, 12)
+	commitNamed(t, s, "keep", keep)
+	commitNamed(t, s, "drop", drop)
+	if err := s.UploadRound(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Update(func(tx *Tx) error {
+		ino, _ := tx.Lookup(RootIno, "drop")
+		if err := tx.Unlink(RootIno, "drop"); err != nil {
+			return err
+		}
+		if err := tx.DeleteNode(ino); err != nil {
+			return err
+		}
+		return tx.bumpCommitGen()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.UploadRound(ctx); err != nil {
+		t.Fatal(err)
+	}
+	count := func() int {
+		n := 0
+		remote.List(ctx, backend.Chunk, func(backend.Info) error { n++; return nil })
+		return n
+	}
+	all := count()
+	res, err := s.CollectRemote(ctx, time.Now().Add(-time.Hour), nil, false)
+	if err != nil || res.Freed != 0 || res.Young != 2 {
+		t.Fatalf("within the grace period: %+v %v; want 2 young, none freed", res, err)
+	}
+	res, err = s.CollectRemote(ctx, time.Now().Add(time.Second), nil, false)
+	if err != nil || res.Freed != 2 || count() != all-2 {
+		t.Fatalf("past the grace period: %+v %v (%d of %d objects left); want the 2 chunks of drop freed", res, err, count(), all)
+	}
+	// keep still reads from the remote alone.
+	fresh := testStore(t, Options{Remote: remote})
+	for off := 0; off < len(keep); off += 1 << 16 {
+		part := keep[off:min(off+1<<16, len(keep))]
+		if got, err := fresh.ReadChunk(ctx, ChunkRef{ID: Sum(part), Len: uint32(len(part))}); err != nil || !bytes.Equal(got, part) {
+			t.Fatalf("a kept file after the remote's gc: %v", err)
+		}
+	}
+	// drop's bytes committed again are uploaded again.
+	commitNamed(t, s, "again", drop)
+	if err := s.UploadRound(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if count() != all {
+		t.Fatalf("re-committed chunks not uploaded again: %d objects, want %d", count(), all)
+	}
+}
