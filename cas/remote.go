@@ -57,9 +57,22 @@ import (
 //     local objects as a cache bounded by Options.LocalCacheSize (least
 //     recently fetched first out). Fetched objects are not indexed: the local
 //     catalog indexes only what this store committed.
-//   - Not done yet: renames and deletions reach readers only as the absence
-//     from the next snapshot, which readers do not apply (they add new files);
-//     gc never deletes from the bucket.
+//   - Garbage collection of the bucket (CollectRemote, run by the writer's
+//     gc): a chunk object is deleted only if neither the newest snapshot,
+//     nor this store's catalog (committed, maybe not uploaded yet), nor a
+//     file open in the daemon names it, and it is older than the grace
+//     period; it holds the upload lock, so it never races an upload round,
+//     and it forgets a chunk's remote_chunks row before deleting the object,
+//     so a commit that needs the chunk again uploads it again. Readers on an
+//     older snapshot are protected by the grace period only.
+//   - Limits, for later: a snapshot lists every file's whole manifest, so it
+//     grows with the store's chunks (about 100 bytes a chunk) and each round
+//     rewrites it (a log of per-commit records would not); renames and
+//     deletions reach a reading mount only as the absence from the next
+//     snapshot, which it does not apply (it adds new files; a changed file
+//     shows its new version at the next mount); the local cache of fetched
+//     objects is bounded within one process's life (objects fetched by an
+//     earlier process are not counted).
 
 // Catalog keys and buckets of the remote tier. An older ckptfs ignores them.
 var (
