@@ -175,6 +175,9 @@ func (s *Store) fetchRemote(ctx context.Context, id ID, buf []byte, alloc func(i
 	if err := s.objects.Put(ctx, h, obj, backend.PutOptions{}); err != nil {
 		return raw, obj, nil // a cache that cannot keep the copy costs a refetch, not the read
 	}
+	if f, ok := s.objects.(forgetter); ok {
+		f.Forget([]backend.Handle{h}) // never synced: hand back what the backend holds for a Sync
+	}
 	s.noteFetched(ctx, id, int64(len(obj)))
 	return raw, obj, nil
 }
