@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -122,6 +123,14 @@ func TestRemoteRoundTrip(t *testing.T) {
 	if again, same, err := b.RemoteSnapshot(ctx, name); err != nil || again != nil || same != name {
 		t.Fatalf("an unchanged head was fetched again (%v)", err)
 	}
+	fds := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	fdsBefore := fds()
 	want := map[string][]byte{"one.bin": one, "two.bin": two}
 	if len(snap.Files) != len(want) {
 		t.Fatalf("snapshot has %d files, want %d", len(snap.Files), len(want))
@@ -138,6 +147,9 @@ func TestRemoteRoundTrip(t *testing.T) {
 		if !bytes.Equal(got, want[f.Path]) || f.Node.Size != int64(len(got)) {
 			t.Fatalf("%s read back wrong from the remote", f.Path)
 		}
+	}
+	if n := fds(); n > fdsBefore+2 {
+		t.Fatalf("reading fetched chunks left %d more descriptors open", n-fdsBefore)
 	}
 	st, _ := b.Stats()
 	if st.RemoteStats.ReadBytes == 0 {
