@@ -286,7 +286,10 @@ func (s *Store) CommitWith(ctx context.Context, b *Batch, body func(update func(
 			if err := tx.commitBatch(b); err != nil {
 				return err
 			}
-			return fn(tx)
+			if err := fn(tx); err != nil {
+				return err
+			}
+			return tx.bumpCommitGen() // the remote tier uploads up to it (remote.go)
 		})
 	})
 }

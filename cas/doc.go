@@ -24,6 +24,11 @@
 // release the batch's pins, in that order whatever fails. (The order used
 // to be written out by hand at each caller, and one of them never released.)
 //
+// A store may also have a remote tier (Options.Remote, an S3-compatible
+// bucket): committed files are written back to it in the background, and
+// chunks missing locally are fetched from it. remote.go states the design
+// and its limits.
+//
 // Loads honour their context: a chunk load runs once for all its concurrent
 // readers, detached from any one reader's cancellation, and each reader
 // waits for it or for its own context, so an interrupted FUSE read of a slow

@@ -71,6 +71,13 @@ type Options struct {
 	// and decoded on a cache miss) and each background re-encode took, for
 	// metrics.
 	Observer Observer
+	// Remote, when set, is the store's remote tier (remote.go): committed
+	// files are uploaded to it by UploadRound, and chunks missing locally are
+	// fetched from it. The Store closes it.
+	Remote backend.Backend
+	// LocalCacheSize bounds the bytes of objects fetched from Remote that are
+	// kept locally (default DefaultLocalCacheSize).
+	LocalCacheSize int64
 }
 
 // Observer receives the timings of the store's slow operations. Its methods
@@ -98,6 +105,7 @@ type Store struct {
 	inoLimit uint64 // first number not reserved in the catalog
 
 	objects backend.Backend // where chunk objects live (backend.go)
+	remote  *remoteState    // the remote tier, or nil (remote.go)
 
 	flightMu sync.Mutex
 	flights  map[ID]*flight // objects being written right now
@@ -187,6 +195,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	s := &Store{dir: dir, db: db, readOnly: opts.ReadOnly, flights: map[ID]*flight{}, objects: objects,
 		pins: map[ID]int{}, deleting: map[ID]chan struct{}{}, hashSlots: make(chan struct{}, opts.HashWorkers),
 		obs: opts.Observer}
+	if opts.Remote != nil {
+		s.remote = newRemoteState(opts.Remote, opts.LocalCacheSize)
+	}
 	if err := s.init(opts.ChunkSize); err != nil {
 		db.Close()
 		return nil, err
@@ -383,7 +394,11 @@ func (s *Store) Close() error {
 	if s.codecs != nil {
 		s.codecs.close()
 	}
-	return errors.Join(s.objects.Close(), s.db.Close())
+	var rerr error
+	if s.remote != nil {
+		rerr = s.remote.be.Close()
+	}
+	return errors.Join(s.objects.Close(), rerr, s.db.Close())
 }
 
 // Dir returns the store directory.
@@ -446,6 +461,7 @@ func (s *Store) AllocIno() (uint64, error) {
 // Stats are the store's statistics.
 type Stats struct {
 	Counts
+	RemoteStats
 	StoreReadBytes int64 `json:"store_read_bytes"`
 	ChunkSize      int   `json:"chunk_size"`
 	FormatVersion  int   `json:"format_version"`
@@ -459,6 +475,7 @@ func (s *Store) Stats() (Stats, error) {
 		ChunkSize:      s.chunkSize,
 		FormatVersion:  FormatVersion,
 		CacheBytes:     s.cache.bytes(),
+		RemoteStats:    s.remoteStats(),
 	}
 	err := s.View(func(tx *Tx) error {
 		st.Counts = tx.Counts()
@@ -548,14 +565,19 @@ func (s *Store) VerifyObject(ctx context.Context, id ID) (ChunkInfo, error) {
 func (s *Store) readObject(ctx context.Context, id ID, buf []byte, alloc func(int) []byte) (raw, obj []byte, err error) {
 	obj, err = s.objects.Get(ctx, chunkHandle(id), buf)
 	if errors.Is(err, backend.ErrNotExist) {
+		if s.remote != nil {
+			return s.fetchRemote(ctx, id, buf, alloc)
+		}
 		return nil, nil, fmt.Errorf("chunk %v: %w", id, ErrMissing)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("read chunk %v: %w", id, err)
 	}
-	raw, err = s.codecs.decodeObjectInto(id, obj, alloc, func(b ID) ([]byte, func(), error) {
-		return s.loadBase(ctx, b)
-	})
+	raw, err = s.codecs.decodeObjectInto(id, obj, alloc, s.bases(ctx))
+	if errors.Is(err, ErrCorrupt) && s.remote != nil && s.fetchedCopy(id) {
+		// A cached copy damaged (or torn by a crash): fetch it again.
+		return s.fetchRemote(ctx, id, obj, alloc)
+	}
 	if err != nil {
 		return nil, obj, err
 	}
@@ -567,6 +589,11 @@ func (s *Store) readObject(ctx context.Context, id ID, buf []byte, alloc func(in
 // standalone (decodeObjectInto refuses a delta there, so a read touches at most
 // two objects). It never waits for a load in flight: with a damaged store
 // naming bases in a cycle, waiting could deadlock two loads on each other.
+// bases is the base loader that decoding a delta object uses under ctx.
+func (s *Store) bases(ctx context.Context) baseFunc {
+	return func(b ID) ([]byte, func(), error) { return s.loadBase(ctx, b) }
+}
+
 func (s *Store) loadBase(ctx context.Context, id ID) ([]byte, func(), error) {
 	if e, ok := s.cache.peek(id); ok {
 		k := &Chunk{Data: e.data, c: s.cache, e: e}

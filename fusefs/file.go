@@ -859,30 +859,42 @@ func (n *fileNode) commit(ctx context.Context) error {
 		originAttr = origin.attr
 		origin.mu.RUnlock()
 	}
-	replaced, err := n.commitLocked(ctx, origin, originAttr)
-	if err != nil || replaced == nil {
+	replaced, committed, err := n.commitLocked(ctx, origin, originAttr)
+	if err != nil {
 		return err
 	}
-	// The name now belongs to n: make the kernel drop its cached entry (which
-	// resolves to the origin) before close returns, so that the next open of
-	// the name finds the new version. No lock of ours is held here: the kernel
-	// takes the directory's lock, which a request waiting for nsMu may hold.
-	replaced()
+	if replaced != nil {
+		// The name now belongs to n: make the kernel drop its cached entry (which
+		// resolves to the origin) before close returns, so that the next open of
+		// the name finds the new version. No lock of ours is held here: the kernel
+		// takes the directory's lock, which a request waiting for nsMu may hold.
+		replaced()
+	}
+	if committed && n.fsys.afterCommit != nil {
+		return n.fsys.afterCommit(ctx)
+	}
 	return nil
 }
 
-// commitLocked does the commit; for a fork that took its origin's place it
-// returns the function that invalidates the kernel's entry.
-func (n *fileNode) commitLocked(ctx context.Context, origin *fileNode, originAttr cas.Node) (_ func(), err error) {
+// commitLocked does the commit and reports whether it wrote one; for a fork
+// that took its origin's place it returns the function that invalidates the
+// kernel's entry.
+func (n *fileNode) commitLocked(ctx context.Context, origin *fileNode, originAttr cas.Node) (replaced func(), committed bool, err error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if !n.dirty {
-		return nil, nil
+		return nil, false, nil
 	}
 	if obs := n.fsys.obs; obs != nil {
 		start := time.Now()
 		defer func() { obs.Commit(time.Since(start), n.attr.Size, err) }()
 	}
+	replaced, err = n.commitDirty(ctx, origin, originAttr)
+	return replaced, err == nil, err
+}
+
+// commitDirty is commitLocked's work (n.mu held, n dirty).
+func (n *fileNode) commitDirty(ctx context.Context, origin *fileNode, originAttr cas.Node) (func(), error) {
 	m := &cas.Manifest{}
 	var batch *cas.Batch
 	var refs []cas.ChunkRef
@@ -940,7 +952,7 @@ func (n *fileNode) commitLocked(ctx context.Context, origin *fileNode, originAtt
 	// The batch's objects are made durable before nsMu is taken (lookups wait
 	// on it), and the batch is released after the transaction has ended.
 	var replaced func()
-	err = n.fsys.store.CommitWith(ctx, batch, func(update func(func(*cas.Tx) error) error) error {
+	err := n.fsys.store.CommitWith(ctx, batch, func(update func(func(*cas.Tx) error) error) error {
 		n.fsys.nsMu.Lock()
 		defer n.fsys.nsMu.Unlock()
 		if origin != nil {

@@ -64,8 +64,9 @@ type FS struct {
 
 	obs Observer // WithObserver, or nil
 
-	asyncCommit bool           // close returns before the commit (WithAsyncCommit)
-	pending     sync.WaitGroup // background commits in flight
+	asyncCommit bool                            // close returns before the commit (WithAsyncCommit)
+	afterCommit func(ctx context.Context) error // WithAfterCommit
+	pending     sync.WaitGroup                  // background commits in flight
 
 	// Background re-encoding (background.go).
 	act          activity
@@ -114,6 +115,14 @@ type Observer interface {
 
 // WithObserver reports commits and reads to o.
 func WithObserver(o Observer) Option { return func(f *FS) { f.obs = o } }
+
+// WithAfterCommit runs fn after every successful file commit, outside the
+// filesystem's locks, in the committing request: an error from it is the
+// commit's error (the file stays committed locally). The remote tier uses it
+// to start an upload, or with --commit=remote to wait for one.
+func WithAfterCommit(fn func(ctx context.Context) error) Option {
+	return func(f *FS) { f.afterCommit = fn }
+}
 
 // New returns the filesystem of store. It creates runs/ when the store's root is
 // empty (a fresh store). logger receives errors that cannot be returned to a

@@ -24,6 +24,9 @@ type MountOptions struct {
 	// allow_other). Off, the kernel refuses every other user, root included.
 	// An ordinary user needs user_allow_other in /etc/fuse.conf for it.
 	AllowOther bool
+	// ReadOnly mounts read-only: the kernel refuses every change with EROFS
+	// (a reader of another mount's remote).
+	ReadOnly bool
 }
 
 // Privileged reports whether Mount calls mount(2) itself (root) rather than
@@ -76,6 +79,9 @@ func Mount(f *FS, mountpoint string, opts MountOptions) (*fuse.Server, error) {
 				return fuse.EIO
 			},
 		},
+	}
+	if opts.ReadOnly {
+		fsOpts.MountOptions.Options = append(fsOpts.MountOptions.Options, "ro")
 	}
 	if opts.Debug {
 		fsOpts.Logger = log.New(os.Stderr, "fuse: ", log.Lmicroseconds)

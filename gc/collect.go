@@ -31,6 +31,9 @@ type Options struct {
 	Live func() []*cas.Manifest
 	// Progress, when set, is called as phases advance.
 	Progress func(Progress)
+	// Remote also collects the store's remote (cas.Store.CollectRemote) with
+	// the same grace period. Only the remote's writer (lock holder) sets it.
+	Remote bool
 }
 
 // Progress reports how far a phase has come; Total is 0 when unknown. Bytes
@@ -54,6 +57,8 @@ type Result struct {
 	FreedRawBytes int64 `json:"freed_raw_bytes"` // raw bytes of the deleted chunks
 	IndexRows     int   `json:"index_rows"`      // index rows without an object removed
 	TempFiles     int   `json:"temp_files"`      // leftover temporary files removed
+	// The remote's collection, when Options.Remote.
+	cas.RemoteCollectResult
 }
 
 func report(opts Options, phase string, done, total int64) {
@@ -189,7 +194,7 @@ func Collect(ctx context.Context, s *cas.Store, opts Options) (Result, error) {
 		if err != nil {
 			return res, fmt.Errorf("dry run: %w", err)
 		}
-		return res, nil
+		return collectRemote(ctx, s, opts, start, res)
 	}
 
 	for i := 0; i < len(candidates); i += sweepBatch {
@@ -208,6 +213,23 @@ func Collect(ctx context.Context, s *cas.Store, opts Options) (Result, error) {
 	res.TempFiles = n
 	if err != nil {
 		return res, fmt.Errorf("remove temporary files: %w", err)
+	}
+	return collectRemote(ctx, s, opts, start, res)
+}
+
+// collectRemote runs the remote's collection when asked to.
+func collectRemote(ctx context.Context, s *cas.Store, opts Options, start time.Time, res Result) (Result, error) {
+	if !opts.Remote {
+		return res, nil
+	}
+	var live []*cas.Manifest
+	if opts.Live != nil {
+		live = opts.Live()
+	}
+	r, err := s.CollectRemote(ctx, start.Add(-opts.Grace), live, opts.DryRun)
+	res.RemoteCollectResult = r
+	if err != nil {
+		return res, fmt.Errorf("collect the remote: %w", err)
 	}
 	return res, nil
 }

@@ -130,9 +130,9 @@ func Fsck(ctx context.Context, s *cas.Store, opts FsckOptions) (FsckResult, erro
 						if err != nil {
 							return err
 						}
-						if !ok {
+						if !ok && !s.HasRemote() {
 							problem("unindexed-chunk", p, c.ID.String(), "chunk is not in the chunk index")
-						} else if info.RawLen != c.Len {
+						} else if ok && info.RawLen != c.Len {
 							problem("chunk-length", p, c.ID.String(), "manifest says %d bytes, index says %d", c.Len, info.RawLen)
 						}
 					}
@@ -281,11 +281,29 @@ func Fsck(ctx context.Context, s *cas.Store, opts FsckOptions) (FsckResult, erro
 	}
 	// Chunks named by manifests but absent from the index were reported above;
 	// check they at least have objects, so the message says whether data is gone.
+	// A store with a remote indexes only what it committed itself: the rest
+	// (files another mount published) is fetched on read, so it is checked
+	// in the remote, read and verified (a fetched copy here only with ReadData).
 	for id, user := range users {
 		if _, indexed := index[id]; indexed {
 			continue
 		}
-		if _, ok := objects[id]; !ok {
+		_, local := objects[id]
+		switch {
+		case local && s.HasRemote() && opts.ReadData:
+			res.ObjectsRead++
+			if _, err := s.VerifyObject(ctx, id); err != nil {
+				problem("corrupt-chunk", user, id.String(), "%v", unwrapCorrupt(err))
+			}
+		case local:
+		case s.HasRemote():
+			res.ObjectsRead++
+			if err := s.VerifyRemoteObject(ctx, id); errors.Is(err, cas.ErrMissing) {
+				problem("missing-chunk", user, id.String(), "named by a manifest, in neither the local store nor the remote")
+			} else if err != nil {
+				problem("corrupt-chunk", user, id.String(), "in the remote: %v", unwrapCorrupt(err))
+			}
+		default:
 			problem("missing-chunk", user, id.String(), "named by a manifest, with no object file")
 		}
 	}

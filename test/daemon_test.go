@@ -357,7 +357,7 @@ func TestUsage(t *testing.T) {
 	if code, _, errOut := ckptfs(t, "mount", "--cache-size", "lots", "a", "b"); code != 2 || !strings.Contains(errOut, "bad size") {
 		t.Errorf("bad --cache-size: exit %d %q", code, errOut)
 	}
-	if code, _, errOut := ckptfs(t, "mount", "--commit", "later", "a", "b"); code != 2 || !strings.Contains(errOut, "sync or async") {
+	if code, _, errOut := ckptfs(t, "mount", "--commit", "later", "a", "b"); code != 2 || !strings.Contains(errOut, "sync, async or remote") {
 		t.Errorf("bad --commit: exit %d %q", code, errOut)
 	}
 }

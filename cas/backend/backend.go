@@ -21,8 +21,9 @@ const (
 	// named by the BLAKE3-256 of its bytes (s3: PREFIX/manifests/<64 hex>).
 	Manifest Kind = 2
 	// Lock is a small mutable object named by a word (s3: PREFIX/locks/NAME):
-	// the remote tier's writer lock. Its holder rewrites it (heartbeat) with
-	// plain Puts and takes it with an IfAbsent Put.
+	// the remote tier's writer lock ("writer": its holder takes it with an
+	// IfAbsent Put and rewrites it as a heartbeat) and the pointer to the
+	// newest snapshot ("head", rewritten only by the lock's holder).
 	Lock Kind = 3
 )
 

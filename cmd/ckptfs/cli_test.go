@@ -35,7 +35,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"log", "--json=maybe", "x"}, `invalid value "maybe" for --json: want true or false`},
 		{[]string{"report", "-o"}, "flag --o needs a value"},
 		{[]string{"stats"}, "want 1 argument(s), got 0"},
-		{[]string{"mount", "--commit", "later", "a", "b"}, "--commit must be sync or async"},
+		{[]string{"mount", "--commit", "later", "a", "b"}, "--commit must be sync, async or remote"},
 		{[]string{"best", "x"}, "--metric is required"},
 		{[]string{"nosuch"}, `unknown command "nosuch"`},
 	} {

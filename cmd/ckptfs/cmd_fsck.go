@@ -18,6 +18,7 @@ func runFsck(ctx context.Context, c command, args []string, stdout, stderr io.Wr
 	fl := newFlags(c, stderr)
 	readData := fl.Bool("read-data", false, "decode every chunk and check its hash (reads the whole store)")
 	asJSON := fl.Bool("json", false, "print JSON")
+	remoteURL := fl.String("remote", "", "s3://BUCKET/PREFIX of an unmounted store: also check in the bucket the chunks the store does not hold (a mounted store checks its own remote)")
 	pos, err := parseArgs(fl, args, 1)
 	if err != nil {
 		return err
@@ -32,8 +33,17 @@ func runFsck(ctx context.Context, c command, args []string, stdout, stderr io.Wr
 		err = callDaemon(ctx, t.socket, controlRequest{Op: "fsck", ReadData: *readData}, bar.update, &res)
 	} else {
 		var s *cas.Store
-		s, err = cas.Open(t.storeDir, cas.Options{KeepSpool: true})
+		opts := cas.Options{KeepSpool: true}
+		if *remoteURL != "" {
+			if opts.Remote, err = openRemote(ctx, *remoteURL); err != nil {
+				return err
+			}
+		}
+		s, err = cas.Open(t.storeDir, opts)
 		if err != nil {
+			if opts.Remote != nil {
+				opts.Remote.Close()
+			}
 			return err
 		}
 		defer s.Close()

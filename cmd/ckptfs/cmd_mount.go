@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/ckptfs/ckptfs/cas"
@@ -26,7 +27,11 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 	fl.Var(&cacheSize, "cache-size", "memory for decoded chunks (e.g. 256MiB, 1GiB; default: a quarter of the memory the daemon may use (cgroup limit or RAM), at most 256MiB)")
 	readAhead := fl.Int("readahead-kb", fusefs.DefaultReadAheadKB, "kernel readahead of the mount in KiB (0: kernel default)")
 	debug := fl.Bool("debug", false, "log every FUSE request to stderr")
-	commitMode := fl.String("commit", "sync", "sync: close returns once the file is committed; async: once its bytes are staged (fsync waits for the commit)")
+	commitMode := fl.String("commit", "sync", "sync: close returns once the file is committed; async: once its bytes are staged (fsync waits for the commit); remote: once it is also uploaded to --remote")
+	remoteURL := fl.String("remote", "", "s3://BUCKET/PREFIX: upload committed files there in the background, fetch missing chunks from there (endpoint and credentials: AWS_* variables)")
+	readOnly := fl.Bool("read-only", false, "with --remote: mount read-only, showing the files the remote's writer uploaded (refreshed every few seconds)")
+	localCache := byteSize(cas.DefaultLocalCacheSize)
+	fl.Var(&localCache, "local-cache-size", "with --remote: local space for chunks fetched from the remote (e.g. 10GiB)")
 	encoders := inlineEncodersFlag(fl)
 	allowOther := fl.Bool("allow-other", false, "let other users use the mount (FUSE allow_other; an ordinary user needs user_allow_other in /etc/fuse.conf); by default only you can")
 	metricsAddr := fl.String("metrics-addr", "", "serve Prometheus metrics at http://HOST:PORT/metrics (e.g. 127.0.0.1:9477)")
@@ -48,9 +53,25 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 	case "sync":
 	case "async":
 		fsOpts = append(fsOpts, fusefs.WithAsyncCommit())
+	case "remote":
+		if *remoteURL == "" || *readOnly {
+			fmt.Fprintf(stderr, "ckptfs mount: --commit=remote needs --remote (and a writing mount)\n")
+			return errUsage
+		}
 	default:
-		fmt.Fprintf(stderr, "ckptfs mount: --commit must be sync or async, not %q\n", *commitMode)
+		fmt.Fprintf(stderr, "ckptfs mount: --commit must be sync, async or remote, not %q\n", *commitMode)
 		return errUsage
+	}
+	if *readOnly && *remoteURL == "" {
+		fmt.Fprintf(stderr, "ckptfs mount: --read-only needs --remote\n")
+		return errUsage
+	}
+	if *readOnly && !flagSet(fl, "readahead-kb") {
+		// On a reading mount every chunk the kernel's readahead touches
+		// beyond what a reader wants is a GET from the bucket, not a local
+		// read; the daemon's own prefetch still streams sequential readers
+		// (fusefs/prefetch.go). A writing mount reads its own local chunks.
+		*readAhead = remoteReadAheadKB
 	}
 	ready := readyNotifier() // started by mount.fuse.ckptfs
 	cacheSet := false
@@ -90,8 +111,19 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 	if metrics != nil {
 		storeOpts.Observer = metrics
 	}
+	logger := log.New(stderr, "ckptfs: ", log.LstdFlags)
+	if *remoteURL != "" {
+		remote, err := openRemote(ctx, *remoteURL)
+		if err != nil {
+			return err
+		}
+		storeOpts.Remote, storeOpts.LocalCacheSize = remote, int64(localCache)
+	}
 	store, err := cas.Open(storeDir, storeOpts)
 	if err != nil {
+		if storeOpts.Remote != nil {
+			storeOpts.Remote.Close()
+		}
 		return err
 	}
 	defer func() {
@@ -100,20 +132,65 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 			removeNew()
 		}
 	}()
+	if storeOpts.Remote != nil && !*readOnly {
+		id, err := store.ID()
+		if err != nil {
+			return err
+		}
+		lock, err := cas.LockRemote(ctx, storeOpts.Remote, id, logger.Printf)
+		if err != nil {
+			return err
+		}
+		defer func() { // before store.Close (deferred earlier)
+			if err := lock.Unlock(context.Background()); err != nil {
+				logger.Printf("%v", err)
+			}
+		}()
+	}
 
-	logger := log.New(stderr, "ckptfs: ", log.LstdFlags)
 	logger.Print(mem)
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBG()
+	var up *uploader
+	syncFn := func(context.Context) error { return errors.New("this mount has no remote (--remote)") }
+	if storeOpts.Remote != nil && !*readOnly {
+		up = newUploader(store, logger)
+		syncFn = up.sync
+		if *commitMode == "remote" {
+			fsOpts = append(fsOpts, fusefs.WithAfterCommit(up.sync))
+		} else {
+			fsOpts = append(fsOpts, fusefs.WithAfterCommit(up.poke))
+		}
+	} else if *readOnly {
+		syncFn = func(context.Context) error { return errReadOnlyRemote }
+	}
 	fsys, err := fusefs.New(store, logger, fsOpts...)
 	if err != nil {
 		return err
 	}
 	defer fsys.Close() // stops the background re-encoder; runs before store.Close
-	srv, err := fusefs.Mount(fsys, mnt, fusefs.MountOptions{ReadAheadKB: *readAhead, Debug: *debug, AllowOther: *allowOther})
+	var ref *refresher
+	if *readOnly {
+		ref = &refresher{store: store, fsys: fsys, logger: logger}
+		if err := ref.refresh(ctx); err != nil {
+			return fmt.Errorf("read the files of %s: %w", *remoteURL, err)
+		}
+	}
+	srv, err := fusefs.Mount(fsys, mnt, fusefs.MountOptions{ReadAheadKB: *readAhead, Debug: *debug, AllowOther: *allowOther, ReadOnly: *readOnly})
 	if err != nil {
 		return err
 	}
 	mounted = true
-	stopControl, err := serveControl(ctx, store, fsys, logger)
+	var bgWG sync.WaitGroup
+	defer bgWG.Wait() // after stopBG (deferred later, so it runs first)
+	defer stopBG()
+	if up != nil {
+		bgWG.Go(func() { up.run(bg) })
+	}
+	if ref != nil {
+		bgWG.Go(func() { ref.run(bg) })
+	}
+	stopControl, err := serveControl(ctx, store, fsys, logger, remoteControl{sync: syncFn, writer: up != nil})
 	if err != nil {
 		srv.Unmount()
 		return err
@@ -297,4 +374,20 @@ func storeOptions(cores, encoders int, opts cas.Options) cas.Options {
 		opts.InlineEncoders = max(1, cores/2)
 	}
 	return opts
+}
+
+// remoteReadAheadKB is the kernel readahead of a reading mount. At the
+// local default (1 MiB), a safe_open of one 4 MiB tensor on a fresh reading
+// mount fetched 11 MiB from the bucket: the header read's readahead pulled in
+// the first tensor's first chunk, the fault's read-around two chunks before
+// the tensor, the readahead after it three chunks of the next tensor (1 MiB
+// windows that a 4904-byte header misaligns with 1 MiB chunks touch one chunk
+// more on each side). At 256 KiB each window touches at most one extra chunk.
+const remoteReadAheadKB = 256
+
+// flagSet reports whether the command line set flag name.
+func flagSet(fl *flag.FlagSet, name string) bool {
+	set := false
+	fl.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

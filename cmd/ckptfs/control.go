@@ -47,7 +47,7 @@ type controlReply struct {
 }
 
 // serveControl accepts control connections until ctx ends.
-func serveControl(ctx context.Context, store *cas.Store, fsys *fusefs.FS, logger *log.Logger) (func(), error) {
+func serveControl(ctx context.Context, store *cas.Store, fsys *fusefs.FS, logger *log.Logger, rc remoteControl) (func(), error) {
 	path := filepath.Join(store.Dir(), socketName)
 	os.Remove(path) // a dead daemon's socket; the store lock says we own the store
 	ln, err := net.Listen("unix", path)
@@ -74,13 +74,13 @@ func serveControl(ctx context.Context, store *cas.Store, fsys *fusefs.FS, logger
 				conn.Close()
 				continue
 			}
-			go handleControl(ctx, conn, store, fsys, logger)
+			go handleControl(ctx, conn, store, fsys, logger, rc)
 		}
 	}()
 	return func() { ln.Close(); os.Remove(path) }, nil
 }
 
-func handleControl(ctx context.Context, conn net.Conn, store *cas.Store, fsys *fusefs.FS, logger *log.Logger) {
+func handleControl(ctx context.Context, conn net.Conn, store *cas.Store, fsys *fusefs.FS, logger *log.Logger, rc remoteControl) {
 	defer conn.Close()
 	var req controlRequest
 	if err := json.NewDecoder(bufio.NewReader(conn)).Decode(&req); err != nil {
@@ -97,7 +97,7 @@ func handleControl(ctx context.Context, conn net.Conn, store *cas.Store, fsys *f
 			break
 		}
 		var r gc.Result
-		r, err = gc.Collect(ctx, store, gc.Options{Grace: req.Grace, DryRun: req.DryRun, Live: fsys.LiveManifests, Progress: progress})
+		r, err = gc.Collect(ctx, store, gc.Options{Grace: req.Grace, DryRun: req.DryRun, Live: fsys.LiveManifests, Progress: progress, Remote: rc.writer})
 		result = r
 	case "fsck":
 		var r gc.FsckResult
@@ -107,6 +107,9 @@ func handleControl(ctx context.Context, conn net.Conn, store *cas.Store, fsys *f
 		var r map[string]int64
 		r, err = earliestUse(store, req.Groups, req.Chunks)
 		result = r
+	case "sync":
+		err = rc.sync(ctx)
+		result = struct{}{}
 	case "du":
 		var r duResult
 		r, err = diskUsage(store, fsys.LiveManifests(), req.Groups)
@@ -176,6 +179,12 @@ func resolveTarget(p string) (target, error) {
 	if _, err := os.Stat(filepath.Join(p, "catalog.db")); err != nil {
 		return target{}, fmt.Errorf("%s is neither a ckptfs mountpoint nor a store", p)
 	}
+	// A store its daemon has open: ask the daemon, which holds the store's lock.
+	if sock := filepath.Join(p, socketName); isSocket(sock) {
+		if abs, err := filepath.Abs(p); err == nil {
+			return target{storeDir: abs, socket: filepath.Join(abs, socketName)}, nil
+		}
+	}
 	return target{storeDir: p}, nil
 }
 
@@ -213,4 +222,20 @@ func callDaemon(ctx context.Context, socket string, req controlRequest, onProgre
 			return json.Unmarshal(rep.Result, out)
 		}
 	}
+}
+
+// remoteControl is what the control socket needs of the remote tier.
+type remoteControl struct {
+	sync   func(context.Context) error // ckptfs sync
+	writer bool                        // this daemon holds the remote's writer lock: gc collects the remote too
+}
+
+// isSocket reports whether path is a live daemon's control socket.
+func isSocket(path string) bool {
+	conn, err := net.DialTimeout("unix", path, time.Second)
+	if err != nil {
+		return false
+	}
+	conn.Close()
+	return true
 }

@@ -53,6 +53,7 @@ var commands = []command{
 	{"stats", "[flags] PATH", "print the statistics of a mountpoint or an unmounted store", runStats},
 	{"tensors", "[flags] FILE", "list a checkpoint's tensors: name, dtype, shape, file offset, bytes", runTensors},
 	{"diff", "[flags] A B", "compare two checkpoints (files, or step directories of sharded ones) tensor by tensor, and what B adds to the store beyond A", runDiff},
+	{"sync", "MOUNTPOINT", "wait until every file committed so far is uploaded to the mount's --remote; exit 1 saying why not", runSync},
 	{"gc", "[flags] MOUNTPOINT|STORE", "delete chunks no file uses any more (inside the daemon when given a mountpoint)", runGC},
 	{"fsck", "[flags] MOUNTPOINT|STORE", "check the store's catalog and objects; exits 1 naming each file and chunk at fault", runFsck},
 	{"log", "[flags] RUN_DIR", "one row per step of a run: files, bytes, bytes added to the store, tensors changed, metrics", runLog},

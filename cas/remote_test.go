@@ -1,0 +1,306 @@
+package cas
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ckptfs/ckptfs/cas/backend"
+	"github.com/ckptfs/ckptfs/cas/backend/mem"
+)
+
+// flakyRemote fails every Put while down is set: a server that went away.
+type flakyRemote struct {
+	*mem.Backend
+	down atomic.Bool
+}
+
+var errDown = errors.New("connection refused")
+
+func (f *flakyRemote) Put(ctx context.Context, h backend.Handle, obj []byte, opts backend.PutOptions) error {
+	if f.down.Load() {
+		return errDown
+	}
+	return f.Backend.Put(ctx, h, obj, opts)
+}
+
+// commitNamed commits data as file name in the root directory.
+func commitNamed(t *testing.T, s *Store, name string, data []byte) {
+	t.Helper()
+	ino, err := s.AllocIno()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := s.NewBatch()
+	m := &Manifest{}
+	for off := 0; off < len(data); off += 1 << 16 {
+		ref, err := b.Put(context.Background(), data[off:min(off+1<<16, len(data))])
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Chunks = append(m.Chunks, ref)
+	}
+	err = s.Commit(context.Background(), b, func(tx *Tx) error {
+		if err := tx.PutManifest(ino, m); err != nil {
+			return err
+		}
+		if err := tx.PutNode(Node{Ino: ino, Mode: 0o100644, Size: m.Size()}); err != nil {
+			return err
+		}
+		return tx.Link(RootIno, name, ino)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRemoteRoundTrip: a store uploads its committed files; a fresh store on
+// the same remote sees them and reads them byte-exact by fetching chunks;
+// uploads that failed resume, also after the writer reopens its store.
+func TestRemoteRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	remote := &flakyRemote{Backend: mem.New(backend.Properties{DurableOnPut: true, AtomicPut: true})}
+	dirA := filepath.Join(t.TempDir(), "a")
+	a, err := Open(dirA, Options{Remote: remote})
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := pseudoRandom(300000, 1)
+	commitNamed(t, a, "one.bin", one)
+	if pending, _ := a.UploadPending(); !pending {
+		t.Fatal("a commit left nothing pending for upload")
+	}
+	if err := a.UploadRound(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if pending, _ := a.UploadPending(); pending {
+		t.Fatal("pending after a successful round")
+	}
+	if st, _ := a.Stats(); st.RemoteStats.UploadedBytes == 0 || st.RemoteStats.PendingBytes != 0 {
+		t.Fatalf("after upload: %+v", st.RemoteStats)
+	}
+
+	// The server goes away: the commit still works, the round fails and
+	// leaves it pending, across a reopen (a crash of the daemon).
+	remote.down.Store(true)
+	two := append(bytes.Repeat([]byte("shared prefix "), 5000), pseudoRandom(200000, 2)...)
+	commitNamed(t, a, "two.bin", two)
+	if err := a.UploadRound(ctx); !errors.Is(err, errDown) {
+		t.Fatalf("upload round with the server down: %v", err)
+	}
+	if st, _ := a.Stats(); st.RemoteStats.PendingBytes < int64(len(two))/2 {
+		t.Fatalf("pending bytes %d with %d bytes not uploaded", st.RemoteStats.PendingBytes, len(two))
+	}
+	a.Close()
+	remote.down.Store(false)
+	a, err = Open(dirA, Options{Remote: remote})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if pending, _ := a.UploadPending(); !pending {
+		t.Fatal("a reopened store forgot its pending upload")
+	}
+	if err := a.UploadRound(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// A fresh store on the same remote.
+	b, err := Open(filepath.Join(t.TempDir(), "b"), Options{Remote: remote, LocalCacheSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	snap, name, err := b.RemoteSnapshot(ctx, "")
+	if err != nil || snap == nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	if again, same, err := b.RemoteSnapshot(ctx, name); err != nil || again != nil || same != name {
+		t.Fatalf("an unchanged head was fetched again (%v)", err)
+	}
+	fds := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	fdsBefore := fds()
+	want := map[string][]byte{"one.bin": one, "two.bin": two}
+	if len(snap.Files) != len(want) {
+		t.Fatalf("snapshot has %d files, want %d", len(snap.Files), len(want))
+	}
+	for _, f := range snap.Files {
+		var got []byte
+		for _, ref := range f.Manifest.Chunks {
+			data, err := b.ReadChunk(ctx, ref)
+			if err != nil {
+				t.Fatalf("%s: %v", f.Path, err)
+			}
+			got = append(got, data...)
+		}
+		if !bytes.Equal(got, want[f.Path]) || f.Node.Size != int64(len(got)) {
+			t.Fatalf("%s read back wrong from the remote", f.Path)
+		}
+	}
+	if n := fds(); n > fdsBefore+2 {
+		t.Fatalf("reading fetched chunks left %d more descriptors open", n-fdsBefore)
+	}
+	st, _ := b.Stats()
+	if st.RemoteStats.ReadBytes == 0 {
+		t.Fatal("no remote_read_bytes counted")
+	}
+	// The local copies stay within LocalCacheSize (1 MiB, plus the newest).
+	var kept int64
+	if err := b.WalkObjects(ctx, func(o ObjectInfo) error { kept += o.Size; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if kept > 1<<20+1<<16+1024 {
+		t.Fatalf("fetched copies take %d bytes, over the 1 MiB local cache", kept)
+	}
+}
+
+// TestRemoteDamagedObject: a damaged object in the bucket reads as
+// ErrCorrupt, never wrong bytes, and VerifyRemoteObject names it.
+func TestRemoteDamagedObject(t *testing.T) {
+	ctx := context.Background()
+	remote := mem.New(backend.Properties{DurableOnPut: true})
+	a := testStore(t, Options{Remote: remote})
+	data := pseudoRandom(100000, 3)
+	commitNamed(t, a, "f", data)
+	if err := a.UploadRound(ctx); err != nil {
+		t.Fatal(err)
+	}
+	id := Sum(data[:1<<16])
+	h := chunkHandle(id)
+	obj, err := remote.Get(ctx, h, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj[len(obj)/2] ^= 1
+	if err := remote.Put(ctx, h, obj, backend.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	b := testStore(t, Options{Remote: remote})
+	if _, err := b.ReadChunk(ctx, ChunkRef{ID: id, Len: 1 << 16}); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("read of a damaged remote object: %v, want ErrCorrupt", err)
+	}
+	if err := b.VerifyRemoteObject(ctx, id); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("VerifyRemoteObject: %v", err)
+	}
+}
+
+// TestRemoteWriterLock: one writer per remote; a second is refused, and can
+// lock once the first unlocks.
+func TestRemoteWriterLock(t *testing.T) {
+	ctx := context.Background()
+	remote := mem.New(backend.Properties{})
+	l, err := LockRemote(ctx, remote, "store-a", t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LockRemote(ctx, remote, "store-b", t.Logf); !errors.Is(err, ErrRemoteLocked) {
+		t.Fatalf("second writer: %v, want ErrRemoteLocked", err)
+	} else {
+		t.Logf("refused: %v", err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l2, err := LockRemote(ctx, remote, "store-b", t.Logf)
+	if err != nil {
+		t.Fatalf("lock after unlock: %v", err)
+	}
+	// Store b's daemon dies holding the lock; b, reopened, takes it back at
+	// once; store a still may not.
+	l3, err := LockRemote(ctx, remote, "store-b", t.Logf)
+	if err != nil {
+		t.Fatalf("the same store relocking after its daemon died: %v", err)
+	}
+	if _, err := LockRemote(ctx, remote, "store-a", t.Logf); !errors.Is(err, ErrRemoteLocked) {
+		t.Fatalf("another store took a fresh lock: %v", err)
+	}
+	l2.stop()
+	l3.Unlock(ctx)
+}
+
+// TestRemoteStaleLock: a lock nobody rewrote for StaleLockAge is taken over.
+func TestRemoteStaleLock(t *testing.T) {
+	ctx := context.Background()
+	remote := mem.New(backend.Properties{KeepsModTime: true})
+	h := backend.Handle{Kind: backend.Lock, Name: writerName}
+	old := time.Now().Add(-2 * StaleLockAge)
+	if err := remote.Put(ctx, h, []byte(`{"holder":"x","store":"dead","host":"gone","pid":1}`), backend.PutOptions{ModTime: old}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := LockRemote(ctx, remote, "store-a", t.Logf)
+	if err != nil {
+		t.Fatalf("a stale lock was not taken over: %v", err)
+	}
+	l.Unlock(ctx)
+}
+
+// TestCollectRemote: the remote's garbage collection deletes the chunks no
+// published or local file names once they are older than the cutoff, keeps
+// the rest, and a later commit needing a deleted chunk uploads it again.
+func TestCollectRemote(t *testing.T) {
+	ctx := context.Background()
+	remote := mem.New(backend.Properties{DurableOnPut: true})
+	s := testStore(t, Options{Remote: remote})
+	keep, drop := pseudoRandom(100000, 11), pseudoRandom(100000, 12)
+	commitNamed(t, s, "keep", keep)
+	commitNamed(t, s, "drop", drop)
+	if err := s.UploadRound(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Update(func(tx *Tx) error {
+		ino, _ := tx.Lookup(RootIno, "drop")
+		if err := tx.Unlink(RootIno, "drop"); err != nil {
+			return err
+		}
+		if err := tx.DeleteNode(ino); err != nil {
+			return err
+		}
+		return tx.bumpCommitGen()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.UploadRound(ctx); err != nil {
+		t.Fatal(err)
+	}
+	count := func() int {
+		n := 0
+		remote.List(ctx, backend.Chunk, func(backend.Info) error { n++; return nil })
+		return n
+	}
+	all := count()
+	res, err := s.CollectRemote(ctx, time.Now().Add(-time.Hour), nil, false)
+	if err != nil || res.Freed != 0 || res.Young != 2 {
+		t.Fatalf("within the grace period: %+v %v; want 2 young, none freed", res, err)
+	}
+	res, err = s.CollectRemote(ctx, time.Now().Add(time.Second), nil, false)
+	if err != nil || res.Freed != 2 || count() != all-2 {
+		t.Fatalf("past the grace period: %+v %v (%d of %d objects left); want the 2 chunks of drop freed", res, err, count(), all)
+	}
+	// keep still reads from the remote alone.
+	fresh := testStore(t, Options{Remote: remote})
+	for off := 0; off < len(keep); off += 1 << 16 {
+		part := keep[off:min(off+1<<16, len(keep))]
+		if got, err := fresh.ReadChunk(ctx, ChunkRef{ID: Sum(part), Len: uint32(len(part))}); err != nil || !bytes.Equal(got, part) {
+			t.Fatalf("a kept file after the remote's gc: %v", err)
+		}
+	}
+	// drop's bytes committed again are uploaded again.
+	commitNamed(t, s, "again", drop)
+	if err := s.UploadRound(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if count() != all {
+		t.Fatalf("re-committed chunks not uploaded again: %d objects, want %d", count(), all)
+	}
+}

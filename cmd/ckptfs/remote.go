@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"sync"
+	"time"
+
+	"github.com/ckptfs/ckptfs/cas"
+	"github.com/ckptfs/ckptfs/cas/backend"
+	"github.com/ckptfs/ckptfs/cas/backend/s3"
+	"github.com/ckptfs/ckptfs/fusefs"
+)
+
+// The remote tier in the daemon (cas/remote.go has the design): a writing
+// mount holds the remote's writer lock and runs an uploader that starts an
+// upload round after commits (and retries failed ones with a growing pause);
+// a reading mount (--read-only) imports the remote's newest snapshot at
+// start and every refreshInterval.
+
+const (
+	refreshInterval = 2 * time.Second
+	retryMin        = time.Second
+	retryMax        = 30 * time.Second
+)
+
+// openRemote connects to s3://BUCKET/PREFIX with the AWS_* configuration.
+func openRemote(ctx context.Context, url string) (backend.Backend, error) {
+	be, err := s3.Open(ctx, url, s3.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("remote %s: %w", url, err)
+	}
+	return be, nil
+}
+
+// uploader runs upload rounds in the background of a writing mount.
+type uploader struct {
+	store  *cas.Store
+	logger *log.Logger
+	kick   chan struct{}
+
+	mu      sync.Mutex
+	lastErr error // of the last round, nil once one succeeded
+}
+
+func newUploader(store *cas.Store, logger *log.Logger) *uploader {
+	return &uploader{store: store, logger: logger, kick: make(chan struct{}, 1)}
+}
+
+// poke asks for a round soon; it never blocks (a commit calls it).
+func (u *uploader) poke(context.Context) error {
+	select {
+	case u.kick <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// run uploads until ctx is done: a round after every poke, and after a
+// failure again after a pause that doubles up to retryMax.
+func (u *uploader) run(ctx context.Context) {
+	wait := time.Duration(0)
+	u.poke(ctx) // a previous daemon may have left uploads pending
+	for {
+		var retry <-chan time.Time
+		if wait > 0 {
+			retry = time.After(wait)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-u.kick:
+		case <-retry:
+		}
+		err := u.round(ctx)
+		switch {
+		case err == nil:
+			wait = 0
+		case ctx.Err() != nil:
+			return
+		default:
+			wait = min(max(2*wait, retryMin), retryMax)
+			u.logger.Printf("upload to %s: %v (retrying in %v)", u.store.Remote().Location(), err, wait)
+		}
+	}
+}
+
+func (u *uploader) round(ctx context.Context) error {
+	err := u.store.UploadRound(ctx)
+	u.mu.Lock()
+	u.lastErr = err
+	u.mu.Unlock()
+	return err
+}
+
+// sync runs a round now and reports whether everything committed before it
+// is in the bucket (ckptfs sync, --commit=remote).
+func (u *uploader) sync(ctx context.Context) error {
+	if err := u.round(ctx); err != nil {
+		return fmt.Errorf("upload to %s: %w", u.store.Remote().Location(), err)
+	}
+	return nil
+}
+
+// refresher imports the remote's new snapshots into a reading mount.
+type refresher struct {
+	store  *cas.Store
+	fsys   *fusefs.FS
+	logger *log.Logger
+	known  string
+}
+
+// refresh imports the newest snapshot if it is new.
+func (r *refresher) refresh(ctx context.Context) error {
+	snap, name, err := r.store.RemoteSnapshot(ctx, r.known)
+	if err != nil || snap == nil {
+		return err
+	}
+	files := make([]fusefs.ImportFile, len(snap.Files))
+	for i, f := range snap.Files {
+		files[i] = fusefs.ImportFile{Path: f.Path, Node: f.Node, Manifest: f.Manifest}
+	}
+	if _, err := r.fsys.ImportFiles(ctx, files); err != nil {
+		return err
+	}
+	r.known = name
+	return nil
+}
+
+func (r *refresher) run(ctx context.Context) {
+	t := time.NewTicker(refreshInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := r.refresh(ctx); err != nil && ctx.Err() == nil {
+			r.logger.Printf("refresh from %s: %v", r.store.Remote().Location(), err)
+		}
+	}
+}
+
+// errReadOnlyRemote answers ckptfs sync on a reading mount.
+var errReadOnlyRemote = errors.New("this mount reads its remote (--read-only): it has nothing to upload")
