@@ -37,6 +37,9 @@ type Stats struct {
 	Ops       int64 // requests that changed something (syncs included)
 	FileSyncs int64 // fsync and fdatasync of files
 	DirSyncs  int64 // fsync of directories
+	// RenamesOver counts renames onto an existing name (ckptfs: re-encoded
+	// objects replacing raw ones).
+	RenamesOver int64
 	// Filled in by the crash: unsynced pages and namespace changes (creates,
 	// unlinks, renames) that were lost and that survived.
 	LostPages, KeptPages int64
@@ -659,6 +662,7 @@ func (d *Disk) Rename(oldParent uint64, oldName string, newParent uint64, newNam
 			return syscall.ENOTEMPTY
 		}
 		v.nlink--
+		d.stats.RenamesOver++
 	}
 	if n.kids != nil { // a directory may not move under itself
 		for a := newParent; a != RootIno; {
