@@ -13,15 +13,12 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/ckptfs/ckptfs/test/powerloss"
 )
 
 // ckptfsBin is the binary under test, built once by TestMain.
 var ckptfsBin string
 
 func TestMain(m *testing.M) {
-	powerloss.ServeIfChild() // a power-loss disk's server process (powerloss_test.go) never returns
 	dir, err := os.MkdirTemp("", "ckptfs-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -272,6 +272,16 @@ func (m *plModel) verify(mnt string) (bad []string, committed, cutShort int) {
 	return bad, committed, cutShort
 }
 
+// plServer builds the disk's server (cmd plserve) without the race
+// detector: every request of the daemon's store goes through it.
+func plServer(t *testing.T) string {
+	bin := filepath.Join(t.TempDir(), "plserve")
+	if out, err := exec.Command("go", "build", "-o", bin, "./powerloss/plserve").CombinedOutput(); err != nil {
+		t.Fatalf("build plserve: %v\n%s", err, out)
+	}
+	return bin
+}
+
 // plDaemon starts `bin mount store mnt`; unlike startDaemon, a mount that
 // fails (the power was cut under it) is an error, not a test failure.
 func plDaemon(t *testing.T, bin, store, mnt string, env []string, extra ...string) (*daemon, error) {
@@ -378,7 +388,7 @@ func powerLossRun(t *testing.T, opts plOptions) *plReport {
 	rng := rand.New(rand.NewSource(opts.seed))
 	diskDir, mnt := t.TempDir(), t.TempDir()
 	store := filepath.Join(diskDir, "store")
-	disk, err := powerloss.StartChild(diskDir)
+	disk, err := powerloss.StartChild(plServer(t), diskDir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,12 +17,10 @@ import (
 // a signal) while one of its threads waits on the mount, the daemon waits on
 // the disk, whose server threads are gone but whose /dev/fuse descriptor is
 // closed only once every thread has exited, and the process never does. So
-// the disk is served by a child process (the test binary run again, see
-// ServeIfChild), controlled over its stdin and stdout, and killed with its
-// parent (Pdeathsig), which aborts the disk's connection and frees everyone.
-
-// serveEnv names the directory a child process serves its disk at.
-const serveEnv = "POWERLOSS_SERVE_DIR"
+// the disk is served by a child process (cmd plserve, built without the race
+// detector: every request of the daemon's store goes through it), controlled
+// over its stdin and stdout, and killed with its parent (Pdeathsig), which
+// aborts the disk's connection and frees everyone.
 
 // request and reply are the control protocol: one JSON object per line.
 // The child also sends {"crashed":true} when the power is cut.
@@ -39,22 +37,9 @@ type reply struct {
 	Crashed bool   `json:"crashed,omitempty"`
 }
 
-// ServeIfChild serves a disk and exits when the process was started by
-// StartChild; otherwise it returns at once. Call it first in TestMain.
-func ServeIfChild() {
-	dir := os.Getenv(serveEnv)
-	if dir == "" {
-		return
-	}
-	if err := serve(dir, os.Stdin, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "powerloss disk:", err)
-		os.Exit(1)
-	}
-	os.Exit(0)
-}
-
-// serve answers requests from in until it closes.
-func serve(dir string, in io.Reader, out io.Writer) error {
+// Serve serves a disk at dir, answering the requests of a StartChild
+// parent read from in, until in closes.
+func Serve(dir string, in io.Reader, out io.Writer) error {
 	var outMu sync.Mutex
 	send := func(r reply) error {
 		outMu.Lock()
@@ -142,15 +127,10 @@ type Child struct {
 	crashed chan struct{} // of the current boot
 }
 
-// StartChild runs the test binary again (which must call ServeIfChild) to
-// serve a new, empty disk at dir; it is not mounted yet.
-func StartChild(dir string) (*Child, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(self, "-test.run=^$")
-	cmd.Env = append(os.Environ(), serveEnv+"="+dir)
+// StartChild runs server (a plserve binary) to serve a new, empty disk at
+// dir; it is not mounted yet.
+func StartChild(server, dir string) (*Child, error) {
+	cmd := exec.Command(server, dir)
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	in, err := cmd.StdinPipe()
