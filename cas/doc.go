@@ -58,6 +58,15 @@
 //     one replacement is a re-encode (below): a file holding the same raw
 //     bytes under another codec, fdatasync'd before its rename over the old
 //     name, so a reader gets one whole, verifiable version or the other.
+//   - The store's own layout is durable before anything depends on it
+//     (durable.go): a new catalog is built under catalog.db.new, committed,
+//     renamed into place and the store directory fsync'd (the store
+//     directory's parent too, when Open created it), and every Open fsyncs
+//     the store directory after making sure objects/ exists. A power loss
+//     therefore never takes away the catalog.db or objects/ entry of a store
+//     whose commits it kept, and one during creation leaves no catalog (the
+//     next Open creates it, clearing what the creation left) or a whole one.
+//     The power-loss suite (test/powerloss_test.go) checks these rules.
 //   - The catalog is only changed in one bbolt transaction per operation
 //     (Store.Update); a file commit puts its new chunk index rows, its manifest and its
 //     namespace change in the same transaction (Store.Commit), after the

@@ -19,6 +19,7 @@ import (
 
 	"github.com/ckptfs/ckptfs/cas/backend"
 	"github.com/ckptfs/ckptfs/cas/backend/local"
+	"github.com/ckptfs/ckptfs/cas/internal/faults"
 )
 
 // DefaultChunkSize is the largest chunk a new store cuts files into.
@@ -164,12 +165,17 @@ func Open(dir string, opts Options) (*Store, error) {
 				return nil, err
 			}
 			// Private: the catalog names every file and tensor.
-			if err := os.MkdirAll(dir, 0o700); err != nil {
+			if err := mkdirAllDurable(dir, 0o700); err != nil {
 				return nil, fmt.Errorf("create store %s: %w", dir, err)
 			}
 		}
 		if err := probeWritable(dir); err != nil {
 			return nil, err
+		}
+		if !exists {
+			if err := createCatalog(dir, opts.ChunkSize); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if exists {
@@ -188,6 +194,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open catalog %s: %w", catalog, err)
 	}
+	db.NoSync = faults.Skip("catalog") // test binaries only (internal/faults)
 	objects := opts.Objects
 	if objects == nil {
 		objects = local.New(filepath.Join(dir, objectsName), local.Options{})
@@ -254,6 +261,8 @@ func catalogLocked(path string, readOnly bool) bool {
 	return false
 }
 
+// checkEmptyOrMissing refuses a directory that holds anything but what an
+// interrupted creation of a store leaves (creationLeftover), which it removes.
 func checkEmptyOrMissing(dir string) error {
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -262,8 +271,15 @@ func checkEmptyOrMissing(dir string) error {
 	if err != nil {
 		return fmt.Errorf("store %s: %w", dir, err)
 	}
-	if len(ents) > 0 {
-		return fmt.Errorf("store %s: %w: the directory is not empty and has no %s", dir, ErrNotStore, catalogName)
+	for _, e := range ents {
+		if !creationLeftover(e) {
+			return fmt.Errorf("store %s: %w: the directory is not empty and has no %s", dir, ErrNotStore, catalogName)
+		}
+	}
+	for _, e := range ents {
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("store %s: remove what an interrupted creation left: %w", dir, err)
+		}
 	}
 	return nil
 }
@@ -386,7 +402,11 @@ func (s *Store) resetSpool() error {
 	if err := os.MkdirAll(spool, 0o700); err != nil {
 		return fmt.Errorf("create spool %s: %w", spool, err)
 	}
-	return os.MkdirAll(filepath.Join(s.dir, objectsName), 0o700)
+	// objects/ may be new, or made by an earlier mount that did not sync it.
+	if err := os.MkdirAll(filepath.Join(s.dir, objectsName), 0o700); err != nil {
+		return fmt.Errorf("create objects directory: %w", err)
+	}
+	return syncStoreDir(s.dir)
 }
 
 // Close releases the store. Reads and writes in flight must have finished.
