@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/user"
@@ -366,12 +365,11 @@ func TestMountHelper(t *testing.T) {
 		t.Fatal("mount returned but nothing is mounted")
 	}
 	scrape := func() map[string]float64 {
-		resp, err := http.Get("http://" + addr + "/metrics")
+		// curl, as a user or a Prometheus operator checking the endpoint would.
+		body, err := exec.Command("curl", "-fsS", "--max-time", "10", "http://"+addr+"/metrics").Output()
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("curl of the metrics endpoint: %v", err)
 		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
 		m := map[string]float64{}
 		for _, line := range strings.Split(string(body), "\n") {
 			if !strings.HasPrefix(line, "ckptfs_") {
