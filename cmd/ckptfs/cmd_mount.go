@@ -82,6 +82,7 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 	}
 	mem := planMemory(int64(cacheSize), cgroupFS{root: "/"}.memoryBudget(physicalMemory()))
 	setMemoryLimit(mem.goLimit)
+	fsOpts = append(fsOpts, fusefs.WithWriteMemory(mem.write))
 	cores := setProcs()
 
 	// Check the mountpoint and what mounting needs before touching the

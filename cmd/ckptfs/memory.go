@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/ckptfs/ckptfs/cas"
+	"github.com/ckptfs/ckptfs/fusefs"
 )
 
 // Memory sizing. Without --cache-size the daemon sizes its chunk cache from
@@ -25,7 +26,10 @@ import (
 // the runtime, the catalog's mapping). Under a 128 MiB cgroup the default
 // 256 MiB cache made the daemon thrash and get OOM-killed reading a 1 GiB
 // torch.save file lazily (issue #13); it now gets a 32 MiB cache and a 96 MiB
-// Go limit.
+// Go limit. The memory that files being written hold in streams
+// (fusefs.WithWriteMemory) is a quarter of the budget too, at most
+// fusefs.DefaultWriteMemory: under 128 MiB one 24 MiB stream window, further
+// writers spool to disk instead of pushing the heap past the Go limit.
 
 // minCacheSize is the smallest default cache: a few chunks per reader.
 const minCacheSize = 16 << 20
@@ -172,6 +176,7 @@ func physicalMemory() int64 {
 // memoryPlan is the cache size and Go memory limit for a mount.
 type memoryPlan struct {
 	cache, goLimit int64
+	write          int64 // memory of streams (fusefs.WithWriteMemory)
 	budget         memBudget
 	fromBudget     bool // the cache size came from the budget, not --cache-size
 }
@@ -188,8 +193,10 @@ func planMemory(cacheSize int64, b memBudget) memoryPlan {
 		}
 	}
 	p.goLimit = p.cache + memoryOverhead
+	p.write = fusefs.DefaultWriteMemory
 	if b.bytes > 0 {
 		p.goLimit = min(p.goLimit, b.bytes/4*3)
+		p.write = min(p.write, b.bytes/4)
 	}
 	return p
 }
@@ -199,8 +206,8 @@ func (p memoryPlan) String() string {
 	if p.fromBudget {
 		how = "a quarter of the memory budget, at most " + fmtMiB(cas.DefaultCacheSize)
 	}
-	s := fmt.Sprintf("chunk cache %s (%s); memory budget %s (%s); Go memory limit %s",
-		fmtMiB(p.cache), how, fmtMiB(p.budget.bytes), p.budget.source, fmtMiB(p.goLimit))
+	s := fmt.Sprintf("chunk cache %s (%s); memory budget %s (%s); Go memory limit %s; write memory %s",
+		fmtMiB(p.cache), how, fmtMiB(p.budget.bytes), p.budget.source, fmtMiB(p.goLimit), fmtMiB(p.write))
 	if !p.fromBudget && p.cache+memoryOverhead > p.goLimit {
 		s += fmt.Sprintf("; warning: the cache and the daemon's other %s do not fit the budget", fmtMiB(memoryOverhead))
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ckptfs/ckptfs/cas"
+	"github.com/ckptfs/ckptfs/fusefs"
 )
 
 // fakeCgroups writes files (path → content) under a temp root.
@@ -89,18 +90,20 @@ func TestPlanMemory(t *testing.T) {
 		name                 string
 		cacheFlag, budget    int64
 		wantCache, wantLimit int64
+		wantWrite            int64
 	}{
-		{"128 MiB cgroup", 0, 128 << 20, 32 << 20, 96 << 20},
-		{"tiny cgroup: the cache floor", 0, 32 << 20, minCacheSize, 24 << 20},
-		{"big machine: the default cache", 0, 24 << 30, cas.DefaultCacheSize, cas.DefaultCacheSize + memoryOverhead},
-		{"flag wins over the budget", 64 << 20, 24 << 30, 64 << 20, 64<<20 + memoryOverhead},
-		{"flag under a cgroup: the Go limit stays inside it", 256 << 20, 128 << 20, 256 << 20, 96 << 20},
+		{"128 MiB cgroup", 0, 128 << 20, 32 << 20, 96 << 20, 32 << 20},
+		{"tiny cgroup: the cache floor", 0, 32 << 20, minCacheSize, 24 << 20, 8 << 20},
+		{"big machine: the default cache", 0, 24 << 30, cas.DefaultCacheSize, cas.DefaultCacheSize + memoryOverhead, fusefs.DefaultWriteMemory},
+		{"flag wins over the budget", 64 << 20, 24 << 30, 64 << 20, 64<<20 + memoryOverhead, fusefs.DefaultWriteMemory},
+		{"flag under a cgroup: the Go limit stays inside it", 256 << 20, 128 << 20, 256 << 20, 96 << 20, 32 << 20},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := planMemory(tt.cacheFlag, memBudget{tt.budget, "test"})
-			if p.cache != tt.wantCache || p.goLimit != tt.wantLimit {
-				t.Fatalf("cache %d, Go limit %d; want %d, %d", p.cache, p.goLimit, tt.wantCache, tt.wantLimit)
+			if p.cache != tt.wantCache || p.goLimit != tt.wantLimit || p.write != tt.wantWrite {
+				t.Fatalf("cache %d, Go limit %d, write memory %d; want %d, %d, %d",
+					p.cache, p.goLimit, p.write, tt.wantCache, tt.wantLimit, tt.wantWrite)
 			}
 		})
 	}
