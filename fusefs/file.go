@@ -894,20 +894,30 @@ func (n *fileNode) commitLocked(ctx context.Context, origin *fileNode, originAtt
 }
 
 // commitDirty is commitLocked's work (n.mu held, n dirty).
-func (n *fileNode) commitDirty(ctx context.Context, origin *fileNode, originAttr cas.Node) (func(), error) {
+func (n *fileNode) commitDirty(ctx context.Context, origin *fileNode, originAttr cas.Node) (_ func(), err error) {
 	m := &cas.Manifest{}
 	var batch *cas.Batch
 	var refs []cas.ChunkRef
 	var ix *FileIndex
 	if st := n.stream; st != nil {
 		// The chunks were stored while the file was written: finish the tail.
-		var err error
 		if refs, ix, err = st.finish(n.attr.Size); err != nil {
 			n.revert(err) // releases the stream's batch
 			return nil, fmt.Errorf("staged content lost: %w", err)
 		}
 		n.stream = nil
 		batch = st.batch
+		// From here the staged bytes exist only as the batch's chunks: if
+		// the commit fails, the batch is released (its unnamed chunks
+		// deleted) and n has neither stream nor spool. Left dirty, the next
+		// commit (release, fsync, unmount) would commit an empty manifest
+		// over the previous version; revert instead, as when finish fails.
+		defer func() {
+			if err != nil {
+				n.revert(err)
+				err = fmt.Errorf("staged content lost: %w", err)
+			}
+		}()
 	} else {
 		batch = n.fsys.store.NewBatch()
 		if n.spool != nil && n.attr.Size > 0 {
@@ -952,7 +962,7 @@ func (n *fileNode) commitDirty(ctx context.Context, origin *fileNode, originAttr
 	// The batch's objects are made durable before nsMu is taken (lookups wait
 	// on it), and the batch is released after the transaction has ended.
 	var replaced func()
-	err := n.fsys.store.CommitWith(ctx, batch, func(update func(func(*cas.Tx) error) error) error {
+	err = n.fsys.store.CommitWith(ctx, batch, func(update func(func(*cas.Tx) error) error) error {
 		n.fsys.nsMu.Lock()
 		defer n.fsys.nsMu.Unlock()
 		if origin != nil {
