@@ -204,13 +204,11 @@ func (s *Store) noteFetched(ctx context.Context, id ID, size int64) {
 		evict = append(evict, o.id)
 	}
 	r.fetchMu.Unlock()
-	for _, id := range evict {
-		var indexed bool
-		_ = s.View(func(tx *Tx) error { _, indexed, _ = tx.Chunk(id); return nil }) // a failed look keeps the copy
-		if !indexed {
-			_ = s.objects.Delete(ctx, chunkHandle(id)) // best effort: a copy left over is only space
-		}
-	}
+	// Through discardUnnamed, as a released batch's chunks: a copy that a
+	// batch in flight found and pinned (it is about to commit it) or that a
+	// sweep is deleting is left alone, and so is one the index names. Best
+	// effort: a copy left over is only space.
+	_, _ = s.discardUnnamed(ctx, evict)
 }
 
 // bumpCommitGen counts a commit; the remote tier uploads up to it.
