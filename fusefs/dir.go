@@ -447,6 +447,9 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 	if !ok {
 		return syscall.EROFS // into .ckptfs
 	}
+	if h := d.fsys.renameHook; h != nil {
+		defer h() // after nsMu is released, before go-fuse moves the inode
+	}
 	d.fsys.nsMu.Lock()
 	defer d.fsys.nsMu.Unlock()
 	if err := d.load(ctx); err != nil {

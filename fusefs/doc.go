@@ -117,5 +117,9 @@
 // fork's commit that finds its origin renamed but not yet moved waits on
 // FS.renamed (a sync.Cond on nsMu, broadcast by the mount's renameTracker when
 // a RENAME request has ended) instead of polling; the wait releases nsMu and
-// keeps file.mu and commitMu, which Rename never takes.
+// keeps file.mu and commitMu, which Rename never takes. Once the fork has the
+// name, the commit invalidates the kernel's entry for it (after releasing
+// nsMu) and again wherever a rename has moved the fork meanwhile: a rename
+// the kernel began on the old dentry moves that dentry, which still resolves
+// to the origin, to the new name.
 package fusefs

@@ -1036,10 +1036,25 @@ func (n *fileNode) replaceOrigin(origin *fileNode) func() {
 	detach(origin)
 	child := parent.NewPersistentInode(context.Background(), n, fs.StableAttr{Mode: syscall.S_IFREG, Ino: n.attr.Ino})
 	parent.AddChild(n.name, child, true)
-	name := n.name
+	dir, name := n.dir, n.name
 	return func() {
-		if errno := parent.NotifyEntry(name); errno != 0 && errno != syscall.ENOENT {
-			n.fsys.log.Printf("invalidate entry %q: %v", name, errno)
+		// A rename of the name in the kernel's dentry cache (which still
+		// resolves to the origin) may be in flight: the kernel looked the
+		// name up before n took it, our Rename moves n, and the kernel then
+		// moves the origin's dentry to the new name. NotifyEntry waits for
+		// the kernel's rename (it takes the directory's lock), so invalidate
+		// again wherever n now lives, until no rename moved it meanwhile.
+		for {
+			if errno := dir.NotifyEntry(name); errno != 0 && errno != syscall.ENOENT {
+				n.fsys.log.Printf("invalidate entry %q: %v", name, errno)
+			}
+			n.fsys.nsMu.Lock()
+			moved := !n.unlinked.Load() && (n.dir != dir || n.name != name)
+			dir, name = n.dir, n.name
+			n.fsys.nsMu.Unlock()
+			if !moved {
+				return
+			}
 		}
 	}
 }

@@ -78,6 +78,9 @@ type FS struct {
 	// setattrHook, when set (tests only), runs in Setattr after the new
 	// attributes are computed and before they are written to the catalog.
 	setattrHook func()
+	// renameHook, when set (tests only), runs when our Rename has recorded a
+	// rename and released nsMu, before go-fuse moves the inode in its tree.
+	renameHook func()
 }
 
 // Option configures New.
