@@ -10,6 +10,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/ckptfs/ckptfs/cas/backend/local"
 	"github.com/ckptfs/ckptfs/cas/internal/faults"
 )
 
@@ -98,13 +99,5 @@ func syncStoreDir(dir string) error {
 	if faults.Skip("storedir") { // test binaries only (internal/faults)
 		return nil
 	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
-	}
-	return nil
+	return local.SyncDir(dir)
 }

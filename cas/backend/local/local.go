@@ -318,6 +318,12 @@ func (b *Backend) syncDir(dir string) error {
 	if faults.Skip("objdir") { // test binaries only (cas/internal/faults)
 		return nil
 	}
+	return SyncDir(dir)
+}
+
+// SyncDir fsyncs directory dir, making its entries (creates, renames,
+// removals) durable. cas uses it for the store's own directories too.
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return fmt.Errorf("sync directory %s: %w", dir, err)
