@@ -2,6 +2,7 @@ package powerloss
 
 import (
 	"math/rand"
+	"slices"
 	"sort"
 	"sync"
 	"syscall"
@@ -534,22 +535,17 @@ func (d *Disk) Create(parent uint64, name string, mode uint32, uid, gid uint32, 
 
 // Mkdir makes a directory.
 func (d *Disk) Mkdir(parent uint64, name string, perm uint32, uid, gid uint32) (Attr, syscall.Errno) {
-	if errno := d.begin(true); errno != 0 {
-		return Attr{}, errno
-	}
-	defer d.mu.Unlock()
-	p, errno := d.dir(parent)
-	if errno != 0 {
-		return Attr{}, errno
-	}
-	if _, ok := p.kids[name]; ok {
-		return Attr{}, syscall.EEXIST
-	}
-	return d.attrOf(d.newInode(p, name, syscall.S_IFDIR|perm&0o7777, uid, gid)), 0
+	return d.makeEntry(parent, name, syscall.S_IFDIR|perm&0o7777, uid, gid, nil)
 }
 
 // Symlink makes a symbolic link to target.
 func (d *Disk) Symlink(parent uint64, name, target string, uid, gid uint32) (Attr, syscall.Errno) {
+	return d.makeEntry(parent, name, syscall.S_IFLNK|0o777, uid, gid, []byte(target))
+}
+
+// makeEntry makes a new directory or symlink named name in parent; a
+// symlink's target (data) is written with its inode, durable with it.
+func (d *Disk) makeEntry(parent uint64, name string, mode, uid, gid uint32, data []byte) (Attr, syscall.Errno) {
 	if errno := d.begin(true); errno != 0 {
 		return Attr{}, errno
 	}
@@ -561,9 +557,11 @@ func (d *Disk) Symlink(parent uint64, name, target string, uid, gid uint32) (Att
 	if _, ok := p.kids[name]; ok {
 		return Attr{}, syscall.EEXIST
 	}
-	n := d.newInode(p, name, syscall.S_IFLNK|0o777, uid, gid)
-	n.data = []byte(target)
-	n.dur = []byte(target) // the target is written with the inode
+	n := d.newInode(p, name, mode, uid, gid)
+	if data != nil {
+		n.data = data
+		n.dur = slices.Clone(data)
+	}
 	return d.attrOf(n), 0
 }
 
