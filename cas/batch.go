@@ -35,6 +35,8 @@ type Batch struct {
 	synced   map[ID]struct{}  // of those, the ones a Sync made durable
 	wrote    map[ID]struct{}  // objects this batch wrote and has not synced
 	queue    map[ID]Hint      // chunks stored raw, to re-encode later
+	hints    map[ID]Hint      // what each chunk holds, as its Put said
+	suggest  map[ID]ID        // chunk → a chunk it is likely close to (SuggestBase)
 	pinned   []ID             // chunks this batch keeps from the sweeper
 	released bool
 
@@ -64,7 +66,18 @@ type flight struct {
 // NewBatch starts a batch.
 func (s *Store) NewBatch() *Batch {
 	return &Batch{s: s, added: map[ID]ChunkInfo{}, synced: map[ID]struct{}{}, wrote: map[ID]struct{}{},
-		queue: map[ID]Hint{}}
+		queue: map[ID]Hint{}, hints: map[ID]Hint{}, suggest: map[ID]ID{}}
+}
+
+// SuggestBase tells the commit that chunk id (Put in this batch) is likely
+// close to chunk prev, already committed: the same tensor range one version
+// earlier. If the commit indexes id as a new chunk, it plans to store it as
+// a delta against prev's chain (deltaplan.go); otherwise the suggestion is
+// ignored. A wrong suggestion costs a re-encode attempt, never bytes.
+func (b *Batch) SuggestBase(id, prev ID) {
+	b.mu.Lock()
+	b.suggest[id] = prev
+	b.mu.Unlock()
 }
 
 // Put stores data as a chunk and returns its reference. When the chunk is
@@ -163,6 +176,7 @@ func (b *Batch) note(id ID, info ChunkInfo, pending bool, h Hint) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.added[id] = info
+	b.hints[id] = h
 	if pending {
 		b.queue[id] = h
 	}
@@ -327,6 +341,11 @@ func (t *Tx) commitBatch(b *Batch) error {
 				return fmt.Errorf("queue chunk %v for re-encoding: %w", id, err)
 			}
 		}
+		if prev, ok := b.suggest[id]; ok && added {
+			if err := t.planDelta(id, prev, b.hints[id], info.RawLen, b.s.deltaKeyframe); err != nil {
+				return fmt.Errorf("plan a delta for chunk %v: %w", id, err)
+			}
+		}
 	}
 	return nil
 }
@@ -343,7 +362,10 @@ func (t *Tx) commitBatch(b *Batch) error {
 // directory, since another batch may have found the old object).
 func (s *Store) writeObject(ctx context.Context, id ID, data []byte, h Hint) (info ChunkInfo, pending bool, err error) {
 	if _, err := s.objects.Stat(ctx, chunkHandle(id)); err == nil {
-		if info, err := s.VerifyObject(ctx, id); err == nil {
+		// A delta object is not reused: no row records its base (it was
+		// swept, or its commit never happened), so nothing would keep the
+		// base from being swept. It is replaced by a standalone one.
+		if info, h, err := s.verifyObject(ctx, id); err == nil && !h.delta {
 			return info, info.Codec == CodecRaw && info.RawLen > 0, nil
 		} else if ctx.Err() != nil {
 			return ChunkInfo{}, false, ctx.Err()

@@ -17,6 +17,9 @@ import (
 //	manifests  ino (u64 BE) → manifest of the file's committed content
 //	chunks     chunk ID → chunk record (raw length, stored length, codec)
 //	reencode   chunk ID → re-encode queue record (hint, raw length); see reencode.go
+//	deltaplans chunk ID → base to try and distance from it; see deltaplan.go
+//	deltas     chunk ID → base its object is a delta against, and distance
+//	bases      base ID ‖ delta ID → (empty): the reverse of deltas
 var (
 	bucketMeta      = []byte("meta")
 	bucketNodes     = []byte("nodes")
@@ -26,7 +29,8 @@ var (
 	bucketReencode  = []byte("reencode")
 )
 
-var allBuckets = [][]byte{bucketMeta, bucketNodes, bucketDirents, bucketManifests, bucketChunks, bucketReencode}
+var allBuckets = [][]byte{bucketMeta, bucketNodes, bucketDirents, bucketManifests, bucketChunks, bucketReencode,
+	bucketDeltaPlans, bucketDeltas, bucketBases}
 
 // Meta keys.
 var (
@@ -44,12 +48,20 @@ var (
 	keyReencodeBytes  = []byte("reencode_bytes")
 )
 
-// FormatVersion is the catalog format this code writes. A store with a larger
-// number is refused (ErrNewerFormat).
+// Catalog formats. A store with a larger number than FormatVersion is
+// refused (ErrNewerFormat).
 //
 // Format 2 seals every record with a checksum (record.go); Open migrates a
-// format-1 store.
-const FormatVersion = 2
+// format-1 store. Format 3 is format 2 holding delta objects (deltaplan.go):
+// a store moves to it in the transaction that records its first delta, so
+// that an older ckptfs, which would sweep a base without knowing a delta
+// needs it, refuses the store. A store that never held a delta stays at 2
+// and opens with older binaries.
+const (
+	formatSealed  = 2
+	formatDeltas  = 3
+	FormatVersion = formatDeltas // the newest format this code reads and writes
+)
 
 // Reserved inode numbers. Numbers below FirstIno are never allocated, so the
 // caller may use them for virtual nodes.
@@ -464,6 +476,9 @@ type Counts struct {
 	// re-encode (reencode.go); ReencodePendingBytes is their raw size.
 	ReencodePending      int64 `json:"reencode_pending"`
 	ReencodePendingBytes int64 `json:"reencode_pending_bytes"`
+	// DeltaChunks counts chunks stored as a delta against a base chunk
+	// (deltaplan.go).
+	DeltaChunks int64 `json:"delta_chunks"`
 }
 
 // Counts returns the catalog's counters.
@@ -478,5 +493,6 @@ func (t *Tx) Counts() Counts {
 
 		ReencodePending:      t.counter(keyReencodeChunks),
 		ReencodePendingBytes: t.counter(keyReencodeBytes),
+		DeltaChunks:          t.counter(keyDeltaChunks),
 	}
 }

@@ -173,7 +173,7 @@ func TestFormat1StoreIsMigrated(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rw.Close()
-	check(rw, FormatVersion)
+	check(rw, formatSealed)
 	if err := rw.View(func(tx *Tx) error {
 		return tx.b(bucketNodes).ForEach(func(k, v []byte) error {
 			if v[0] != recordVersion {

@@ -125,7 +125,10 @@ func (s *Store) initReencode(inlineEncoders int) error {
 		return nil // Tx methods treat a missing bucket as an empty queue
 	}
 	var ok bool
-	if err := s.db.View(func(tx *bolt.Tx) error { ok = tx.Bucket(bucketReencode) != nil; return nil }); err != nil {
+	if err := s.db.View(func(tx *bolt.Tx) error {
+		ok = tx.Bucket(bucketReencode) != nil && tx.Bucket(bucketDeltaPlans) != nil
+		return nil
+	}); err != nil {
 		return err
 	}
 	if ok {
@@ -135,7 +138,7 @@ func (s *Store) initReencode(inlineEncoders int) error {
 		if _, err := tx.CreateBucketIfNotExists(bucketReencode); err != nil {
 			return fmt.Errorf("create re-encode queue: %w", err)
 		}
-		return nil
+		return createDeltaBuckets(tx)
 	})
 }
 
@@ -290,18 +293,27 @@ func (s *Store) reencodeOne(ctx context.Context, afterRename func(ID) error) (bo
 	return more, nil
 }
 
-// reencodeRows returns chunk id's index row and its re-encode queue row.
-func (s *Store) reencodeRows(id ID) (info ChunkInfo, indexed bool, p PendingReencode, queued bool, err error) {
+// reencodeRows returns chunk id's index row, its re-encode queue row and its
+// delta plan.
+func (s *Store) reencodeRows(id ID) (info ChunkInfo, indexed bool, p PendingReencode, queued bool, plan deltaLink, planned bool, err error) {
 	err = s.View(func(tx *Tx) error {
 		var err error
 		if info, indexed, err = tx.Chunk(id); err != nil {
 			return err
 		}
-		p, queued, err = tx.PendingReencode(id)
+		if p, queued, err = tx.PendingReencode(id); err != nil {
+			return err
+		}
+		plan, planned, err = tx.link(bucketDeltaPlans, id)
 		return err
 	})
-	return info, indexed, p, queued, err
+	return info, indexed, p, queued, plan, planned, err
 }
+
+// deltaMinGain: a delta is kept only when it is smaller than the best
+// standalone encoding by more than 1/deltaMinGain of it, since reading it
+// costs a second object and decode.
+const deltaMinGain = 32
 
 func (s *Store) reencode(ctx context.Context, id ID, afterRename func(ID) error) error {
 	// From here on no sweep deletes the chunk (or its rows); one that was
@@ -311,12 +323,12 @@ func (s *Store) reencode(ctx context.Context, id ID, afterRename func(ID) error)
 	}
 	defer s.unpin([]ID{id})
 
-	info, indexed, p, queued, err := s.reencodeRows(id)
+	info, indexed, p, queued, plan, planned, err := s.reencodeRows(id)
 	if err != nil || !queued {
 		return err
 	}
 	if !indexed {
-		return s.finishReencode(id, nil)
+		return s.finishReencode(id, nil, false)
 	}
 	// Read the object itself, not through the read path: the bytes must come
 	// from the object this call will replace.
@@ -330,7 +342,7 @@ func (s *Store) reencode(ctx context.Context, id ID, afterRename func(ID) error)
 		raw, obj, err = s.readObject(ctx, id, nil, nil)
 	}
 	if errors.Is(err, ErrCorrupt) || errors.Is(err, ErrMissing) {
-		if derr := s.finishReencode(id, nil); derr != nil {
+		if derr := s.finishReencode(id, nil, false); derr != nil {
 			return errors.Join(err, derr)
 		}
 		return fmt.Errorf("%w (dropped from the re-encode queue)", err)
@@ -340,26 +352,60 @@ func (s *Store) reencode(ctx context.Context, id ID, afterRename func(ID) error)
 	}
 	hdr, _ := parseObjectHeader(obj) // decodeObject parsed it already
 	onDisk := ChunkInfo{RawLen: info.RawLen, StoredLen: uint32(len(obj)), Codec: hdr.codec}
-	if onDisk != info || onDisk.Codec != CodecRaw {
+	if onDisk != info || hdr.delta {
 		// An earlier run replaced the object and stopped before its
-		// transaction: the object header is the truth.
-		return s.finishReencode(id, &onDisk)
+		// transaction: the object header is the truth. (A delta object's
+		// rows were committed before its rename.)
+		return s.finishReencode(id, &onDisk, hdr.delta)
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	enc, codec := s.codecs.encodeObject(raw, p.Hint)
-	if codec == CodecRaw || len(enc) >= len(obj) {
-		return s.finishReencode(id, nil) // does not compress: stays raw
+	// Candidates: the standalone encoding of a raw object, and the planned
+	// delta; the smallest wins, the object as it is if neither pays.
+	best, bestCodec, delta := obj, hdr.codec, false
+	if hdr.codec == CodecRaw {
+		if enc, codec := s.codecs.encodeObject(raw, p.Hint); codec != CodecRaw && len(enc) < len(best) {
+			best, bestCodec = enc, codec
+		}
+	}
+	standalone, standaloneCodec := best, bestCodec
+	if planned {
+		release, err := s.pinBase(ctx, plan.Base)
+		if err != nil {
+			return err
+		}
+		defer release()
+		if dobj := s.deltaObject(ctx, raw, plan.Base, p.Hint); dobj != nil && len(dobj) < len(best)-len(best)/deltaMinGain {
+			dh, _ := parseObjectHeader(dobj)
+			best, bestCodec, delta = dobj, dh.codec, true
+		}
+	}
+	if len(best) == len(obj) && !delta {
+		return s.finishReencode(id, nil, false) // does not compress: stays as it is
 	}
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if delta {
+		// The delta's rows first: from this commit on no sweep deletes its
+		// base, so the object renamed below is never left without one.
+		if err := s.Update(func(tx *Tx) error { return tx.putDelta(id, plan) }); err != nil {
+			if ctx.Err() != nil || errors.Is(err, ErrCatalogDamaged) {
+				return err
+			}
+			// The base changed (swept, or became a delta): standalone.
+			best, bestCodec, delta = standalone, standaloneCodec, false
+			if len(best) == len(obj) {
+				return s.finishReencode(id, nil, false)
+			}
+		}
 	}
 	// Replace and make durable before the transaction. The object keeps the
 	// raw object's age, which the collector's grace period reads (the backend
 	// sets it after its rename: a temporary file that looks old is one a
 	// collection removes as a crash leftover).
-	if err := s.objects.Put(ctx, h, enc, backend.PutOptions{ModTime: st.ModTime}); err != nil {
+	if err := s.objects.Put(ctx, h, best, backend.PutOptions{ModTime: st.ModTime}); err != nil {
 		return err
 	}
 	if err := s.objects.Sync(ctx, []backend.Handle{h}); err != nil {
@@ -370,13 +416,52 @@ func (s *Store) reencode(ctx context.Context, id ID, afterRename func(ID) error)
 			return err
 		}
 	}
-	return s.finishReencode(id, &ChunkInfo{RawLen: info.RawLen, StoredLen: uint32(len(enc)), Codec: codec})
+	return s.finishReencode(id, &ChunkInfo{RawLen: info.RawLen, StoredLen: uint32(len(best)), Codec: bestCodec}, delta)
 }
 
-// finishReencode drops chunk id's queue row and, when stored is not nil, sets
-// its index row's stored length and codec (keeping the stored-bytes counter
-// right), in one transaction.
-func (s *Store) finishReencode(id ID, stored *ChunkInfo) error {
+// pinBase keeps chunk base from being swept until release is called.
+func (s *Store) pinBase(ctx context.Context, base ID) (release func(), err error) {
+	if err := s.pin(ctx, base); err != nil {
+		return nil, err
+	}
+	return func() { s.unpin([]ID{base}) }, nil
+}
+
+// deltaObject returns raw coded as a delta object against chunk base, or nil
+// when base cannot serve (gone, damaged, a delta itself, another length).
+// The base is verified (from the cache, or its object decoded and hashed):
+// a delta against wrong bytes would fail every read.
+func (s *Store) deltaObject(ctx context.Context, raw []byte, base ID, h Hint) []byte {
+	var bd []byte
+	if e, ok := s.cache.peek(base); ok {
+		k := &Chunk{Data: e.data, c: s.cache, e: e}
+		defer k.Release()
+		bd = e.data
+	} else {
+		obj, err := s.objects.Get(ctx, chunkHandle(base), nil)
+		if err != nil {
+			return nil
+		}
+		if bd, err = s.codecs.decodeObject(base, obj); err != nil {
+			return nil // a delta, or damaged: fsck names it
+		}
+	}
+	if len(bd) != len(raw) {
+		return nil
+	}
+	elem := h.ElemSize
+	if elem < 0 || elem > 255 {
+		elem = 0
+	}
+	return s.codecs.encodeDeltaObject(raw, bd, base, elem, &s.deltaScratch)
+}
+
+// finishReencode drops chunk id's queue and plan rows and, when stored is
+// not nil, sets its index row's stored length and codec (keeping the
+// stored-bytes counter right), in one transaction. delta says whether the
+// object is now a delta; when it is not, a delta row left by an interrupted
+// run is dropped.
+func (s *Store) finishReencode(id ID, stored *ChunkInfo, delta bool) error {
 	return s.Update(func(tx *Tx) error {
 		if stored != nil {
 			cur, ok, err := tx.Chunk(id)
@@ -392,6 +477,14 @@ func (s *Store) finishReencode(id ID, stored *ChunkInfo) error {
 					return err
 				}
 			}
+		}
+		if !delta {
+			if err := tx.dropDelta(id); err != nil {
+				return err
+			}
+		}
+		if err := tx.dropPlan(id); err != nil {
+			return err
 		}
 		return tx.unqueueReencode(id)
 	})

@@ -412,6 +412,9 @@ func (s *Store) uploadChunks(ctx context.Context, need map[ID]uint32) error {
 					return fmt.Errorf("upload chunk %v: read the local object: %w", id, err)
 				}
 				buf = obj
+				if obj, err = s.standaloneObject(gctx, id, obj); err != nil {
+					return fmt.Errorf("upload chunk %v: %w", id, err)
+				}
 				err = r.be.Put(gctx, h, obj, backend.PutOptions{IfAbsent: true})
 				exists := errors.Is(err, backend.ErrExists) // a dedup hit
 				if err != nil && !exists {
@@ -435,6 +438,24 @@ func (s *Store) uploadChunks(ctx context.Context, need map[ID]uint32) error {
 	}
 	err := g.Wait()
 	return errors.Join(err, record(true))
+}
+
+// standaloneObject returns obj, chunk id's local object, when it is
+// standalone, and otherwise (a delta) the chunk's standalone encoding. The
+// bucket holds standalone objects only: its collection marks from
+// snapshots and knows nothing of bases, and a reader elsewhere would need
+// two fetches. (Deltas in the bucket are left for later.)
+func (s *Store) standaloneObject(ctx context.Context, id ID, obj []byte) ([]byte, error) {
+	h, err := parseObjectHeader(obj)
+	if err != nil || !h.delta {
+		return obj, nil // a damaged object fails the reader's checks, as before
+	}
+	raw, err := s.ReadChunk(ctx, ChunkRef{ID: id, Len: h.rawLen})
+	if err != nil {
+		return nil, err
+	}
+	enc, _ := s.codecs.encodeObject(raw, Hint{ElemSize: h.elem})
+	return enc, nil
 }
 
 // RemoteSnapshot returns the newest snapshot published in the remote, or

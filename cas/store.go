@@ -65,6 +65,12 @@ type Options struct {
 	// slot taken is stored raw and queued for ReencodeOne; negative means
 	// never encode inline (tests). See reencode.go.
 	InlineEncoders int
+	// DeltaKeyframe bounds delta chains (deltaplan.go): a chunk is stored as
+	// a delta against a base at most DeltaKeyframe-1 versions before it, and
+	// the next version starts a new chain with a standalone chunk. 0 means
+	// DefaultDeltaKeyframe; 1 or less (negative) means no deltas are
+	// planned (deltas already stored still read).
+	DeltaKeyframe int
 	// Objects is where chunk objects live; nil means the store's own
 	// objects/ directory (cas/backend/local). The Store closes it.
 	Objects backend.Backend
@@ -114,9 +120,13 @@ type Store struct {
 	// Re-encoding (reencode.go): encodeSlots bounds inline encoders (nil: none);
 	// reencodeSem (capacity 1) serialises ReencodeOne and guards reencodeNext,
 	// the queue key after which the next ReencodeOne looks.
-	encodeSlots  chan struct{}
-	reencodeSem  chan struct{}
-	reencodeNext []byte
+	encodeSlots chan struct{}
+	// deltaKeyframe is Options.DeltaKeyframe; deltaScratch is the re-encoder's
+	// (reencodeSem held).
+	deltaKeyframe int
+	deltaScratch  deltaScratch
+	reencodeSem   chan struct{}
+	reencodeNext  []byte
 
 	// Coordination with garbage collection (see sweep.go): chunks named by
 	// batches not committed yet are pinned; chunks being swept are deleting.
@@ -143,6 +153,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	if opts.ChunkSize <= 0 {
 		opts.ChunkSize = DefaultChunkSize
+	}
+	if opts.DeltaKeyframe == 0 {
+		opts.DeltaKeyframe = DefaultDeltaKeyframe
 	}
 	if opts.HashWorkers <= 0 {
 		opts.HashWorkers = max(1, runtime.NumCPU()-1)
@@ -201,7 +214,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	s := &Store{dir: dir, db: db, readOnly: opts.ReadOnly, flights: map[ID]*flight{}, objects: objects,
 		pins: map[ID]int{}, deleting: map[ID]chan struct{}{}, hashSlots: make(chan struct{}, opts.HashWorkers),
-		obs: opts.Observer}
+		obs: opts.Observer, deltaKeyframe: opts.DeltaKeyframe}
 	if opts.Remote != nil {
 		s.remote = newRemoteState(opts.Remote, opts.LocalCacheSize)
 	}
@@ -333,7 +346,7 @@ func (s *Store) init(chunkSize int) error {
 				}
 			}
 			meta := tx.Bucket(bucketMeta)
-			if err := meta.Put(keyFormat, binary.BigEndian.AppendUint32(nil, FormatVersion)); err != nil {
+			if err := meta.Put(keyFormat, binary.BigEndian.AppendUint32(nil, formatSealed)); err != nil {
 				return err
 			}
 			if err := meta.Put(keyChunkSize, binary.BigEndian.AppendUint32(nil, uint32(chunkSize))); err != nil {
@@ -354,7 +367,7 @@ func (s *Store) init(chunkSize int) error {
 		if err := check(tx); err != nil {
 			return err
 		}
-		if s.format < FormatVersion {
+		if s.format < formatSealed {
 			return s.migrate(tx)
 		}
 		return nil
@@ -387,10 +400,10 @@ func (s *Store) migrate(tx *bolt.Tx) error {
 			}
 		}
 	}
-	if err := tx.Bucket(bucketMeta).Put(keyFormat, binary.BigEndian.AppendUint32(nil, FormatVersion)); err != nil {
+	if err := tx.Bucket(bucketMeta).Put(keyFormat, binary.BigEndian.AppendUint32(nil, formatSealed)); err != nil {
 		return err
 	}
-	s.format = FormatVersion
+	s.format = formatSealed
 	return nil
 }
 
@@ -421,6 +434,18 @@ func (s *Store) Close() error {
 	return errors.Join(s.objects.Close(), rerr, s.db.Close())
 }
 
+// Format is the store's catalog format version, as the catalog says now.
+func (s *Store) Format() int {
+	f := 0
+	_ = s.View(func(tx *Tx) error {
+		if v := tx.b(bucketMeta).Get(keyFormat); len(v) == 4 {
+			f = int(binary.BigEndian.Uint32(v))
+		}
+		return nil
+	})
+	return f
+}
+
 // Dir returns the store directory.
 func (s *Store) Dir() string { return s.dir }
 
@@ -437,7 +462,7 @@ func (s *Store) ChunkSize() int { return s.chunkSize }
 // back first.
 func (s *Store) View(fn func(*Tx) error) (err error) {
 	defer recoverDamage(&err)
-	return s.db.View(func(tx *bolt.Tx) error { return fn(&Tx{tx: tx, legacy: s.format < FormatVersion}) })
+	return s.db.View(func(tx *bolt.Tx) error { return fn(&Tx{tx: tx, legacy: s.format < formatSealed}) })
 }
 
 // recoverDamage turns a panic of bbolt's into an error.
@@ -452,7 +477,7 @@ func recoverDamage(err *error) {
 // A panic inside bbolt is returned as View's is.
 func (s *Store) Update(fn func(*Tx) error) (err error) {
 	defer recoverDamage(&err)
-	return s.db.Update(func(tx *bolt.Tx) error { return fn(&Tx{tx: tx, legacy: s.format < FormatVersion}) })
+	return s.db.Update(func(tx *bolt.Tx) error { return fn(&Tx{tx: tx, legacy: s.format < formatSealed}) })
 }
 
 // AllocIno returns an inode number never handed out before in this store.
@@ -493,12 +518,14 @@ func (s *Store) Stats() (Stats, error) {
 	st := Stats{
 		StoreReadBytes: s.storeReadBytes.Load(),
 		ChunkSize:      s.chunkSize,
-		FormatVersion:  FormatVersion,
 		CacheBytes:     s.cache.bytes(),
 		RemoteStats:    s.remoteStats(),
 	}
 	err := s.View(func(tx *Tx) error {
 		st.Counts = tx.Counts()
+		if v := tx.b(bucketMeta).Get(keyFormat); len(v) == 4 {
+			st.FormatVersion = int(binary.BigEndian.Uint32(v))
+		}
 		return nil
 	})
 	return st, err
@@ -572,12 +599,24 @@ func (s *Store) loadChunk(ctx context.Context, id ID, alloc func(int) []byte) ([
 
 // VerifyObject reads and fully verifies chunk id's object, bypassing the cache.
 func (s *Store) VerifyObject(ctx context.Context, id ID) (ChunkInfo, error) {
+	info, _, err := s.verifyObject(ctx, id)
+	return info, err
+}
+
+// VerifyObjectBase is VerifyObject that also says whether the object is a
+// delta, and against which base.
+func (s *Store) VerifyObjectBase(ctx context.Context, id ID) (info ChunkInfo, base ID, delta bool, err error) {
+	info, h, err := s.verifyObject(ctx, id)
+	return info, h.base, h.delta, err
+}
+
+func (s *Store) verifyObject(ctx context.Context, id ID) (ChunkInfo, objectHeader, error) {
 	raw, obj, err := s.readObject(ctx, id, nil, nil)
 	if err != nil {
-		return ChunkInfo{}, err
+		return ChunkInfo{}, objectHeader{}, err
 	}
 	h, _ := parseObjectHeader(obj) // decodeObject parsed it already
-	return ChunkInfo{RawLen: uint32(len(raw)), StoredLen: uint32(len(obj)), Codec: h.codec}, nil
+	return ChunkInfo{RawLen: uint32(len(raw)), StoredLen: uint32(len(obj)), Codec: h.codec}, h, nil
 }
 
 // readObject returns chunk id's decoded, verified bytes and its object, read

@@ -117,6 +117,7 @@ type SweepResult struct {
 	StoredBytes int64 // bytes of object files deleted
 	RawBytes    int64 // raw bytes of the deleted chunks that were indexed
 	Skipped     int   // candidates kept: pinned by a commit in progress, or named again
+	BasesKept   int   // candidates kept because a delta still stored needs them as its base
 }
 
 // Sweep deletes the objects and index rows of candidates, which the caller
@@ -151,8 +152,26 @@ func (s *Store) Sweep(ctx context.Context, candidates []ID) (SweepResult, error)
 	var doomed []ID
 	err := s.Update(func(tx *Tx) error {
 		doomed = doomed[:0]
-		res.RawBytes = 0
+		res.RawBytes, res.BasesKept = 0, 0
+		// Deltas first, so that a base whose deltas all go in this step
+		// goes too, and their objects are deleted before its object.
+		var deltas, others []ID
 		for _, id := range chosen {
+			if _, _, ok, err := tx.Delta(id); err != nil {
+				return err
+			} else if ok {
+				deltas = append(deltas, id)
+			} else {
+				others = append(others, id)
+			}
+		}
+		for _, id := range append(deltas, others...) {
+			if tx.IsBase(id) {
+				// A delta that is not garbage (or not yet known to be)
+				// needs it: kept whatever the caller marked.
+				res.BasesKept++
+				continue
+			}
 			info, indexed, err := tx.Chunk(id)
 			if err != nil {
 				return err
@@ -163,8 +182,15 @@ func (s *Store) Sweep(ctx context.Context, candidates []ID) (SweepResult, error)
 				}
 				res.RawBytes += int64(info.RawLen)
 			}
-			// A queued chunk leaves the queue with its index row (reencode.go).
+			// A queued chunk leaves the queue with its index row
+			// (reencode.go), a delta with its delta rows (deltaplan.go).
 			if err := tx.unqueueReencode(id); err != nil {
+				return err
+			}
+			if err := tx.dropPlan(id); err != nil {
+				return err
+			}
+			if err := tx.dropDelta(id); err != nil {
 				return err
 			}
 			doomed = append(doomed, id)

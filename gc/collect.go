@@ -3,6 +3,7 @@ package gc
 import (
 	"context"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/ckptfs/ckptfs/cas"
@@ -103,6 +104,21 @@ func Collect(ctx context.Context, s *cas.Store, opts Options) (Result, error) {
 			}
 		}
 	}
+	// The base of a live delta is live (cas.Store.Sweep keeps any base a
+	// delta row names whatever is marked; marking it keeps the counts and
+	// the dry run honest). Depth 1: a base is never a delta itself.
+	isDelta := map[cas.ID]struct{}{}
+	if err := s.View(func(tx *cas.Tx) error {
+		return tx.ForEachDelta(func(id, base cas.ID, _ int) error {
+			isDelta[id] = struct{}{}
+			if _, ok := marked[id]; ok {
+				marked[base] = struct{}{}
+			}
+			return nil
+		})
+	}); err != nil {
+		return res, fmt.Errorf("mark delta bases: %w", err)
+	}
 	res.Marked = len(marked)
 	report(opts, "mark", total, total)
 
@@ -174,6 +190,14 @@ func Collect(ctx context.Context, s *cas.Store, opts Options) (Result, error) {
 		return res, fmt.Errorf("scan index: %w", err)
 	}
 
+	// Deltas before other chunks: a base whose deltas are garbage too is
+	// swept after them (Sweep keeps a base while a delta row names it).
+	sort.SliceStable(candidates, func(i, j int) bool {
+		_, di := isDelta[candidates[i]]
+		_, dj := isDelta[candidates[j]]
+		return di && !dj
+	})
+
 	if opts.DryRun {
 		res.Chunks = len(candidates) - res.IndexRows
 		res.FreedBytes = candidateBytes
@@ -203,7 +227,7 @@ func Collect(ctx context.Context, s *cas.Store, opts Options) (Result, error) {
 		res.Chunks += r.Chunks
 		res.FreedBytes += r.StoredBytes
 		res.FreedRawBytes += r.RawBytes
-		res.Skipped += r.Skipped
+		res.Skipped += r.Skipped + r.BasesKept
 		if err != nil {
 			return res, err
 		}

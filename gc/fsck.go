@@ -234,6 +234,7 @@ func Fsck(ctx context.Context, s *cas.Store, opts FsckOptions) (FsckResult, erro
 	}); err != nil {
 		return res, fmt.Errorf("scan objects: %w", err)
 	}
+	objectBases := map[cas.ID]objectBase{} // what the objects read say (ReadData)
 	ids := make([]cas.ID, 0, len(index))
 	for id := range index {
 		ids = append(ids, id)
@@ -263,7 +264,10 @@ func Fsck(ctx context.Context, s *cas.Store, opts FsckOptions) (FsckResult, erro
 		}
 		if opts.ReadData {
 			res.ObjectsRead++
-			got, err := s.VerifyObject(ctx, id)
+			got, base, isDelta, err := s.VerifyObjectBase(ctx, id)
+			if err == nil {
+				objectBases[id] = objectBase{base, isDelta}
+			}
 			switch {
 			case err != nil:
 				problem("corrupt-chunk", user, id.String(), "%v", unwrapCorrupt(err))
@@ -306,6 +310,10 @@ func Fsck(ctx context.Context, s *cas.Store, opts FsckOptions) (FsckResult, erro
 		default:
 			problem("missing-chunk", user, id.String(), "named by a manifest, with no object file")
 		}
+	}
+
+	if err := checkDeltas(s, queued, users, objectBases, problem, note); err != nil {
+		return res, err
 	}
 
 	// A lost or damaged chunk fails every file that uses it: name them all,
@@ -395,4 +403,91 @@ func nameEveryUser(s *cas.Store, res *FsckResult, inoPath map[uint64]string) err
 		return fmt.Errorf("name the files of damaged chunks: %w", err)
 	}
 	return nil
+}
+
+// objectBase is what a delta object's header says: its base, if a delta.
+type objectBase struct {
+	base  cas.ID
+	delta bool
+}
+
+// checkDeltas checks the delta rows (cas: deltaplan.go): every delta's base
+// is indexed and standalone, the reverse index matches, the counter and the
+// format are right, plans are for queued chunks; with the objects' headers
+// read (objects, from ReadData), that every delta object has its row and
+// every row its object.
+func checkDeltas(s *cas.Store, queued map[cas.ID]cas.PendingReencode, users map[cas.ID]string,
+	objects map[cas.ID]objectBase, problem, note func(kind, p, chunk, format string, args ...any)) error {
+	return s.View(func(tx *cas.Tx) error {
+		rows := 0
+		err := tx.ForEachDelta(func(id, base cas.ID, dist int) error {
+			rows++
+			user := users[id]
+			if _, ok, err := tx.Chunk(id); err != nil {
+				return err
+			} else if !ok {
+				problem("delta-stale", user, id.String(), "delta row of a chunk that is not indexed")
+			}
+			if _, ok, err := tx.Chunk(base); err != nil {
+				return err
+			} else if !ok {
+				problem("delta-base-missing", user, id.String(), "its base %v is not indexed: a collection may have deleted it", base)
+			}
+			if _, _, ok, err := tx.Delta(base); err != nil {
+				return err
+			} else if ok {
+				problem("delta-depth", user, id.String(), "its base %v is a delta itself (deltas have depth 1)", base)
+			}
+			if !tx.HasBaseRow(base, id) {
+				problem("delta-reverse", user, id.String(), "no reverse row for its base %v: a collection would not keep the base", base)
+			}
+			if o, ok := objects[id]; ok {
+				_, pending := queued[id]
+				switch {
+				case o.delta && o.base != base:
+					problem("delta-base", user, id.String(), "object is a delta against %v, its row says %v", o.base, base)
+				case !o.delta && pending:
+					note("delta-pending", user, id.String(), "delta row over a standalone object: a re-encode was interrupted; the next one settles it")
+				case !o.delta:
+					problem("delta-standalone", user, id.String(), "delta row over a standalone object")
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if c := tx.Counts().DeltaChunks; c != int64(rows) {
+			problem("counter", "", "", "delta_chunks counter is %d, the catalog holds %d", c, rows)
+		}
+		if rows > 0 && s.Format() < cas.FormatVersion {
+			problem("format", "", "", "the store holds deltas at format %d: an older ckptfs would open it", s.Format())
+		}
+		if err := tx.ForEachBaseRow(func(base, id cas.ID) error {
+			if b, _, ok, err := tx.Delta(id); err != nil {
+				return err
+			} else if !ok || b != base {
+				problem("delta-reverse", users[base], base.String(), "reverse row names delta %v, which is not a delta against it", id)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		for id, o := range objects {
+			if !o.delta {
+				continue
+			}
+			if _, _, ok, err := tx.Delta(id); err != nil {
+				return err
+			} else if !ok {
+				problem("delta-unrecorded", users[id], id.String(), "object is a delta against %v but has no delta row: a collection would not keep its base", o.base)
+			}
+		}
+		return tx.ForEachDeltaPlan(func(id, base cas.ID, _ int) error {
+			if _, ok := queued[id]; !ok {
+				note("delta-plan-stale", users[id], id.String(), "delta plan of a chunk that is not queued for re-encoding")
+			}
+			return nil
+		})
+	})
 }

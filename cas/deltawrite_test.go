@@ -1,0 +1,261 @@
+package cas
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// stepChain returns n versions of a bf16 chunk of elems elements, each an
+// Adam-like step (every element moved by ~rel of the typical magnitude) from
+// the one before.
+func stepChain(seed uint64, elems, n int, rel float64) [][]byte {
+	rng := rand.New(rand.NewPCG(seed, 11))
+	w := make([]float64, elems)
+	for i := range w {
+		w[i] = rng.NormFloat64() * 0.02
+	}
+	out := make([][]byte, n)
+	for v := range out {
+		b := make([]byte, 2*elems)
+		for i := range w {
+			if v > 0 {
+				w[i] += rng.NormFloat64() * 0.02 * rel
+			}
+			binary.LittleEndian.PutUint16(b[2*i:], uint16(math.Float32bits(float32(w[i]))>>16))
+		}
+		out[v] = b
+	}
+	return out
+}
+
+// commitVersion commits data as one chunk, suggesting prev as its base.
+func commitVersion(t *testing.T, s *Store, data []byte, prev *ChunkRef) ChunkRef {
+	t.Helper()
+	ctx := context.Background()
+	b := s.NewBatch()
+	ref, err := b.PutHinted(ctx, data, Hint{ElemSize: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if prev != nil {
+		b.SuggestBase(ref.ID, prev.ID)
+	}
+	if err := s.Commit(ctx, b, func(*Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return ref
+}
+
+type deltaState struct {
+	base    ID
+	dist    int
+	isDelta bool // delta row
+	object  bool // the object's header says delta
+}
+
+func deltaOf(t *testing.T, s *Store, id ID) deltaState {
+	t.Helper()
+	var st deltaState
+	if err := s.View(func(tx *Tx) error {
+		var err error
+		st.base, st.dist, st.isDelta, err = tx.Delta(id)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_, base, delta, err := s.VerifyObjectBase(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if delta && base != st.base {
+		t.Fatalf("chunk %v: object's base %v, row's %v", id, base, st.base)
+	}
+	st.object = delta
+	return st
+}
+
+// TestDeltaWriter: suggested chunks become deltas against one keyframe per
+// chain, read back exact, are smaller, and the store moves to format 3.
+func TestDeltaWriter(t *testing.T) {
+	for _, inline := range []int{-1, 0} { // stored raw then queued; encoded inline then planned
+		s := testStore(t, Options{InlineEncoders: inline, DeltaKeyframe: 3})
+		vs := stepChain(1, 256<<10, 7, 0.01)
+		var refs []ChunkRef
+		for i, v := range vs {
+			var prev *ChunkRef
+			if i > 0 {
+				prev = &refs[i-1]
+			}
+			refs = append(refs, commitVersion(t, s, v, prev))
+		}
+		if f := s.Format(); f != formatSealed {
+			t.Fatalf("format %d before any delta, want %d", f, formatSealed)
+		}
+		drain(t, s)
+		checkCounters(t, s)
+		// keyframe 3: v0 key, v1 d1, v2 d2, v3 key, v4 d1, v5 d2, v6 key.
+		want := []struct {
+			delta bool
+			base  int
+			dist  int
+		}{{false, 0, 0}, {true, 0, 1}, {true, 0, 2}, {false, 0, 0}, {true, 3, 1}, {true, 3, 2}, {false, 0, 0}}
+		var stored, standalone int64
+		for i, r := range refs {
+			st := deltaOf(t, s, r.ID)
+			w := want[i]
+			if st.isDelta != w.delta || st.object != w.delta || (w.delta && (st.base != refs[w.base].ID || st.dist != w.dist)) {
+				t.Errorf("inline %d, version %d: %+v, want delta %v against version %d at %d", inline, i, st, w.delta, w.base, w.dist)
+			}
+			var info ChunkInfo
+			_ = s.View(func(tx *Tx) error { info, _, _ = tx.Chunk(r.ID); return nil })
+			if w.delta {
+				stored += int64(info.StoredLen)
+			} else {
+				standalone += int64(info.StoredLen)
+			}
+			s.cache.drop(r.ID)
+			for _, b := range refs {
+				s.cache.drop(b.ID)
+			}
+			got, err := s.ReadChunk(context.Background(), r)
+			if err != nil || !bytes.Equal(got, vs[i]) {
+				t.Fatalf("version %d reads back wrong: %v", i, err)
+			}
+		}
+		t.Logf("inline %d: 4 deltas %d bytes, 3 keyframes %d bytes", inline, stored, standalone)
+		if stored*3 > standalone*2*4/3 {
+			t.Errorf("deltas take %d bytes (4), standalone keyframes %d (3): no gain", stored, standalone)
+		}
+		if f := s.Format(); f != formatDeltas {
+			t.Errorf("format %d after deltas, want %d", f, formatDeltas)
+		}
+		if c := mustCounts(t, s); c.DeltaChunks != 4 || c.ReencodePending != 0 {
+			t.Errorf("counts %+v, want 4 deltas and an empty queue", c)
+		}
+
+		// A base is kept while a delta row names it; deltas first, then it.
+		r, err := s.Sweep(context.Background(), []ID{refs[0].ID})
+		if err != nil || r.BasesKept != 1 || r.Chunks != 0 {
+			t.Fatalf("sweep of a base with live deltas: %+v, %v", r, err)
+		}
+		r, err = s.Sweep(context.Background(), []ID{refs[0].ID, refs[1].ID, refs[2].ID})
+		if err != nil || r.BasesKept != 0 || r.Chunks != 3 {
+			t.Fatalf("sweep of a base with its deltas: %+v, %v", r, err)
+		}
+		for _, i := range []int{3, 4, 5, 6} {
+			if _, err := s.ReadChunk(context.Background(), refs[i]); err != nil {
+				t.Fatalf("version %d after the sweep: %v", i, err)
+			}
+		}
+		if c := mustCounts(t, s); c.DeltaChunks != 2 {
+			t.Errorf("%d delta rows after sweeping two deltas, want 2", c.DeltaChunks)
+		}
+		checkCounters(t, s)
+	}
+}
+
+// TestDeltaWriterRefusals: no delta against a swept base, over the length
+// limit of the suggestion, or when it does not pay; an old delta object
+// found on disk is not reused.
+func TestDeltaWriterRefusals(t *testing.T) {
+	ctx := context.Background()
+	s := testStore(t, Options{InlineEncoders: -1})
+	vs := stepChain(2, 64<<10, 2, 0.01)
+	r0 := commitVersion(t, s, vs[0], nil)
+	r1 := commitVersion(t, s, vs[1], &r0)
+	// The base goes before the re-encoder runs: the chunk is encoded alone.
+	if r, err := s.Sweep(ctx, []ID{r0.ID}); err != nil || r.Chunks != 1 {
+		t.Fatalf("sweep: %+v %v", r, err)
+	}
+	drain(t, s)
+	if st := deltaOf(t, s, r1.ID); st.isDelta || st.object {
+		t.Errorf("delta against a swept base: %+v", st)
+	}
+
+	// Unrelated bytes: the delta does not pay.
+	other := stepChain(3, 64<<10, 1, 0)[0]
+	r2 := commitVersion(t, s, other, &r1)
+	drain(t, s)
+	if st := deltaOf(t, s, r2.ID); st.isDelta {
+		t.Errorf("delta of unrelated bytes kept: %+v", st)
+	}
+
+	// A suggestion of another length is ignored at commit.
+	short := commitVersion(t, s, vs[0][:4096], &r2)
+	if err := s.View(func(tx *Tx) error {
+		if _, _, ok, err := tx.DeltaPlan(short.ID); ok || err != nil {
+			t.Errorf("plan for a chunk of another length than its suggestion (%v)", err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A delta object left on disk without rows (its commit swept) is
+	// replaced by a standalone object when the chunk is stored again.
+	vs2 := stepChain(4, 64<<10, 2, 0.01)
+	a := commitVersion(t, s, vs2[0], nil)
+	b := commitVersion(t, s, vs2[1], &a)
+	drain(t, s)
+	if st := deltaOf(t, s, b.ID); !st.isDelta {
+		t.Fatalf("no delta written: %+v", st)
+	}
+	if r, err := s.Sweep(ctx, []ID{b.ID}); err != nil || r.Chunks != 1 {
+		t.Fatalf("sweep: %+v %v", r, err)
+	}
+	storeDelta(t, s, vs2[1], b, vs2[0], a.ID) // as a crash between the sweep's row and object deletion would leave it
+	b2 := commitVersion(t, s, vs2[1], nil)
+	if st := deltaOf(t, s, b2.ID); st.object || st.isDelta {
+		t.Errorf("an unrecorded delta object was reused: %+v", st)
+	}
+	// Its base can now go: nothing names it.
+	if r, err := s.Sweep(ctx, []ID{a.ID}); err != nil || r.Chunks != 1 {
+		t.Fatalf("sweep of the former base: %+v %v", r, err)
+	}
+	if _, err := s.ReadChunk(ctx, b2); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDeltaReencodeCrashWindow: a delta re-encode stopped after its rename
+// and before its last transaction leaves rows that keep the base; the next
+// run finishes it.
+func TestDeltaReencodeCrashWindow(t *testing.T) {
+	ctx := context.Background()
+	s := testStore(t, Options{InlineEncoders: -1})
+	vs := stepChain(5, 64<<10, 2, 0.01)
+	r0 := commitVersion(t, s, vs[0], nil)
+	drain(t, s)
+	r1 := commitVersion(t, s, vs[1], &r0)
+	crash := errors.New("crash")
+	if _, err := s.reencodeOne(ctx, func(ID) error { return crash }); !errors.Is(err, crash) {
+		t.Fatalf("re-encode: %v", err)
+	}
+	if r, err := s.Sweep(ctx, []ID{r0.ID}); err != nil || r.BasesKept != 1 {
+		t.Fatalf("base swept in the crash window: %+v %v", r, err)
+	}
+	drain(t, s)
+	if st := deltaOf(t, s, r1.ID); !st.isDelta || !st.object {
+		t.Errorf("after the next run: %+v", st)
+	}
+	checkCounters(t, s)
+	s.cache.drop(r0.ID)
+	s.cache.drop(r1.ID)
+	if got, err := s.ReadChunk(ctx, r1); err != nil || !bytes.Equal(got, vs[1]) {
+		t.Fatal(err)
+	}
+}
+
+func mustCounts(t *testing.T, s *Store) Counts {
+	t.Helper()
+	var c Counts
+	if err := s.View(func(tx *Tx) error { c = tx.Counts(); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
