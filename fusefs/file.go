@@ -959,6 +959,8 @@ func (n *fileNode) commitDirty(ctx context.Context, origin *fileNode, originAttr
 		rec.Mode, rec.UID, rec.GID = originAttr.Mode, originAttr.UID, originAttr.GID
 	}
 
+	n.fsys.suggestBases(batch, n.hintPlace(origin, originAttr), refs, ix)
+
 	// The batch's objects are made durable before nsMu is taken (lookups wait
 	// on it), and the batch is released after the transaction has ended.
 	var replaced func()
@@ -1017,6 +1019,27 @@ func (n *fileNode) commitDirty(ctx context.Context, origin *fileNode, originAttr
 		return nil, err
 	}
 	return replaced, nil
+}
+
+// hintPlace says where n's new content will live and which committed
+// content it replaces, for delta hints (bases.go). n.mu held.
+func (n *fileNode) hintPlace(origin *fileNode, originAttr cas.Node) hintPlace {
+	n.fsys.nsMu.Lock()
+	defer n.fsys.nsMu.Unlock()
+	p := hintPlace{dir: n.dir, name: n.name}
+	if n.persisted {
+		p.prior = append(p.prior, n.attr.Ino)
+	}
+	if n.shadow != 0 {
+		p.prior = append(p.prior, n.shadow)
+	}
+	if origin != nil {
+		p.dir, p.name = origin.dir, origin.name
+		if originAttr.Ino != 0 {
+			p.prior = append(p.prior, originAttr.Ino)
+		}
+	}
+	return p
 }
 
 // replaceOrigin puts fork n in origin's place in the inode tree and returns a

@@ -1,0 +1,218 @@
+package fusefs
+
+import (
+	"sort"
+	"strings"
+
+	"github.com/ckptfs/ckptfs/cas"
+)
+
+// Delta hints (issue #15). A commit tells its batch which committed chunk
+// each of its chunks is likely close to (cas.Batch.SuggestBase); cas plans
+// deltas from that and keeps one only when it pays. The previous version of
+// a file is, in order of preference:
+//
+//  1. the file's own committed content that this commit replaces (a rewrite
+//     in place, a fork of an open file, a rename over a committed file);
+//  2. the file at the same relative path in the previous sibling of one of
+//     its first maxHintLevels ancestor directories, in natural order of
+//     names ("step-90" before "step-100"): runs/r1/0200/model.safetensors
+//     for runs/r1/0210/model.safetensors, runs/r1/0200/bf16/model.safetensors
+//     for runs/r1/0210/bf16/model.safetensors, checkpoint-500/ before
+//     checkpoint-1000/.
+//
+// Chunks are paired by tensor when both files have a tensor index (same
+// name, dtype and length: the same offset within the tensor), and by file
+// offset otherwise; a pair must have equal lengths. Finding a hint reads the
+// catalog (a directory listing of at most maxHintSiblings entries per level)
+// and never fails a commit: no hint means no delta.
+const (
+	maxHintLevels   = 3
+	maxHintSiblings = 1 << 16
+	minHintChunk    = 4 << 10 // smaller chunks are not worth a second object on read
+)
+
+// hintPlace is where a commit's file lives, for finding its previous version.
+type hintPlace struct {
+	dir   *dirNode
+	name  string
+	prior []uint64 // committed nodes whose content this commit replaces, preferred first
+}
+
+// suggestBases finds the previous version of the file at place and suggests
+// its chunks as bases for refs (the new content, indexed by ix, may be nil).
+func (f *FS) suggestBases(batch *cas.Batch, place hintPlace, refs []cas.ChunkRef, ix *FileIndex) {
+	if len(refs) == 0 {
+		return
+	}
+	var prev *cas.Manifest
+	_ = f.store.View(func(tx *cas.Tx) error {
+		for _, ino := range place.prior {
+			if m, ok, err := tx.Manifest(ino); err == nil && ok && len(m.Chunks) > 0 {
+				prev = m
+				return nil
+			}
+		}
+		prev = previousStep(tx, place)
+		return nil
+	})
+	if prev == nil {
+		return
+	}
+	var pix *FileIndex
+	if ix != nil && len(ix.Tensors) > 0 {
+		if p, err := ParseFileIndex(prev.Extra); err == nil && len(p.Tensors) > 0 {
+			pix = p
+		}
+	}
+	for _, p := range pairChunks(refs, ix, prev.Chunks, pix) {
+		batch.SuggestBase(p[0], p[1])
+	}
+}
+
+// previousStep looks for the file at the same relative path under the
+// previous sibling of each of place's first ancestors.
+func previousStep(tx *cas.Tx, place hintPlace) *cas.Manifest {
+	if place.dir == nil {
+		return nil
+	}
+	rel := []string{place.name}
+	in := place.dir.EmbeddedInode()
+	for range maxHintLevels {
+		name, parent := in.Parent()
+		if parent == nil {
+			return nil
+		}
+		if sib, ok := previousSibling(tx, parent.StableAttr().Ino, name); ok {
+			if m := lookupFile(tx, sib, rel); m != nil {
+				return m
+			}
+		}
+		rel = append([]string{name}, rel...)
+		in = parent
+	}
+	return nil
+}
+
+// previousSibling returns the directory entry of dir that comes right before
+// name in natural order, among at most maxHintSiblings entries.
+func previousSibling(tx *cas.Tx, dir uint64, name string) (uint64, bool) {
+	var best string
+	var bestIno uint64
+	n := 0
+	errStop := errStopWalk{}
+	_ = tx.Children(dir, func(child string, ino uint64) error {
+		if n++; n > maxHintSiblings {
+			bestIno = 0
+			return errStop
+		}
+		if natLess(child, name) && (bestIno == 0 || natLess(best, child)) {
+			best, bestIno = child, ino
+		}
+		return nil
+	})
+	return bestIno, bestIno != 0
+}
+
+type errStopWalk struct{}
+
+func (errStopWalk) Error() string { return "stop" }
+
+// lookupFile resolves rel under directory dir to a regular file's manifest.
+func lookupFile(tx *cas.Tx, dir uint64, rel []string) *cas.Manifest {
+	ino := dir
+	for _, name := range rel {
+		next, ok := tx.Lookup(ino, name)
+		if !ok {
+			return nil
+		}
+		ino = next
+	}
+	n, ok, err := tx.Node(ino)
+	if err != nil || !ok || !n.IsRegular() {
+		return nil
+	}
+	m, ok, err := tx.Manifest(ino)
+	if err != nil || !ok || len(m.Chunks) == 0 {
+		return nil
+	}
+	return m
+}
+
+// pairChunks pairs each chunk of the new content with the chunk of the
+// previous version holding the same bytes' place: [new, old] IDs.
+func pairChunks(refs []cas.ChunkRef, ix *FileIndex, prev []cas.ChunkRef, pix *FileIndex) [][2]cas.ID {
+	old := make(map[int64]cas.ChunkRef, len(prev))
+	var off int64
+	for _, c := range prev {
+		old[off] = c
+		off += int64(c.Len)
+	}
+	// Tensor placement: new tensor start → old tensor start, by name.
+	type span struct{ off, len, oldOff int64 }
+	var spans []span
+	if pix != nil {
+		byName := make(map[string]TensorEntry, len(pix.Tensors))
+		for _, t := range pix.Tensors {
+			byName[t.Name] = t
+		}
+		for _, t := range ix.Tensors {
+			if o, ok := byName[t.Name]; ok && o.Length == t.Length && o.DType == t.DType {
+				spans = append(spans, span{t.Offset, t.Length, o.Offset})
+			}
+		}
+		sort.Slice(spans, func(i, j int) bool { return spans[i].off < spans[j].off })
+	}
+	var pairs [][2]cas.ID
+	off = 0
+	for _, c := range refs {
+		at := off
+		off += int64(c.Len)
+		if c.Len < minHintChunk {
+			continue
+		}
+		if pix != nil {
+			i := sort.Search(len(spans), func(i int) bool { return spans[i].off+spans[i].len > at })
+			if i == len(spans) || spans[i].off > at {
+				continue // not in a tensor both versions have
+			}
+			at = at - spans[i].off + spans[i].oldOff
+		}
+		if o, ok := old[at]; ok && o.Len == c.Len && o.ID != c.ID {
+			pairs = append(pairs, [2]cas.ID{c.ID, o.ID})
+		}
+	}
+	return pairs
+}
+
+// natLess orders names as people number them: runs of digits compare as
+// numbers ("step-90" < "step-100"), the rest bytewise.
+func natLess(a, b string) bool {
+	for a != "" && b != "" {
+		da, db := digits(a), digits(b)
+		if da > 0 && db > 0 {
+			na, nb := strings.TrimLeft(a[:da], "0"), strings.TrimLeft(b[:db], "0")
+			if len(na) != len(nb) {
+				return len(na) < len(nb)
+			}
+			if na != nb {
+				return na < nb
+			}
+			a, b = a[da:], b[db:]
+			continue
+		}
+		if a[0] != b[0] {
+			return a[0] < b[0]
+		}
+		a, b = a[1:], b[1:]
+	}
+	return len(a) < len(b)
+}
+
+func digits(s string) int {
+	i := 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	return i
+}
