@@ -33,6 +33,7 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 	localCache := byteSize(cas.DefaultLocalCacheSize)
 	fl.Var(&localCache, "local-cache-size", "with --remote: local space for chunks fetched from the remote (e.g. 10GiB)")
 	encoders := inlineEncodersFlag(fl)
+	keyframe := fl.Int("delta-keyframe", cas.DefaultDeltaKeyframe, "store a changed tensor as a delta against its version up to N-1 saves earlier, then start again with a whole one (1: no deltas)")
 	allowOther := fl.Bool("allow-other", false, "let other users use the mount (FUSE allow_other; an ordinary user needs user_allow_other in /etc/fuse.conf); by default only you can")
 	metricsAddr := fl.String("metrics-addr", "", "serve Prometheus metrics at http://HOST:PORT/metrics (e.g. 127.0.0.1:9477)")
 	background := fl.Bool("background", false, "return once the mount is live, leaving the daemon running (its log: --log); unmount with fusermount3 -u or umount")
@@ -108,7 +109,11 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 	}
 	removeNew := newStoreCleanup(storeDir)
 	mounted := false
-	storeOpts := storeOptions(cores, *encoders, cas.Options{CacheSize: mem.cache})
+	if *keyframe < 1 {
+		fmt.Fprintf(stderr, "ckptfs mount: --delta-keyframe must be 1 (no deltas) or more, not %d\n", *keyframe)
+		return errUsage
+	}
+	storeOpts := storeOptions(cores, *encoders, cas.Options{CacheSize: mem.cache, DeltaKeyframe: *keyframe})
 	if metrics != nil {
 		storeOpts.Observer = metrics
 	}

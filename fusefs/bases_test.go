@@ -1,0 +1,68 @@
+package fusefs
+
+import (
+	"testing"
+
+	"github.com/ckptfs/ckptfs/cas"
+)
+
+func TestNatLess(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		less bool
+	}{
+		{"step-90", "step-100", true},
+		{"step-100", "step-90", false},
+		{"checkpoint-500", "checkpoint-1000", true},
+		{"0200", "0210", true},
+		{"007", "7", false}, // equal numbers: neither is less...
+		{"7", "007", false},
+		{"a", "b", true},
+		{"a", "a", false},
+		{"a1", "a1b", true},
+		{"x10y2", "x10y10", true},
+		{"global_step99", "global_step100", true},
+	} {
+		if got := natLess(c.a, c.b); got != c.less {
+			t.Errorf("natLess(%q, %q) = %v, want %v", c.a, c.b, got, c.less)
+		}
+	}
+}
+
+func TestPairChunks(t *testing.T) {
+	id := func(b byte) cas.ID { var x cas.ID; x[0] = b; return x }
+	const k = 64 << 10
+	prev := []cas.ChunkRef{{id(1), 100}, {id(2), k}, {id(3), k}, {id(4), k}}
+	pix := &FileIndex{Tensors: []TensorEntry{
+		{Name: "a", DType: "BF16", Offset: 100, Length: 2 * k},
+		{Name: "b", DType: "BF16", Offset: 100 + 2*k, Length: k},
+	}}
+	// The new version's header grew by 8 bytes; tensor b changed shape.
+	refs := []cas.ChunkRef{{id(11), 108}, {id(12), k}, {id(13), k}, {id(14), k}}
+	ix := &FileIndex{Tensors: []TensorEntry{
+		{Name: "a", DType: "BF16", Offset: 108, Length: 2 * k},
+		{Name: "b", DType: "F32", Offset: 108 + 2*k, Length: k},
+	}}
+	for _, c := range []struct {
+		name    string
+		ix, pix *FileIndex
+		refs    []cas.ChunkRef
+		want    [][2]cas.ID
+	}{
+		{"by tensor", ix, pix, refs, [][2]cas.ID{{id(12), id(2)}, {id(13), id(3)}}},
+		{"by offset without an index", nil, nil,
+			[]cas.ChunkRef{{id(11), 100}, {id(12), k}, {id(13), k / 2}, {id(2), k}},
+			[][2]cas.ID{{id(12), id(2)}}}, // not a chunk of another length, nor one where no old chunk starts
+	} {
+		got := pairChunks(c.refs, c.ix, prev, c.pix)
+		if len(got) != len(c.want) {
+			t.Errorf("%s: pairs %v, want %v", c.name, got, c.want)
+			continue
+		}
+		for i := range got {
+			if got[i] != c.want[i] {
+				t.Errorf("%s: pair %d %v, want %v", c.name, i, got[i], c.want[i])
+			}
+		}
+	}
+}
