@@ -112,7 +112,7 @@
 //     it). The one trace an older binary can leave is a queue row whose chunk it
 //     swept; ReencodeOne drops such rows.
 //
-// # Delta objects (issue #15; format and read path only so far)
+// # Delta objects (issue #15)
 //
 // Consecutive checkpoints of a run differ little, so a chunk may be stored as
 // the difference from a base chunk: the same tensor range one save earlier.
@@ -127,33 +127,45 @@
 // the ULP difference (integer difference of monotone-mapped floats,
 // zigzagged), optionally with exponent classes (elements regrouped by the
 // base's exponent, each class coded on its own); delta.go has the details and
-// the reasons. The encoder tries each and keeps the smallest; the caller keeps
-// a delta only when it beats the standalone encoding.
+// the reasons. The encoder tries each and keeps the smallest.
+//
+// Who writes them (deltaplan.go has the rules and the crash argument):
+// fusefs suggests, at commit, the chunk each new chunk is likely close to
+// (the same tensor range in the file's previous version, or in the same file
+// of the previous step directory); the commit turns a suggestion into a plan
+// against the suggestion's keyframe (catalog bucket deltaplans), and the
+// deferred re-encoder carries plans out, keeping a delta only when it beats
+// the best standalone encoding by more than 1/32. Rows: deltas (chunk →
+// base, distance) and bases (base ‖ chunk, the reverse index).
 //
 // Decisions:
 //
 //   - Depth 1: a base is always a standalone (version-1) object. The reader
 //     refuses a delta where a base is required (ErrCorrupt), so a read touches
-//     at most two objects and a cycle of bases cannot loop. The reader takes
-//     the base from the cache when it is there and otherwise reads its object;
-//     it never waits for a load in flight (two loads of a damaged store could
-//     otherwise wait on each other).
+//     at most two objects and a cycle of bases cannot loop. The writer plans
+//     against the suggestion's own base at distance+1, and starts a new chain
+//     (a standalone keyframe) every Options.DeltaKeyframe versions (default
+//     5, chosen from measurements: DefaultDeltaKeyframe).
 //   - A wrong, damaged or missing base can only fail a read (ErrCorrupt or
 //     ErrMissing, EIO through the mount), never give wrong bytes: the result
 //     is hashed against the ID.
-//   - Measured on test/delta/workload.py (tiny GPT-2, AdamW, 20 saves 10 steps
-//     apart in the second half of a 400-step run; cas.TestDeltaWorkloadRatios):
-//     stored ÷ logical bf16 0.66 → 0.42 with a keyframe every 5 saves (0.31
-//     chained), fp32 0.83 → 0.71 (0.66 chained). Depth 1 costs a third of the
-//     gain of unbounded chains; it was kept for bounded reads and simple GC.
-//
-// Not done yet (the store never writes a delta today, so no format bump):
-// the writer (the deferred re-encoder, given base hints by fusefs at commit:
-// the same tensor range in the file's previous version, or the same file in
-// the previous step directory), the catalog's base column and reverse index,
-// GC marking bases and sweeping deltas before bases, fsck's base checks, and
-// FormatVersion 2 on the first delta written so that an older ckptfs refuses
-// the store instead of sweeping bases it cannot see are referenced.
+//   - The delta's rows commit before its object is renamed into place, and
+//     Sweep never deletes a chunk that a delta row names as its base, so no
+//     crash or collection leaves a delta without its base; gc sweeps deltas
+//     before bases. An unindexed delta object found on disk is never reused
+//     by a Put (nothing would keep its base): it is rewritten standalone.
+//   - Format 3: the transaction that records the first delta moves the store
+//     from format 2 to 3, so an older ckptfs (which would sweep bases it
+//     does not know are used) refuses it; a store that never held a delta
+//     stays at 2.
+//   - The remote tier holds standalone objects only: an upload re-encodes a
+//     delta (the bucket's collection marks from snapshots and knows nothing
+//     of bases).
+//   - Measured on test/delta/workload.py through a mount (tiny GPT-2, AdamW,
+//     20 saves 10 steps apart in the second half of a 400-step run;
+//     test/e2e/test_delta_workload.py): stored ÷ logical bf16 0.66 → 0.34,
+//     fp32 0.83 → 0.71. Depth 1 costs a third of the gain of unbounded
+//     chains at the codec level; it was kept for bounded reads and simple GC.
 //
 // # Catalog damage
 //
@@ -178,8 +190,8 @@
 // manifest's size must be the node's), so a missing manifest cannot read as
 // an empty file. The two meta pages are bbolt's own: a damaged newest one
 // makes bbolt fall back to the other, losing the last transaction.
-// Format 2 is this; the first delta written (above) must therefore move the
-// store to format 3.
+// Format 2 is this; the first delta written (above) moves the store to
+// format 3.
 //
 // Counters for statistics (files, logical bytes, chunks, unique and stored bytes,
 // re-encodes pending and their raw bytes) live in the catalog and are updated in
