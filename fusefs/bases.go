@@ -13,13 +13,19 @@ import (
 // a file is, in order of preference:
 //
 //  1. the file's own committed content that this commit replaces (a rewrite
-//     in place, a fork of an open file, a rename over a committed file);
+//     in place, a fork of an open file, a rename over a committed file), or
+//     for a file written under a temporary name, the file of the final name
+//     in the same directory, which its rename will replace;
 //  2. the file at the same relative path in the previous sibling of one of
 //     its first maxHintLevels ancestor directories, in natural order of
 //     names ("step-90" before "step-100"): runs/r1/0200/model.safetensors
 //     for runs/r1/0210/model.safetensors, runs/r1/0200/bf16/model.safetensors
 //     for runs/r1/0210/bf16/model.safetensors, checkpoint-500/ before
 //     checkpoint-1000/.
+//
+// A file written under a temporary name and renamed into place commits under
+// the temporary name: the previous step is searched for the name without a
+// temporary suffix (finalName).
 //
 // Chunks are paired by tensor when both files have a tensor index (same
 // name, dtype and length: the same offset within the tensor), and by file
@@ -76,8 +82,15 @@ func previousStep(tx *cas.Tx, place hintPlace) *cas.Manifest {
 	if place.dir == nil {
 		return nil
 	}
-	rel := []string{place.name}
 	in := place.dir.EmbeddedInode()
+	final := finalName(place.name)
+	if final != place.name {
+		// Written under a temporary name: the file it will replace.
+		if m := lookupFile(tx, in.StableAttr().Ino, []string{final}); m != nil {
+			return m
+		}
+	}
+	rel := []string{final}
 	for range maxHintLevels {
 		name, parent := in.Parent()
 		if parent == nil {
@@ -215,4 +228,22 @@ func digits(s string) int {
 		i++
 	}
 	return i
+}
+
+// tempSuffixes are what writers append to a file's name while they write it,
+// before renaming it into place.
+var tempSuffixes = []string{".tmp", ".temp", ".part", ".partial", ".incomplete", "~"}
+
+// finalName is name without a temporary suffix: "model.safetensors.tmp" →
+// "model.safetensors", "model.safetensors.tmp.1234" too.
+func finalName(name string) string {
+	for _, suf := range tempSuffixes {
+		if i := strings.LastIndex(name, suf); i > 0 {
+			rest := name[i+len(suf):]
+			if rest == "" || (rest[0] == '.' || rest[0] == '-' || rest[0] == '_') && digits(rest[1:]) == len(rest)-1 {
+				return name[:i]
+			}
+		}
+	}
+	return name
 }

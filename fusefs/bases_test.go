@@ -29,16 +29,32 @@ func TestNatLess(t *testing.T) {
 	}
 }
 
+func TestFinalName(t *testing.T) {
+	for in, want := range map[string]string{
+		"model.safetensors":          "model.safetensors",
+		"model.safetensors.tmp":      "model.safetensors",
+		"model.safetensors.tmp.4242": "model.safetensors",
+		"optimizer.pt.part":          "optimizer.pt",
+		"model.safetensors~":         "model.safetensors",
+		"a.tmpfile":                  "a.tmpfile",
+		".tmp":                       ".tmp",
+	} {
+		if got := finalName(in); got != want {
+			t.Errorf("finalName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
 func TestPairChunks(t *testing.T) {
 	id := func(b byte) cas.ID { var x cas.ID; x[0] = b; return x }
 	const k = 64 << 10
-	prev := []cas.ChunkRef{{id(1), 100}, {id(2), k}, {id(3), k}, {id(4), k}}
+	prev := []cas.ChunkRef{{ID: id(1), Len: 100}, {ID: id(2), Len: k}, {ID: id(3), Len: k}, {ID: id(4), Len: k}}
 	pix := &FileIndex{Tensors: []TensorEntry{
 		{Name: "a", DType: "BF16", Offset: 100, Length: 2 * k},
 		{Name: "b", DType: "BF16", Offset: 100 + 2*k, Length: k},
 	}}
 	// The new version's header grew by 8 bytes; tensor b changed shape.
-	refs := []cas.ChunkRef{{id(11), 108}, {id(12), k}, {id(13), k}, {id(14), k}}
+	refs := []cas.ChunkRef{{ID: id(11), Len: 108}, {ID: id(12), Len: k}, {ID: id(13), Len: k}, {ID: id(14), Len: k}}
 	ix := &FileIndex{Tensors: []TensorEntry{
 		{Name: "a", DType: "BF16", Offset: 108, Length: 2 * k},
 		{Name: "b", DType: "F32", Offset: 108 + 2*k, Length: k},
@@ -51,7 +67,7 @@ func TestPairChunks(t *testing.T) {
 	}{
 		{"by tensor", ix, pix, refs, [][2]cas.ID{{id(12), id(2)}, {id(13), id(3)}}},
 		{"by offset without an index", nil, nil,
-			[]cas.ChunkRef{{id(11), 100}, {id(12), k}, {id(13), k / 2}, {id(2), k}},
+			[]cas.ChunkRef{{ID: id(11), Len: 100}, {ID: id(12), Len: k}, {ID: id(13), Len: k / 2}, {ID: id(2), Len: k}},
 			[][2]cas.ID{{id(12), id(2)}}}, // not a chunk of another length, nor one where no old chunk starts
 	} {
 		got := pairChunks(c.refs, c.ix, prev, c.pix)

@@ -6,6 +6,7 @@ median, as ratios (ckptfs / plain) plus MB/s. Writes a stable text file
 Run through test/bench/run.sh (it prepares the venv and builds ckptfs)."""
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -28,16 +29,17 @@ def drop_caches():
 
 
 class Daemon:
-    def __init__(self, binary, store, mnt, cache_size, readahead_kb):
+    def __init__(self, binary, store, mnt, cache_size, readahead_kb, extra=()):
         self.binary, self.store, self.mnt, self.cache_size = binary, store, mnt, cache_size
         self.readahead_kb = readahead_kb
+        self.extra = list(extra)
         self.proc = None
         self.peak_rss = 0
         self._sampler = None
 
     def start(self):
         self.mnt.mkdir(parents=True, exist_ok=True)
-        args = ["--cache-size", self.cache_size]
+        args = ["--cache-size", self.cache_size, *self.extra]
         if self.readahead_kb is not None:
             args += ["--readahead-kb", str(self.readahead_kb)]
         self.proc = subprocess.Popen([str(self.binary), "mount", *args, str(self.store), str(self.mnt)],
@@ -74,7 +76,7 @@ class Daemon:
         import json
         return json.loads((self.mnt / ".ckptfs" / "stats.json").read_text())
 
-    def settle(self, timeout=120):
+    def settle(self, timeout=900):
         """Waits for the daemon's background re-encodes of what was just saved,
         so that they neither steal CPU from the plain directory's timed run
         nor leave chunks raw (cheaper to read) for the read measurements."""
@@ -94,6 +96,20 @@ def model(seed, n_tensors, tensor_bytes):
         f = rng.standard_normal(tensor_bytes // 2, dtype=np.float32) * 0.02
         out[f"layers.{i:03d}.weight"] = (f.view(np.uint32) >> 16).astype(np.uint16)
     return out
+
+
+def model_steps(seed, n_tensors, tensor_bytes, rel=0.01):
+    """Two consecutive checkpoints of a bf16 model: every weight of the second
+    moved by about rel of the typical magnitude (an Adam-like step), the
+    relative change of the issue's workload between saves 10 steps apart."""
+    rng = np.random.default_rng(seed)
+    a, b = {}, {}
+    for i in range(n_tensors):
+        f = rng.standard_normal(tensor_bytes // 2, dtype=np.float32) * 0.02
+        a[f"layers.{i:03d}.weight"] = (f.view(np.uint32) >> 16).astype(np.uint16)
+        f += rng.standard_normal(tensor_bytes // 2, dtype=np.float32) * (0.02 * rel)
+        b[f"layers.{i:03d}.weight"] = (f.view(np.uint32) >> 16).astype(np.uint16)
+    return a, b
 
 
 def save(sd, path, fsync):
@@ -197,6 +213,9 @@ def main():
     cache_bytes = int(a.cache_size.lower().rstrip("mib")) * MiB if a.cache_size.lower().endswith("mib") else None
 
     d = Daemon(Path(a.bin), store, mnt, a.cache_size, a.readahead_kb)
+    # The same daemon without deltas: the baseline of step 9.
+    nd = Daemon(Path(a.bin), root / "store-nodelta", root / "mnt-nodelta", a.cache_size, a.readahead_kb,
+                extra=["--delta-keyframe", "1"])
     d.start()
     (mnt / "runs").mkdir(exist_ok=True)
     res = {}  # name -> list of (ckptfs_s, plain_s)
@@ -278,6 +297,40 @@ def main():
             print(f"  6b_lazy_torch_8_tensors: fetched {fetched} for {nbytes} tensor bytes", flush=True)
             for p in (plain / f"r{r}-a.safetensors", plain / f"r{r}-a2.safetensors", plain / f"r{r}-b.safetensors"):
                 p.unlink()
+            # 9. cold sequential read of a delta-coded file (issue #15): two
+            # consecutive checkpoints in step directories; the second is
+            # stored as deltas against the first. The same two files in a
+            # store without deltas (--delta-keyframe 1) are the baseline.
+            s1, s2 = model_steps(1000 * r + 3, n, tensor_bytes)
+            nd.start()
+            try:
+                for mount in (d, nd):
+                    run = mount.mnt / "runs" / f"delta{r}"
+                    for step, sd in (("0001", s1), ("0002", s2)):
+                        (run / step).mkdir(parents=True, exist_ok=True)
+                        save(sd, run / step / "model.safetensors", fsync=False)
+                    mount.settle()
+                deltas = d.stats()["delta_chunks"]
+                assert deltas > 0 and nd.stats()["delta_chunks"] == 0, (deltas, nd.stats())
+                f_d = d.mnt / "runs" / f"delta{r}" / "0002" / "model.safetensors"
+                f_n = nd.mnt / "runs" / f"delta{r}" / "0002" / "model.safetensors"
+                d.restart()
+                nd.restart()
+                drop_caches()
+                ck = timed(lambda: read_all(f_d))
+                drop_caches()
+                pl = timed(lambda: read_all(f_n))
+                record("9_delta_cold_read", ck, pl)
+                du = {}
+                for name, mount in (("delta", d), ("standalone", nd)):
+                    out = subprocess.run([str(a.bin), "du", "--json", str(mount.mnt / "runs" / f"delta{r}" / "0002")],
+                                         check=True, capture_output=True, text=True).stdout
+                    t = json.loads(out)["total"]
+                    du[name] = t["frees_stored_bytes"] / t["logical_bytes"]
+                res.setdefault("9_delta_stored_per_logical", []).append((du["delta"], du["standalone"]))
+                print(f"  9_delta_stored_per_logical: delta {du['delta']:.3f}, standalone {du['standalone']:.3f}", flush=True)
+            finally:
+                nd.stop(check=False)
     except BaseException:
         d.stop(check=False)  # leave no mount behind
         raise
@@ -288,6 +341,10 @@ def main():
         return statistics.median(x[i] for x in res[name])
     for name in res:
         ck, pl = med(name, 0), med(name, 1)
+        if name == "9_delta_stored_per_logical":
+            lines[f"{name}.delta"] = f"{ck:.3f}"
+            lines[f"{name}.standalone"] = f"{pl:.3f}"
+            continue
         if name in ("6_lazy_one_tensor", "6b_lazy_torch_8_tensors"):
             lines[f"{name}.fetched_bytes"] = f"{ck:.0f}"
             lines[f"{name}.tensor_bytes"] = f"{pl:.0f}"
@@ -309,13 +366,16 @@ def main():
     Path(a.out).write_text("".join(f"{k} {v}\n" for k, v in sorted(lines.items())))
     targets = {"1_write_fresh": 1.0, "2_resave_90pct_same": 0.35, "3_cold_read": 2.0,
                "4_cold_safe_open_all": 2.0, "5_warm_read": 1.2, "6_lazy_one_tensor": 1.5,
-               "6b_lazy_torch_8_tensors": 1.75, "7_peak_rss": 1.0}
+               "6b_lazy_torch_8_tensors": 1.75, "7_peak_rss": 1.0, "9_delta_cold_read": 1.3}
     print(f"\n{'measurement':28} {'ratio':>7} {'target':>7}  ckptfs MB/s  plain MB/s")
     for name, target in targets.items():
         ratio = float(lines[f"{name}.ratio"])
         mb = f"{lines.get(f'{name}.ckptfs_MBps', ''):>11}  {lines.get(f'{name}.plain_MBps', ''):>10}"
         print(f"{name:28} {ratio:7.3f} {target:7.2f}  {mb}  {'ok' if ratio <= target else 'OVER'}")
     print(f"(1 without fsync for the plain directory: ratio {lines['1_write_fresh_vs_nofsync.ratio']})")
+    print(f"(9 compares ckptfs with deltas against ckptfs without; the file stored at "
+          f"{lines['9_delta_stored_per_logical.delta']} of its size as deltas, "
+          f"{lines['9_delta_stored_per_logical.standalone']} standalone)")
     print(f"results in {a.out}")
     shutil.rmtree(root, ignore_errors=True)
 
