@@ -237,15 +237,15 @@ func (t *Tx) putDelta(id ID, l deltaLink) error {
 	if _, ok, err := t.link(bucketDeltas, l.Base); err != nil {
 		return err
 	} else if ok {
-		return fmt.Errorf("chunk %v: base %v is a delta itself", id, l.Base)
+		return fmt.Errorf("chunk %v: base %v is a delta itself: %w", id, l.Base, errDeltaRefused)
 	}
 	if t.IsBase(id) {
-		return fmt.Errorf("chunk %v is the base of other deltas", id)
+		return fmt.Errorf("chunk %v is the base of other deltas: %w", id, errDeltaRefused)
 	}
 	if _, ok, err := t.Chunk(l.Base); err != nil {
 		return err
 	} else if !ok {
-		return fmt.Errorf("chunk %v: base %v is not indexed", id, l.Base)
+		return fmt.Errorf("chunk %v: base %v is not indexed: %w", id, l.Base, errDeltaRefused)
 	}
 	deltas, bases := t.b(bucketDeltas), t.b(bucketBases)
 	if deltas == nil || bases == nil {

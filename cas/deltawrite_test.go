@@ -233,7 +233,7 @@ func TestDeltaReencodeCrashWindow(t *testing.T) {
 	drain(t, s)
 	r1 := commitVersion(t, s, vs[1], &r0)
 	crash := errors.New("crash")
-	if _, err := s.reencodeOne(ctx, func(ID) error { return crash }); !errors.Is(err, crash) {
+	if _, err := s.reencodeGroup(ctx, 1, func(ID) error { return crash }); !errors.Is(err, crash) {
 		t.Fatalf("re-encode: %v", err)
 	}
 	if r, err := s.Sweep(ctx, []ID{r0.ID}); err != nil || r.BasesKept != 1 {
@@ -258,4 +258,52 @@ func mustCounts(t *testing.T, s *Store) Counts {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// TestReencodeGroup: a group re-encodes raw chunks and planned deltas in one
+// sync and one transaction; stopped after its renames (a crash before the
+// transaction), the next group repairs every row.
+func TestReencodeGroup(t *testing.T) {
+	ctx := context.Background()
+	for _, crash := range []bool{false, true} {
+		s := testStore(t, Options{InlineEncoders: -1})
+		var refs []ChunkRef
+		var data [][]byte
+		for c := range 3 { // three chains of three versions
+			vs := stepChain(uint64(10+c), 32<<10, 3, 0.01)
+			var prev *ChunkRef
+			for _, v := range vs {
+				r := commitVersion(t, s, v, prev)
+				refs, data = append(refs, r), append(data, v)
+				prev = &refs[len(refs)-1]
+			}
+		}
+		if crash {
+			stop := errors.New("crash")
+			if _, err := s.reencodeGroup(ctx, 16, func(ID) error { return stop }); !errors.Is(err, stop) {
+				t.Fatalf("group: %v", err)
+			}
+			if c := mustCounts(t, s); c.ReencodePending != 9 {
+				t.Fatalf("after the crash: %d queued, want all 9 still queued", c.ReencodePending)
+			}
+		}
+		more, err := s.Reencode(ctx, 16)
+		if err != nil || more {
+			t.Fatalf("group: more %v, %v", more, err)
+		}
+		c := checkCounters(t, s)
+		if c.ReencodePending != 0 || mustCounts(t, s).DeltaChunks != 6 {
+			t.Errorf("crash %v: counts %+v, want an empty queue and 6 deltas", crash, mustCounts(t, s))
+		}
+		for i, r := range refs {
+			s.cache.drop(r.ID)
+			st := deltaOf(t, s, r.ID)
+			if want := i%3 != 0; st.isDelta != want || st.object != want {
+				t.Errorf("crash %v, chunk %d: %+v, want delta %v", crash, i, st, want)
+			}
+			if got, err := s.ReadChunk(ctx, r); err != nil || !bytes.Equal(got, data[i]) {
+				t.Fatalf("chunk %d reads back wrong: %v", i, err)
+			}
+		}
+	}
 }

@@ -214,29 +214,46 @@ func (t *Tx) ForEachPendingReencode(fn func(id ID, p PendingReencode) error) err
 	})
 }
 
+// ReencodeBacklog is the raw bytes of the chunks in the re-encode queue
+// (Counts.ReencodePendingBytes), 0 if the catalog cannot be read.
+func (s *Store) ReencodeBacklog() int64 {
+	var n int64
+	_ = s.View(func(tx *Tx) error { n = tx.counter(keyReencodeBytes); return nil })
+	return n
+}
+
 // ReencodeOne takes one chunk off the re-encode queue and stores it encoded if
-// that makes it smaller; it drops the row without rewriting anything when the
-// encoding does not pay, when the chunk is no longer indexed, or when an
-// interrupted earlier run already replaced the object (then it repairs the
-// index row from the object header). more reports whether other rows remain.
+// that makes it smaller: Reencode(ctx, 1).
+func (s *Store) ReencodeOne(ctx context.Context) (more bool, err error) {
+	return s.reencodeGroup(ctx, 1, nil)
+}
+
+// Reencode takes up to n chunks off the re-encode queue and stores each
+// encoded (or as a delta, when it has a plan that pays) if that makes it
+// smaller; it drops a row without rewriting anything when the encoding does
+// not pay, when the chunk is no longer indexed, or when an interrupted
+// earlier run already replaced the object (then it repairs the index row
+// from the object header). The objects a group rewrites are made durable
+// together (one backend Sync: grouped fdatasyncs and directory fsyncs) and
+// recorded in one transaction, so a group of n costs about one chunk's
+// syncs, not n. more reports whether other rows remain.
 //
 // Rows are taken in key order, resuming after the previous call's, so one row
 // that keeps failing (an I/O error) does not stall the rest: its error is
-// returned and the row stays. A chunk whose object is corrupt or missing is
-// dropped from the queue (re-encoding cannot help; fsck names it) and the
-// error, wrapping ErrCorrupt or ErrMissing, is returned.
+// returned (after the group's other chunks are finished) and the row stays.
+// A chunk whose object is corrupt or missing is dropped from the queue
+// (re-encoding cannot help; fsck names it) and the error, wrapping ErrCorrupt
+// or ErrMissing, is returned.
 //
-// Calls are serialised; each costs about one chunk's read and encode, an
-// fdatasync, a directory fsync and a catalog commit, and gives up between
-// steps when ctx is done.
-func (s *Store) ReencodeOne(ctx context.Context) (more bool, err error) {
-	return s.reencodeOne(ctx, nil)
+// Calls are serialised, and give up between steps when ctx is done.
+func (s *Store) Reencode(ctx context.Context, n int) (more bool, err error) {
+	return s.reencodeGroup(ctx, max(1, n), nil)
 }
 
-// reencodeOne is ReencodeOne with a hook run after the encoded object has been
-// renamed into place, before the catalog transaction; an error from it ends
-// the call there (SimulateReencodeCrash).
-func (s *Store) reencodeOne(ctx context.Context, afterRename func(ID) error) (bool, error) {
+// reencodeGroup is Reencode with a hook run after the group's objects have
+// been renamed into place and synced, before its transaction; an error from
+// it ends the call there (SimulateReencodeCrash).
+func (s *Store) reencodeGroup(ctx context.Context, n int, afterRename func(ID) error) (bool, error) {
 	if s.readOnly {
 		return false, errors.New("store is open read-only")
 	}
@@ -249,9 +266,26 @@ func (s *Store) reencodeOne(ctx context.Context, afterRename func(ID) error) (bo
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	var id ID
-	var found, more bool
-	err := s.View(func(tx *Tx) error {
+	ids, more, err := s.nextQueued(n)
+	if err != nil || len(ids) == 0 {
+		return false, err
+	}
+	s.reencodeNext = append(s.reencodeNext[:0], ids[len(ids)-1][:]...)
+	start := time.Now()
+	err = s.reencode(ctx, ids, afterRename)
+	if s.obs != nil {
+		d := time.Since(start) / time.Duration(len(ids))
+		for range ids {
+			s.obs.Reencode(d, err)
+		}
+	}
+	return more, err
+}
+
+// nextQueued returns up to n queue rows after s.reencodeNext, wrapping
+// around once, and whether rows remain beyond them.
+func (s *Store) nextQueued(n int) (ids []ID, more bool, err error) {
+	err = s.View(func(tx *Tx) error {
 		b := tx.b(bucketReencode)
 		if b == nil {
 			return nil
@@ -261,36 +295,29 @@ func (s *Store) reencodeOne(ctx context.Context, afterRename func(ID) error) (bo
 		if k != nil && s.reencodeNext != nil && bytes.Equal(k, s.reencodeNext) {
 			k, _ = c.Next()
 		}
-		if k == nil {
-			k, _ = c.First()
+		wrapped := false
+		for len(ids) < n {
+			if k == nil {
+				if wrapped {
+					break
+				}
+				wrapped = true
+				k, _ = c.First()
+				continue
+			}
+			if len(k) != IDSize {
+				return fmt.Errorf("re-encode row %x: bad key", k)
+			}
+			if len(ids) > 0 && ID(k) == ids[0] {
+				break // came round to the first
+			}
+			ids = append(ids, ID(k))
+			k, _ = c.Next()
 		}
-		if k == nil {
-			return nil
-		}
-		if len(k) != IDSize {
-			return fmt.Errorf("re-encode row %x: bad key", k)
-		}
-		id, found = ID(k), true
-		if next, _ := c.Next(); next != nil {
-			more = true
-		} else if first, _ := c.First(); !bytes.Equal(first, id[:]) {
-			more = true
-		}
+		more = tx.counter(keyReencodeChunks) > int64(len(ids))
 		return nil
 	})
-	if err != nil || !found {
-		return false, err
-	}
-	s.reencodeNext = append(s.reencodeNext[:0], id[:]...)
-	start := time.Now()
-	err = s.reencode(ctx, id, afterRename)
-	if s.obs != nil {
-		s.obs.Reencode(time.Since(start), err)
-	}
-	if err != nil {
-		return more, fmt.Errorf("re-encode chunk %v: %w", id, err)
-	}
-	return more, nil
+	return ids, more, err
 }
 
 // reencodeRows returns chunk id's index row, its re-encode queue row and its
@@ -315,20 +342,128 @@ func (s *Store) reencodeRows(id ID) (info ChunkInfo, indexed bool, p PendingReen
 // costs a second object and decode.
 const deltaMinGain = 32
 
-func (s *Store) reencode(ctx context.Context, id ID, afterRename func(ID) error) error {
-	// From here on no sweep deletes the chunk (or its rows); one that was
-	// deleting it has finished.
-	if err := s.pin(ctx, id); err != nil {
-		return err
-	}
-	defer s.unpin([]ID{id})
+// reencodeItem is what a group does with one chunk.
+type reencodeItem struct {
+	id     ID
+	stored *ChunkInfo // the new index row's stored length and codec; nil: unchanged
+	delta  bool       // the object is (or will be) a delta
+	link   deltaLink  // its base, when delta
+	obj    []byte     // the object to write; nil: nothing to write
+	alt    []byte     // the standalone encoding, should the delta's rows be refused
+	altC   Codec
+	mtime  time.Time
+}
 
+// reencode re-encodes the chunks ids as one group: decide each (reading
+// their objects, trying plans), commit the rows of the deltas, write and
+// sync every object, then one transaction.
+func (s *Store) reencode(ctx context.Context, ids []ID, afterRename func(ID) error) error {
+	// From here on no sweep deletes the chunks (or their rows); one that
+	// was deleting them has finished.
+	var pinned []ID
+	defer func() { s.unpin(pinned) }()
+	var items []reencodeItem
+	var errs []error
+	for _, id := range ids {
+		if err := ctx.Err(); err != nil {
+			errs = append(errs, err)
+			break
+		}
+		if err := s.pin(ctx, id); err != nil {
+			errs = append(errs, err)
+			break
+		}
+		pinned = append(pinned, id)
+		it, base, err := s.decide(ctx, id)
+		if base != nil {
+			pinned = append(pinned, *base)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("re-encode chunk %v: %w", id, err))
+			if it == nil {
+				continue
+			}
+		}
+		if it != nil {
+			items = append(items, *it)
+		}
+	}
+	if len(items) == 0 {
+		return errors.Join(errs...)
+	}
+	// The deltas' rows first: from this commit on no sweep deletes their
+	// bases, so an object renamed below is never left without one.
+	if err := s.Update(func(tx *Tx) error {
+		for i := range items {
+			it := &items[i]
+			if !it.delta || it.obj == nil {
+				continue
+			}
+			if err := tx.putDelta(it.id, it.link); errors.Is(err, errDeltaRefused) {
+				// The base changed (swept, or became a delta): standalone.
+				it.delta, it.obj = false, it.alt
+				it.stored = nil
+				if it.obj != nil {
+					it.stored = &ChunkInfo{StoredLen: uint32(len(it.alt)), Codec: it.altC}
+				}
+			} else if err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	// Replace, then make durable together before the transaction. Each
+	// object keeps the raw object's age, which the collector's grace period
+	// reads (the backend sets it after its rename: a temporary file that
+	// looks old is one a collection removes as a crash leftover).
+	var hs []backend.Handle
+	for _, it := range items {
+		if it.obj == nil {
+			continue
+		}
+		h := chunkHandle(it.id)
+		if err := s.objects.Put(ctx, h, it.obj, backend.PutOptions{ModTime: it.mtime}); err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+		hs = append(hs, h)
+	}
+	if len(hs) > 0 {
+		if err := s.objects.Sync(ctx, hs); err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+	}
+	if afterRename != nil {
+		for _, it := range items {
+			if it.obj != nil {
+				if err := afterRename(it.id); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if err := s.finishReencode(items); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// errDeltaRefused: a delta's rows cannot be written (its base changed).
+var errDeltaRefused = errors.New("delta refused")
+
+// decide reads chunk id's rows and object and says what its re-encode does.
+// It returns the plan's base when it pinned it (the caller unpins). An item
+// with an error is still to be finished (a corrupt or missing object is
+// dropped from the queue); an error without an item leaves the row.
+func (s *Store) decide(ctx context.Context, id ID) (*reencodeItem, *ID, error) {
 	info, indexed, p, queued, plan, planned, err := s.reencodeRows(id)
 	if err != nil || !queued {
-		return err
+		return nil, nil, err
 	}
+	it := &reencodeItem{id: id}
 	if !indexed {
-		return s.finishReencode(id, nil, false)
+		return it, nil, nil
 	}
 	// Read the object itself, not through the read path: the bytes must come
 	// from the object this call will replace.
@@ -342,89 +477,49 @@ func (s *Store) reencode(ctx context.Context, id ID, afterRename func(ID) error)
 		raw, obj, err = s.readObject(ctx, id, nil, nil)
 	}
 	if errors.Is(err, ErrCorrupt) || errors.Is(err, ErrMissing) {
-		if derr := s.finishReencode(id, nil, false); derr != nil {
-			return errors.Join(err, derr)
-		}
-		return fmt.Errorf("%w (dropped from the re-encode queue)", err)
+		return it, nil, fmt.Errorf("%w (dropped from the re-encode queue)", err)
 	}
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
+	it.mtime = st.ModTime
 	hdr, _ := parseObjectHeader(obj) // decodeObject parsed it already
 	onDisk := ChunkInfo{RawLen: info.RawLen, StoredLen: uint32(len(obj)), Codec: hdr.codec}
 	if onDisk != info || hdr.delta {
 		// An earlier run replaced the object and stopped before its
 		// transaction: the object header is the truth. (A delta object's
 		// rows were committed before its rename.)
-		return s.finishReencode(id, &onDisk, hdr.delta)
+		it.stored, it.delta = &onDisk, hdr.delta
+		return it, nil, nil
 	}
 	if err := ctx.Err(); err != nil {
-		return err
+		return nil, nil, err
 	}
 	// Candidates: the standalone encoding of a raw object, and the planned
 	// delta; the smallest wins, the object as it is if neither pays.
-	best, bestCodec, delta := obj, hdr.codec, false
+	best, bestCodec := obj, hdr.codec
 	if hdr.codec == CodecRaw {
 		if enc, codec := s.codecs.encodeObject(raw, p.Hint); codec != CodecRaw && len(enc) < len(best) {
 			best, bestCodec = enc, codec
+			it.alt, it.altC = enc, codec
 		}
 	}
-	standalone, standaloneCodec := best, bestCodec
+	var pinned *ID
 	if planned {
-		release, err := s.pinBase(ctx, plan.Base)
-		if err != nil {
-			return err
+		if err := s.pin(ctx, plan.Base); err != nil {
+			return nil, nil, err
 		}
-		defer release()
+		pinned = &plan.Base
 		if dobj := s.deltaObject(ctx, raw, plan.Base, p.Hint); dobj != nil && len(dobj) < len(best)-len(best)/deltaMinGain {
 			dh, _ := parseObjectHeader(dobj)
-			best, bestCodec, delta = dobj, dh.codec, true
+			best, bestCodec, it.delta, it.link = dobj, dh.codec, true, plan
 		}
 	}
-	if len(best) == len(obj) && !delta {
-		return s.finishReencode(id, nil, false) // does not compress: stays as it is
+	if len(best) < len(obj) || it.delta {
+		it.obj = best
+		it.stored = &ChunkInfo{StoredLen: uint32(len(best)), Codec: bestCodec}
 	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if delta {
-		// The delta's rows first: from this commit on no sweep deletes its
-		// base, so the object renamed below is never left without one.
-		if err := s.Update(func(tx *Tx) error { return tx.putDelta(id, plan) }); err != nil {
-			if ctx.Err() != nil || errors.Is(err, ErrCatalogDamaged) {
-				return err
-			}
-			// The base changed (swept, or became a delta): standalone.
-			best, bestCodec, delta = standalone, standaloneCodec, false
-			if len(best) == len(obj) {
-				return s.finishReencode(id, nil, false)
-			}
-		}
-	}
-	// Replace and make durable before the transaction. The object keeps the
-	// raw object's age, which the collector's grace period reads (the backend
-	// sets it after its rename: a temporary file that looks old is one a
-	// collection removes as a crash leftover).
-	if err := s.objects.Put(ctx, h, best, backend.PutOptions{ModTime: st.ModTime}); err != nil {
-		return err
-	}
-	if err := s.objects.Sync(ctx, []backend.Handle{h}); err != nil {
-		return err
-	}
-	if afterRename != nil {
-		if err := afterRename(id); err != nil {
-			return err
-		}
-	}
-	return s.finishReencode(id, &ChunkInfo{RawLen: info.RawLen, StoredLen: uint32(len(best)), Codec: bestCodec}, delta)
-}
-
-// pinBase keeps chunk base from being swept until release is called.
-func (s *Store) pinBase(ctx context.Context, base ID) (release func(), err error) {
-	if err := s.pin(ctx, base); err != nil {
-		return nil, err
-	}
-	return func() { s.unpin([]ID{base}) }, nil
+	return it, pinned, nil
 }
 
 // deltaObject returns raw coded as a delta object against chunk base, or nil
@@ -456,36 +551,42 @@ func (s *Store) deltaObject(ctx context.Context, raw []byte, base ID, h Hint) []
 	return s.codecs.encodeDeltaObject(raw, bd, base, elem, &s.deltaScratch)
 }
 
-// finishReencode drops chunk id's queue and plan rows and, when stored is
-// not nil, sets its index row's stored length and codec (keeping the
-// stored-bytes counter right), in one transaction. delta says whether the
-// object is now a delta; when it is not, a delta row left by an interrupted
-// run is dropped.
-func (s *Store) finishReencode(id ID, stored *ChunkInfo, delta bool) error {
+// finishReencode records a group in one transaction: for each chunk, its
+// queue and plan rows are dropped and, when stored is not nil, its index
+// row's stored length and codec set (keeping the stored-bytes counter
+// right); a chunk whose object is not a delta loses a delta row an
+// interrupted run left.
+func (s *Store) finishReencode(items []reencodeItem) error {
 	return s.Update(func(tx *Tx) error {
-		if stored != nil {
-			cur, ok, err := tx.Chunk(id)
-			if err != nil {
-				return err
-			}
-			if ok {
-				next := ChunkInfo{RawLen: cur.RawLen, StoredLen: stored.StoredLen, Codec: stored.Codec}
-				if err := tx.b(bucketChunks).Put(id[:], sealRecord(id[:], next.marshal())); err != nil {
+		for _, it := range items {
+			id := it.id
+			if it.stored != nil {
+				cur, ok, err := tx.Chunk(id)
+				if err != nil {
 					return err
 				}
-				if err := tx.addCounter(keyStored, int64(next.StoredLen)-int64(cur.StoredLen)); err != nil {
+				if ok {
+					next := ChunkInfo{RawLen: cur.RawLen, StoredLen: it.stored.StoredLen, Codec: it.stored.Codec}
+					if err := tx.b(bucketChunks).Put(id[:], sealRecord(id[:], next.marshal())); err != nil {
+						return err
+					}
+					if err := tx.addCounter(keyStored, int64(next.StoredLen)-int64(cur.StoredLen)); err != nil {
+						return err
+					}
+				}
+			}
+			if !it.delta {
+				if err := tx.dropDelta(id); err != nil {
 					return err
 				}
 			}
-		}
-		if !delta {
-			if err := tx.dropDelta(id); err != nil {
+			if err := tx.dropPlan(id); err != nil {
+				return err
+			}
+			if err := tx.unqueueReencode(id); err != nil {
 				return err
 			}
 		}
-		if err := tx.dropPlan(id); err != nil {
-			return err
-		}
-		return tx.unqueueReencode(id)
+		return nil
 	})
 }

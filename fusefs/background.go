@@ -23,10 +23,34 @@ const activityGranularity = time.Millisecond
 
 // reencoder is what the background runner needs from the store.
 type reencoder interface {
-	// ReencodeOne re-encodes one queued chunk; more reports whether others
-	// remain (cas.Store.ReencodeOne).
-	ReencodeOne(ctx context.Context) (more bool, err error)
+	// Reencode re-encodes up to n queued chunks as one group (one sync,
+	// one transaction); more reports whether others remain
+	// (cas.Store.Reencode).
+	Reencode(ctx context.Context, n int) (more bool, err error)
+	// ReencodeBacklog is the raw bytes of the chunks queued.
+	ReencodeBacklog() int64
 }
+
+// reencodeGroup is how many chunks one Reencode call takes: their syncs
+// and transaction are shared, and a group of 1 MiB chunks is a few tens of
+// milliseconds of encoding, so activity still stops the runner promptly.
+const reencodeGroup = 8
+
+// Keeping up. A store written without a pause (a training job saving every
+// few seconds) is never idle, and its raw chunks would wait for ever: the
+// store would keep ~0.85 of raw instead of ~0.66. So when the queue holds
+// more than busyBacklog raw bytes, the runner also works while the
+// filesystem is busy, at a duty cycle: after a group that took d, it pauses
+// d·busyPause, taking at most 1/(1+busyPause) of one core from the writers.
+// The backlog of a continuous writer therefore stays near busyBacklog (if
+// the writer's raw chunks come slower than that share encodes them), and
+// stored ÷ unique converges to the encoded ratio as the store grows; a
+// single large save (below the threshold) still waits for idle time and
+// runs at full speed.
+const (
+	busyBacklog = 512 << 20
+	busyPause   = 1
+)
 
 // WithReencodeIdle sets how long the filesystem must be idle (no FUSE read,
 // write or commit) before the background re-encoder stores the chunks that
@@ -88,7 +112,8 @@ func (f *FS) startBackground() {
 	f.bgStop = cancel
 	go func() {
 		defer close(f.bgDone)
-		f.runReencoder(ctx, f.store, reencodePolicy{idle: f.reencodeIdle, backoffMin: reencodeBackoffMin, backoffMax: reencodeBackoffMax})
+		f.runReencoder(ctx, f.store, reencodePolicy{idle: f.reencodeIdle, backoffMin: reencodeBackoffMin, backoffMax: reencodeBackoffMax,
+			busyBacklog: busyBacklog})
 	}()
 }
 
@@ -109,27 +134,38 @@ func (f *FS) Close() {
 // and after an error not before backoffMin, doubling up to backoffMax.
 type reencodePolicy struct {
 	idle, backoffMin, backoffMax time.Duration
+	busyBacklog                  int64 // queued raw bytes above which it runs while busy
 }
 
-// runReencoder re-encodes queued chunks one at a time while the filesystem has
-// been idle for p.idle, re-checking between chunks, until ctx is done. An
+// runReencoder re-encodes queued chunks a group at a time while the filesystem
+// has been idle for p.idle, re-checking between groups, and while it is busy
+// when the backlog is over p.busyBacklog, at a duty cycle (above), until ctx
+// is done. An
 // empty queue is polled every idle period. Errors go to the FS logger, and the
 // runner then backs off before it tries again; ReencodeOne moves on to the
 // next queued chunk, so one chunk that keeps failing does not stall the queue.
 func (f *FS) runReencoder(ctx context.Context, r reencoder, p reencodePolicy) {
 	var backoff time.Duration
 	for {
+		busy := false
 		if wait := f.act.idleWait(p.idle); wait > 0 {
-			if !sleepCtx(ctx, wait) {
-				return
+			if r.ReencodeBacklog() <= p.busyBacklog {
+				if !sleepCtx(ctx, min(wait, p.idle)) {
+					return
+				}
+				continue
 			}
-			continue
+			busy = true
 		}
-		more, err := r.ReencodeOne(ctx)
+		start := time.Now()
+		more, err := r.Reencode(ctx, reencodeGroup)
 		if ctx.Err() != nil {
 			return
 		}
 		pause := time.Duration(0)
+		if busy {
+			pause = time.Since(start) * busyPause
+		}
 		switch {
 		case err != nil:
 			backoff = min(max(2*backoff, p.backoffMin), p.backoffMax)

@@ -22,7 +22,13 @@ type fakeReencoder struct {
 	err   error // returned by every call when set
 }
 
-func (r *fakeReencoder) ReencodeOne(ctx context.Context) (bool, error) {
+func (r *fakeReencoder) ReencodeBacklog() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return int64(r.queue) << 20 // 1 MiB chunks
+}
+
+func (r *fakeReencoder) Reencode(ctx context.Context, n int) (bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.calls = append(r.calls, time.Now())
@@ -88,7 +94,7 @@ func TestReencoderRunsOnlyWhenIdle(t *testing.T) {
 	// idle time could let a call slip in.
 	const idle = 200 * time.Millisecond
 	r := &fakeReencoder{queue: 50}
-	f, _ := runFake(t, r, reencodePolicy{idle: idle, backoffMin: time.Second, backoffMax: time.Second})
+	f, _ := runFake(t, r, reencodePolicy{idle: idle, backoffMin: time.Second, backoffMax: time.Second, busyBacklog: 1 << 40})
 
 	// Busy with reads and writes: steady activity.
 	for end := time.Now().Add(4 * idle); time.Now().Before(end); time.Sleep(idle / 20) {
@@ -135,11 +141,36 @@ func TestReencoderRunsOnlyWhenIdle(t *testing.T) {
 	}
 }
 
+// TestReencoderKeepsUpWhileBusy: a backlog over the threshold is worked
+// down while the filesystem stays busy, to the threshold and no further.
+func TestReencoderKeepsUpWhileBusy(t *testing.T) {
+	const idle = 200 * time.Millisecond
+	r := &fakeReencoder{queue: 40} // 40 MiB
+	f, _ := runFake(t, r, reencodePolicy{idle: idle, backoffMin: time.Second, backoffMax: time.Second, busyBacklog: 10 << 20})
+	end := f.beginActivity() // a long operation: never idle meanwhile
+	defer end()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, left := r.snapshot(); left <= 10 {
+			break
+		}
+		if time.Now().After(deadline) {
+			_, left := r.snapshot()
+			t.Fatalf("backlog of %d MiB not worked down while busy", left)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(3 * idle)
+	if _, left := r.snapshot(); left != 10 {
+		t.Fatalf("%d MiB left: while busy the runner goes down to the threshold (10), not further", left)
+	}
+}
+
 // TestReencoderLogsAndBacksOff: every error is logged, and calls after
 // errors are spaced by a doubling back-off.
 func TestReencoderLogsAndBacksOff(t *testing.T) {
 	r := &fakeReencoder{queue: 5, err: errors.New("disk on fire")}
-	p := reencodePolicy{idle: 10 * time.Millisecond, backoffMin: 40 * time.Millisecond, backoffMax: 160 * time.Millisecond}
+	p := reencodePolicy{idle: 10 * time.Millisecond, backoffMin: 40 * time.Millisecond, backoffMax: 160 * time.Millisecond, busyBacklog: 1 << 40}
 	_, logs := runFake(t, r, p)
 	deadline := time.Now().Add(10 * time.Second)
 	var calls []time.Time
