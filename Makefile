@@ -64,12 +64,15 @@ bench:
 
 # Delta coding (issue #15): trains test/delta/workload.py (tiny GPT-2, AdamW,
 # 20 saves 10 steps apart, weights in bf16 and fp32 plus torch.save of model +
-# optimizer), then prints stored ÷ logical per kind of file and checkpoint
-# distance, standalone and as deltas (ckptfs: DELTA/SCHEME lines; ZipNN:
-# ZIPNN lines), and the decode speed of a delta chunk against a standalone one.
-# ~5 min on two idle cores. $CKPTFS_VENV as for test-e2e.
-bench-delta:
+# optimizer). First through two mounts side by side, with deltas and without
+# (MOUNT lines: stored ÷ logical per kind, save time, cold read time; root
+# needed); then at the codec level, stored ÷ logical per kind of file and
+# checkpoint distance, standalone and as deltas (DELTA/SCHEME lines; ZipNN:
+# ZIPNN lines), and the decode speed of a delta chunk against a standalone
+# one. ~8 min on two idle cores. $CKPTFS_VENV as for test-e2e.
+bench-delta: build
 	@venv=$${CKPTFS_VENV:-.venv}; set -e; dir=$$(mktemp -d /tmp/ckptfs-delta.XXXXXX); trap 'rm -rf "$$dir"' EXIT; \
+	$$venv/bin/python test/delta/mount_bench.py --bin $(BIN); \
 	$$venv/bin/python test/delta/workload.py "$$dir" --steps 400 --save-from 200 --full | grep WORKLOAD; \
 	CKPTFS_DELTA_DIR="$$dir" $(GO) test ./cas -run '^$$' -bench 'DeltaWorkload' -benchtime 1x -count 1 | grep -E '^(DELTA|SCHEME)'; \
 	$(GO) test ./cas -run '^$$' -bench 'DeltaDecode' -benchtime 50x -count 3 | grep Benchmark; \

@@ -98,6 +98,7 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     t0 = time.time()
     saved = []
+    save_seconds = [0.0, 0.0]  # time spent saving into OUT, and into --also
     model.train()
     for step in range(1, a.steps + 1):
         for g in opt.param_groups:
@@ -109,7 +110,8 @@ def main():
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         if step > a.save_from and step % a.save_every == 0:
-            for root in [a.out] + ([a.also] if a.also else []):
+            for i, root in enumerate([a.out] + ([a.also] if a.also else [])):
+                ts = time.time()
                 d = os.path.join(root, f"step-{step:05d}")
                 os.makedirs(d, exist_ok=True)
                 if "fp32" in dtypes:
@@ -122,10 +124,12 @@ def main():
                 if a.full:
                     torch.save({"step": step, "model": model.state_dict(),
                                 "optim": opt.state_dict()}, os.path.join(d, "full.pt"))
+                save_seconds[i] += time.time() - ts
             saved.append(os.path.join(a.out, f"step-{step:05d}"))
             print(f"step {step} loss {loss.item():.4f} saved {d} ({time.time() - t0:.1f}s)", flush=True)
     print("WORKLOAD " + json.dumps({"saved": saved, "seconds": round(time.time() - t0, 1),
-                                    "steps": a.steps, "save_every": a.save_every}), flush=True)
+                                    "steps": a.steps, "save_every": a.save_every,
+                                    "save_seconds": [round(x, 2) for x in save_seconds]}), flush=True)
 
 
 if __name__ == "__main__":
