@@ -73,6 +73,7 @@ func Mount(f *FS, mountpoint string, opts MountOptions) (*fuse.Server, error) {
 			DisableSplice:           true,     // results come from memory; splice only adds a copy
 			MaxInflightRequestBytes: 64 << 20, // bounds request buffers (daemon RSS)
 			Options:                 []string{"default_permissions"},
+			ExtraCapabilities:       fuse.CAP_DIRECT_IO_ALLOW_MMAP, // shared mappings of write handles (doc.go, Writes)
 			Debug:                   opts.Debug,
 			PanicHandler: func(p any) fuse.Status {
 				f.log.Printf("panic in FUSE handler: %v", p)

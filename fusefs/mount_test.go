@@ -46,8 +46,11 @@ func TestMain(m *testing.M) {
 //	write-fsuid: open PATH, then with fsuid and fsgid CKPTFS_TEST_FSUID (on its
 //	           thread: a root process that does this keeps passing FUSE's
 //	           allow check, and loses CAP_FSETID) write "written" at offset 0.
+//	mmap-steps: write through a shared mapping (mmap_test.go, runMmapSteps).
 func runClient(mode, path string) int {
 	switch mode {
+	case "mmap-steps":
+		return runMmapSteps(path)
 	case "write-fsuid":
 		// setfsuid is per thread: open and write on this one.
 		// (Opened first: the test's temporary directories are root's 0700.)
@@ -282,10 +285,11 @@ func mustEqualFile(t testing.TB, path string, want []byte) {
 }
 
 // startClient runs the test binary as a client process.
-func startClient(t *testing.T, mode, path string) (*exec.Cmd, io.WriteCloser, *bytes.Buffer, func() string) {
+// env is added to the client's environment.
+func startClient(t *testing.T, mode, path string, env ...string) (*exec.Cmd, io.WriteCloser, *bytes.Buffer, func() string) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$", path)
-	cmd.Env = append(os.Environ(), "CKPTFS_TEST_CLIENT="+mode)
+	cmd.Env = append(append(os.Environ(), "CKPTFS_TEST_CLIENT="+mode), env...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
