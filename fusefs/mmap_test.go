@@ -331,3 +331,40 @@ func TestSharedMmapCommitErrors(t *testing.T) {
 	}
 	cl.wait()
 }
+
+// TestSharedMmapWriteWithReader: a process writes a file through a shared
+// mapping while another has it open and mapped (MAP_PRIVATE). The kernel
+// shows the stores to the reader as they are made (the inode's pages are
+// shared), so the reader must go on seeing the new version, in the pages it
+// maps and in those the kernel drops and reads back through its handle.
+// Staged in a fork (a new inode for the new version, what a write(2) writer
+// gets), the reader would see the stores while their pages stay cached and
+// the old version wherever the kernel reads pages back (here: all of it, as
+// the kernel drops the pages once the daemon's mtime moved).
+func TestSharedMmapWriteWithReader(t *testing.T) {
+	m := newMount(t)
+	const size = 4 << 20
+	v1 := randBytes(1, size)
+	v2 := randBytes(2, size)
+	p := m.path("runs/shared")
+	mustWrite(t, p, v1)
+	reader, rin, rerr, readerLine := startClient(t, "mmap-hold", p, "CKPTFS_TEST_DROP=1")
+	if got := readerLine(); got != "ready" {
+		t.Fatalf("reader: %q (stderr %s)", got, rerr)
+	}
+	w := startMmapClient(t, p, "open", "map:"+strconv.Itoa(size), "fill:0:"+strconv.Itoa(size)+":2", "msync", "unmap", "close")
+	w.wait()
+	// The reader drops the pages it does not map before its read(2).
+	if _, err := rin.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := readerLine(), sha(v2)+" "+sha(v2); got != want {
+		t.Fatalf("reader saw %q (mapping, read), want the new version %q everywhere (old is %s)", got, want, sha(v1))
+	}
+	if err := reader.Wait(); err != nil {
+		t.Fatalf("reader: %v (stderr %s)", err, rerr)
+	}
+	mustCommitted(t, m, "runs/shared", "after the writer's close", v2)
+	m.remount()
+	mustEqualFile(t, p, v2)
+}

@@ -38,7 +38,9 @@ func TestMain(m *testing.M) {
 //
 //	mmap-hold: open and mmap PATH (MAP_PRIVATE), touch the first page, print
 //	           "ready", wait for a line on stdin, then print the sha256 of the
-//	           whole mapping and of a read(2) through the same descriptor.
+//	           whole mapping and of a read(2) through the same descriptor
+//	           (with CKPTFS_TEST_DROP set, after touching the first page again
+//	           and dropping the inode's unmapped cached pages).
 //	lock-try:  try a write lock on PATH with F_SETLK and print the result.
 //	write-hold: open PATH with O_RDWR|O_TRUNC, write CKPTFS_TEST_SEED's bytes,
 //	           mmap the file, close the descriptor (FLUSH), print "ready", wait
@@ -134,6 +136,16 @@ func runClient(mode, path string) int {
 		if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
 			fmt.Fprintln(os.Stderr, "stdin:", err)
 			return 1
+		}
+		if os.Getenv("CKPTFS_TEST_DROP") != "" {
+			// Touch the first page again (a writer's mmap of the file
+			// may have unmapped it) and drop the inode's cached pages
+			// that are not mapped: the kernel reads those back.
+			_ = mem[0]
+			if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+				fmt.Fprintln(os.Stderr, "fadvise:", err)
+				return 1
+			}
 		}
 		viaRead, err := io.ReadAll(io.NewSectionReader(f, 0, st.Size()))
 		if err != nil {
