@@ -468,10 +468,14 @@ func (n *fileNode) Write(ctx context.Context, f fs.FileHandle, data []byte, off 
 	if h, ok := f.(*handle); ok {
 		h.noteChange(ctx)
 	}
-	if f != nil {
-		n.killPriv(ctx) // by path (a fork's change), the caller did it on the origin
+	cached := fromPageCache(ctx)
+	if f != nil && !cached {
+		// By path (a fork's change), the caller did it on the origin. A
+		// mapping's stores keep the bits, as on ext4 (page_mkwrite does
+		// not clear them).
+		n.killPriv(ctx)
 	}
-	if t := n.changeTarget(f, fromPageCache(ctx)); t != n {
+	if t := n.changeTarget(f, cached); t != n {
 		return t.Write(ctx, nil, data, off)
 	}
 	n.mu.Lock()
