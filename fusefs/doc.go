@@ -52,6 +52,40 @@
 // to a committed file first copies its committed content into a spool unless the
 // first change is a truncation to zero (open with O_TRUNC), which is the common case.
 //
+// # Shared writable mappings
+//
+// The mount negotiates FUSE_DIRECT_IO_ALLOW_MMAP, so that write handles can
+// be mapped MAP_SHARED (SQLite's WAL index, numpy's open_memmap and
+// memmap(mode="r+")); without it the kernel refuses with ENODEV. Such a
+// mapping goes through the kernel's page cache (its faults read the staged
+// content through the handle), and its dirty pages come back as WRITEs
+// flagged FUSE_WRITE_CACHE when the kernel writes them back: at msync(MS_SYNC),
+// which then sends FSYNC; at munmap; at close(2), before its FLUSH; and
+// whenever the kernel's flusher runs (dirty pages older than 30 s by
+// default). They are staged like any write and commit only as other writes
+// do: msync(MS_SYNC) commits (its FSYNC), and so does the close after
+// munmap. A mapping that outlives its last descriptor (numpy closes its file
+// object at once) is committed by the RELEASE that follows munmap, whose
+// error can only be logged: a writer that must know calls msync first.
+// Writeback alone never commits, so a crash before msync or close leaves the
+// previous version, whatever stores reached the daemon.
+//
+// Which process made a mapping's stores is unknown (the kernel writes back
+// for whoever triggers it), so mount.go's pageWrites gives these WRITEs
+// caller pid 0 (the kernel already does), and they name no committer
+// (handle.go): the close of the opener, or of a process that wrote with
+// write(2), commits. They do not clear setuid/setgid (ext4 does not on a
+// mapping's stores either). And they never start a fork (file.go,
+// changeTarget): the kernel shows the stores, in the inode's pages, to every
+// process that has it open or mapped, so they change the file in place, as
+// on a local filesystem; a fork would show those readers the new bytes while
+// cached and the old version wherever the kernel reads pages back.
+//
+// The writeback cache (FUSE_WRITEBACK_CACHE) stays off: mappings do not need
+// it (their pages are written back in either mode), and for write(2) it would
+// hold WRITEs back until writeback, reorder them and lose the direct-I/O
+// write speed.
+//
 // # Versions, inodes and the page cache
 //
 // Each kernel inode has one content at a time, as in any POSIX filesystem: a process
@@ -61,7 +95,9 @@
 // do) gives the new version a new inode: readers of the old one, mmap included, keep
 // reading the old bytes, which stay in memory (the manifest) and in the store (GC
 // marks from manifests, and from LiveManifests for files the daemon has open)
-// until they close.
+// until they close. A process that changes a file through a shared mapping
+// changes it for every process that has the inode open or mapped (see
+// Shared writable mappings above).
 // Read handles get FOPEN_KEEP_CACHE while the file's content is unchanged since the
 // last open for reading; after a change the next open drops the kernel's cached
 // pages. Reads are assembled from verified chunks through the store's cache,

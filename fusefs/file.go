@@ -125,7 +125,14 @@ func (n *fileNode) dataNode(h fs.FileHandle) *fileNode {
 
 // changeTarget returns the node a change through h must go to, starting a fork
 // when n is a committed file that handles other than writers have open.
-func (n *fileNode) changeTarget(h fs.FileHandle) *fileNode {
+//
+// A change that comes from the page cache (cached: a shared mapping's dirty
+// pages) never starts a fork: the kernel already shows it, in the pages of
+// n's inode, to every process that has the inode open or mapped, so a fork
+// would leave those readers a mix of the two versions (the cached pages new,
+// the pages the kernel reads back through their handles old). It changes n in
+// place, as on a local filesystem.
+func (n *fileNode) changeTarget(h fs.FileHandle, cached bool) *fileNode {
 	if t := n.dataNode(h); t != n {
 		return t
 	}
@@ -137,7 +144,7 @@ func (n *fileNode) changeTarget(h fs.FileHandle) *fileNode {
 	if n.fork != nil {
 		return n.fork
 	}
-	if n.staged() || n.handles <= n.writers || n.unlinked.Load() {
+	if cached || n.staged() || n.handles <= n.writers || n.unlinked.Load() {
 		return n
 	}
 	ino, err := n.fsys.store.AllocIno()
@@ -461,10 +468,14 @@ func (n *fileNode) Write(ctx context.Context, f fs.FileHandle, data []byte, off 
 	if h, ok := f.(*handle); ok {
 		h.noteChange(ctx)
 	}
-	if f != nil {
-		n.killPriv(ctx) // by path (a fork's change), the caller did it on the origin
+	cached := fromPageCache(ctx)
+	if f != nil && !cached {
+		// By path (a fork's change), the caller did it on the origin. A
+		// mapping's stores keep the bits, as on ext4 (page_mkwrite does
+		// not clear them).
+		n.killPriv(ctx)
 	}
-	if t := n.changeTarget(f); t != n {
+	if t := n.changeTarget(f, cached); t != n {
 		return t.Write(ctx, nil, data, off)
 	}
 	n.mu.Lock()
@@ -503,6 +514,17 @@ func (n *fileNode) Write(ctx context.Context, f fs.FileHandle, data []byte, off 
 		return uint32(k), n.fsys.toErrno("write", err)
 	}
 	return uint32(k), 0
+}
+
+// fromPageCache reports whether a WRITE writes back dirty pages of the
+// kernel's page cache (a shared mapping's stores) rather than a write(2):
+// mount.go's pageWrites gives those caller pid 0, as the kernel does. The
+// process that made the stores is unknown (the flusher, or whichever process
+// calls msync, munmap or close writes them back), so they name no changer
+// (handle.tgidLocked) either.
+func fromPageCache(ctx context.Context) bool {
+	c, ok := ctx.(*fuse.Context)
+	return ok && c.Pid == 0
 }
 
 // killPriv clears the setuid bit, and the setgid bit of a group-executable
@@ -623,7 +645,7 @@ func (n *fileNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAtt
 		h.noteChange(ctx)
 	}
 	if resize {
-		t := n.changeTarget(f)
+		t := n.changeTarget(f, false)
 		t.mu.Lock()
 		err := t.resize(ctx, int64(size))
 		writers := t.writers
@@ -685,7 +707,7 @@ func (n *fileNode) Allocate(ctx context.Context, f fs.FileHandle, off uint64, si
 	if h, ok := f.(*handle); ok {
 		h.noteChange(ctx)
 	}
-	if t := n.changeTarget(f); t != n {
+	if t := n.changeTarget(f, false); t != n {
 		return t.Allocate(ctx, nil, off, size, mode)
 	}
 	n.mu.Lock()

@@ -73,6 +73,7 @@ func Mount(f *FS, mountpoint string, opts MountOptions) (*fuse.Server, error) {
 			DisableSplice:           true,     // results come from memory; splice only adds a copy
 			MaxInflightRequestBytes: 64 << 20, // bounds request buffers (daemon RSS)
 			Options:                 []string{"default_permissions"},
+			ExtraCapabilities:       fuse.CAP_DIRECT_IO_ALLOW_MMAP, // shared mappings of write handles (doc.go, Writes)
 			Debug:                   opts.Debug,
 			PanicHandler: func(p any) fuse.Status {
 				f.log.Printf("panic in FUSE handler: %v", p)
@@ -86,8 +87,9 @@ func Mount(f *FS, mountpoint string, opts MountOptions) (*fuse.Server, error) {
 	if opts.Debug {
 		fsOpts.Logger = log.New(os.Stderr, "fuse: ", log.Lmicroseconds)
 	}
-	// fs.Mount, with renames tracked (renameTracker).
-	raw := renameTracker{fs.NewNodeFS(f.Root(), fsOpts), f}
+	// fs.Mount, with renames tracked (renameTracker) and page-cache writes
+	// marked (pageWrites).
+	raw := pageWrites{renameTracker{fs.NewNodeFS(f.Root(), fsOpts), f}}
 	srv, err := fuse.NewServer(raw, mountpoint, &fsOpts.MountOptions)
 	if err != nil {
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
@@ -124,6 +126,27 @@ func (r renameTracker) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName
 		r.f.nsMu.Unlock()
 	}()
 	return r.RawFileSystem.Rename(cancel, in, oldName, newName)
+}
+
+// pageWrites gives the WRITEs that write back dirty pages of the page cache
+// (FUSE_WRITE_CACHE) caller pid 0, which fileNode.Write reads as "from the
+// page cache" (fromPageCache). Write handles are FOPEN_DIRECT_IO, so only the
+// stores of a shared mapping reach the page cache. The kernel already sends
+// such writes without credentials (pid 0); this makes it a rule.
+type pageWrites struct{ fuse.RawFileSystem }
+
+func (p pageWrites) Writev(cancel <-chan struct{}, in *fuse.WriteIn, data [][]byte) (uint32, fuse.Status) {
+	if in.WriteFlags&fuse.WRITE_CACHE != 0 {
+		in.Caller.Pid = 0
+	}
+	return p.RawFileSystem.Writev(cancel, in, data)
+}
+
+func (p pageWrites) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
+	if in.WriteFlags&fuse.WRITE_CACHE != 0 {
+		in.Caller.Pid = 0
+	}
+	return p.RawFileSystem.Write(cancel, in, data)
 }
 
 // setReadAhead writes the mount's BDI read_ahead_kb.

@@ -38,7 +38,9 @@ func TestMain(m *testing.M) {
 //
 //	mmap-hold: open and mmap PATH (MAP_PRIVATE), touch the first page, print
 //	           "ready", wait for a line on stdin, then print the sha256 of the
-//	           whole mapping and of a read(2) through the same descriptor.
+//	           whole mapping and of a read(2) through the same descriptor
+//	           (with CKPTFS_TEST_DROP set, after touching the first page again
+//	           and dropping the inode's unmapped cached pages).
 //	lock-try:  try a write lock on PATH with F_SETLK and print the result.
 //	write-hold: open PATH with O_RDWR|O_TRUNC, write CKPTFS_TEST_SEED's bytes,
 //	           mmap the file, close the descriptor (FLUSH), print "ready", wait
@@ -46,8 +48,11 @@ func TestMain(m *testing.M) {
 //	write-fsuid: open PATH, then with fsuid and fsgid CKPTFS_TEST_FSUID (on its
 //	           thread: a root process that does this keeps passing FUSE's
 //	           allow check, and loses CAP_FSETID) write "written" at offset 0.
+//	mmap-steps: write through a shared mapping (mmap_test.go, runMmapSteps).
 func runClient(mode, path string) int {
 	switch mode {
+	case "mmap-steps":
+		return runMmapSteps(path)
 	case "write-fsuid":
 		// setfsuid is per thread: open and write on this one.
 		// (Opened first: the test's temporary directories are root's 0700.)
@@ -131,6 +136,16 @@ func runClient(mode, path string) int {
 		if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
 			fmt.Fprintln(os.Stderr, "stdin:", err)
 			return 1
+		}
+		if os.Getenv("CKPTFS_TEST_DROP") != "" {
+			// Touch the first page again (a writer's mmap of the file
+			// may have unmapped it) and drop the inode's cached pages
+			// that are not mapped: the kernel reads those back.
+			_ = mem[0]
+			if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+				fmt.Fprintln(os.Stderr, "fadvise:", err)
+				return 1
+			}
 		}
 		viaRead, err := io.ReadAll(io.NewSectionReader(f, 0, st.Size()))
 		if err != nil {
@@ -282,10 +297,11 @@ func mustEqualFile(t testing.TB, path string, want []byte) {
 }
 
 // startClient runs the test binary as a client process.
-func startClient(t *testing.T, mode, path string) (*exec.Cmd, io.WriteCloser, *bytes.Buffer, func() string) {
+// env is added to the client's environment.
+func startClient(t *testing.T, mode, path string, env ...string) (*exec.Cmd, io.WriteCloser, *bytes.Buffer, func() string) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$", path)
-	cmd.Env = append(os.Environ(), "CKPTFS_TEST_CLIENT="+mode)
+	cmd.Env = append(append(os.Environ(), "CKPTFS_TEST_CLIENT="+mode), env...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
