@@ -42,6 +42,10 @@ type Backend struct {
 	heldSlots chan struct{}
 
 	madeDirs  sync.Map        // directories known to exist
+	// linked holds directories whose own entry in their parent a Sync of
+	// this process has made durable (the parent fsynced while they
+	// existed): a later Sync fsyncs only the directory of its objects.
+	linked sync.Map
 	syncErrs  sync.Map        // Handle → error: failed fdatasyncs (sticky)
 	syncLocks [256]sync.Mutex // by the name's first bytes: sync-then-record is one step
 	noDirect  atomic.Bool     // the filesystem refuses O_DIRECT
@@ -255,8 +259,15 @@ func (b *Backend) Sync(ctx context.Context, hs []backend.Handle) error {
 	var g errgroup.Group
 	g.SetLimit(syncWorkers)
 	for _, h := range hs {
-		for _, d := range b.dirs(h) {
-			dirs[d] = struct{}{}
+		// The object's directory always (its new name); each ancestor
+		// until a directory whose own entry is known durable.
+		ds := b.dirs(h)
+		dirs[ds[len(ds)-1]] = struct{}{}
+		for i := len(ds) - 1; i > 0; i-- {
+			if _, ok := b.linked.Load(ds[i]); ok {
+				break
+			}
+			dirs[ds[i-1]] = struct{}{}
 		}
 		g.Go(func() error { return b.syncObject(h) })
 	}
@@ -266,6 +277,12 @@ func (b *Backend) Sync(ctx context.Context, hs []backend.Handle) error {
 	for d := range dirs {
 		if err := b.syncDir(d); err != nil {
 			return err
+		}
+	}
+	for _, h := range hs {
+		ds := b.dirs(h)
+		for _, d := range ds[1:] {
+			b.linked.Store(d, struct{}{}) // its parent was fsynced above, or it was linked already
 		}
 	}
 	return nil
