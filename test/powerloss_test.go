@@ -144,6 +144,8 @@ type plModel struct {
 type plPath struct {
 	committed plVersion
 	inflight  []plVersion
+	history   []string // the last operations that returned, newest last (for messages)
+	earlier   []plVersion
 }
 
 func (m *plModel) begin(p string, v plVersion) {
@@ -155,7 +157,23 @@ func (m *plModel) begin(p string, v plVersion) {
 func (m *plModel) done(p string, v plVersion) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.paths[p].committed, m.paths[p].inflight = v, nil
+	st := m.paths[p]
+	st.earlier = append(st.earlier, st.committed)
+	if len(st.earlier) > 8 {
+		st.earlier = st.earlier[1:]
+	}
+	st.committed, st.inflight = v, nil
+}
+
+// note records what the last operation on p was, for messages.
+func (m *plModel) note(p, op string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st := m.paths[p]
+	st.history = append(st.history, op)
+	if len(st.history) > 8 {
+		st.history = st.history[1:]
+	}
 }
 
 // plWorkers is how many processes write at once; each owns plFiles paths.
@@ -190,18 +208,23 @@ func (m *plModel) run(mnt string, worker int, rng *rand.Rand, ops int, down func
 			m.mu.Unlock()
 		}
 		var err error
+		opName := ""
 		switch op := rng.Intn(20); {
 		case op < 7: // temp file, sized, written, renamed while open, closed (safetensors)
 			m.begin(p, v)
+			opName = "via-rename " + v.String()
 			err = writeViaRename(full, v.bytes())
 		case op < 13: // in place with O_TRUNC (torch.save)
 			m.begin(p, v)
+			opName = "o_trunc " + v.String()
 			err = os.WriteFile(full, v.bytes(), 0o644)
 		case op < 16: // written, fsync'd, then closed
 			m.begin(p, v)
+			opName = "fsync " + v.String()
 			err = writeSynced(full, v.bytes())
 		case op < 18: // unlinked
 			v = plAbsent
+			opName = "unlink"
 			m.begin(p, v)
 			err = os.Remove(full)
 			if errors.Is(err, os.ErrNotExist) {
@@ -223,13 +246,16 @@ func (m *plModel) run(mnt string, worker int, rng *rand.Rand, ops int, down func
 			err = os.Rename(full, filepath.Join(mnt, q))
 			if err == nil {
 				m.done(q, src)
+				m.note(q, "renamed from "+p)
 			}
+			opName = "renamed to " + q
 			v = plAbsent
 		}
 		if err != nil {
 			return plFailure(down, p, err)
 		}
 		m.done(p, v)
+		m.note(p, opName)
 	}
 	return nil
 }
@@ -293,12 +319,24 @@ func (m *plModel) verify(mnt string) (bad []string, committed, cutShort int) {
 			}
 		}
 		if match == nil {
-			bad = append(bad, fmt.Sprintf("%s: holds %d bytes (exists %v); committed %v, in flight %v", p, len(got), exists, st.committed, st.inflight))
+			what := ""
+			for k := len(st.earlier) - 1; k >= 0 && exists; k-- {
+				if v := st.earlier[k]; v != plAbsent && bytes.Equal(got, v.bytes()) {
+					what = fmt.Sprintf(": the version committed %d operations earlier", len(st.earlier)-k)
+					break
+				}
+			}
+			bad = append(bad, fmt.Sprintf("%s: holds %d bytes (exists %v)%s; committed %v, in flight %v; last operations %v",
+				p, len(got), exists, what, st.committed, st.inflight, st.history))
 			st.committed, st.inflight = plAbsent, nil
 			os.Remove(filepath.Join(mnt, p))
 			continue
 		}
 		st.committed, st.inflight = *match, nil
+		st.history = append(st.history, "(power cut, remount)")
+		if len(st.history) > 8 {
+			st.history = st.history[1:]
+		}
 	}
 	// Nothing else is visible: no temporary names, nothing half-made.
 	for w := 0; w < plWorkers; w++ {
