@@ -373,7 +373,19 @@ func (s *Store) writeObject(ctx context.Context, id ID, data []byte, h Hint) (in
 	}
 	var obj []byte
 	codec := CodecRaw
-	if release, ok := s.tryEncodeSlot(len(data)); ok {
+	release, ok := s.tryEncodeSlot(len(data))
+	if !ok && s.encodeSlots != nil && s.ReencodeBacklog() >= s.maxBacklog {
+		// The queue is full: this commit waits for an encoder rather than
+		// add to it, so a store written without pause keeps at most
+		// maxBacklog raw (reencode.go).
+		select {
+		case s.encodeSlots <- struct{}{}:
+			release, ok = func() { <-s.encodeSlots }, true
+		case <-ctx.Done():
+			return ChunkInfo{}, false, ctx.Err()
+		}
+	}
+	if ok {
 		obj, codec = s.codecs.encodeObject(data, h)
 		release()
 	} else {

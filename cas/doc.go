@@ -88,14 +88,19 @@
 // A save must be bounded by the FUSE path and hashing, not by the codec. The
 // commit path encodes a new chunk inline only while one of
 // Options.InlineEncoders slots is free (default max(1, NumCPU/2); a
-// non-blocking try, so a commit never waits for an encoder). A chunk that
-// finds none is written raw (codec 0: an ordinary object, header and CRC
-// included, readable at once) and queued in the catalog bucket "reencode"
-// (chunk ID → hint and raw length) by the transaction that indexes it. The
-// daemon drains the queue while idle with Store.ReencodeOne, which replaces
-// the raw object by its encoded form when that is smaller: published like any
-// object (temporary name, fdatasync, rename, directory fsync), then one
-// transaction updates the index row, the stored-bytes counter and the queue.
+// non-blocking try, so a commit does not wait for an encoder while the queue
+// holds less than Options.MaxReencodeBacklog raw bytes, 1 GiB by default;
+// past it, it waits, so a store written without pause keeps at most that
+// much raw). A chunk that finds none is written raw (codec 0: an ordinary
+// object, header and CRC included, readable at once) and queued in the
+// catalog bucket "reencode" (chunk ID → hint and raw length) by the
+// transaction that indexes it. The daemon drains the queue while idle, and
+// while busy at a duty cycle once it holds half the bound, with
+// Store.Reencode, which replaces raw objects by their encoded form (or a
+// delta) when that is smaller: a group of chunks is published like any
+// objects (temporary names, one grouped fdatasync and directory fsync,
+// renames), then one transaction updates their index rows, the stored-bytes
+// counter and the queue.
 // Invariants (reencode.go has the details):
 //
 //   - A chunk is queued iff the row that indexed it was written for a raw

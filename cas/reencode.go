@@ -64,6 +64,14 @@ type PendingReencode struct {
 
 const pendingRecordVersion = 1
 
+// DefaultMaxReencodeBacklog is Options.MaxReencodeBacklog's default. The
+// background re-encoder also works while the mount is busy once the backlog
+// is past half of it (fusefs); a commit waits for an encoder past all of it.
+// A single 1 GiB save (about half of it stored raw) stays under it and is
+// not slowed; a run that saves without pause is held to it, so its stored
+// size converges to the encoded one as the store grows.
+const DefaultMaxReencodeBacklog = 1 << 30
+
 func (p PendingReencode) marshal() []byte {
 	elem := p.Hint.ElemSize
 	if elem < 0 || elem > 255 {

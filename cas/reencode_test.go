@@ -383,3 +383,41 @@ func TestOpenAddsQueueToOlderStore(t *testing.T) {
 		t.Fatalf("queue after reopen: %+v", c)
 	}
 }
+
+// TestBacklogBound: past MaxReencodeBacklog raw bytes queued, a new chunk
+// waits for an inline encoder instead of joining the queue.
+func TestBacklogBound(t *testing.T) {
+	ctx := context.Background()
+	s := testStore(t, Options{InlineEncoders: 1, MaxReencodeBacklog: 64 << 10})
+	s.encodeSlots <- struct{}{}                           // every inline encoder busy
+	a := bytes.Repeat([]byte("0123456789abcdef"), 4096+1) // 64 KiB + 16
+	b := bytes.Repeat([]byte("fedcba9876543210"), 4096+1)
+	putCommit := func(data []byte) ChunkRef {
+		bt := s.NewBatch()
+		ref, err := bt.Put(ctx, data)
+		if err != nil {
+			t.Error(err)
+		}
+		if err := s.Commit(ctx, bt, func(*Tx) error { return nil }); err != nil {
+			t.Error(err)
+		}
+		return ref
+	}
+	putCommit(a) // under the bound: stored raw, queued
+	if c := mustCounts(t, s); c.ReencodePendingBytes < 64<<10 {
+		t.Fatalf("first chunk not queued: %+v", c)
+	}
+	done := make(chan ChunkRef)
+	go func() { done <- putCommit(b) }()
+	select {
+	case <-done:
+		t.Fatal("a chunk joined a full queue without waiting for an encoder")
+	case <-time.After(200 * time.Millisecond):
+	}
+	<-s.encodeSlots // an encoder frees up
+	ref := <-done
+	info, _, _, queued := rows(t, s, ref.ID)
+	if queued || info.Codec == CodecRaw {
+		t.Errorf("the chunk that waited was stored raw (%+v) or queued (%v) instead of encoded", info, queued)
+	}
+}

@@ -65,6 +65,11 @@ type Options struct {
 	// slot taken is stored raw and queued for ReencodeOne; negative means
 	// never encode inline (tests). See reencode.go.
 	InlineEncoders int
+	// MaxReencodeBacklog bounds the raw bytes waiting in the re-encode
+	// queue (default DefaultMaxReencodeBacklog): past it, a new chunk
+	// waits for an inline encoder instead of being stored raw, so a store
+	// that is never idle still converges to its encoded size.
+	MaxReencodeBacklog int64
 	// DeltaKeyframe bounds delta chains (deltaplan.go): a chunk is stored as
 	// a delta against a base at most DeltaKeyframe-1 versions before it, and
 	// the next version starts a new chain with a standalone chunk. 0 means
@@ -125,6 +130,7 @@ type Store struct {
 	// (reencodeSem held).
 	deltaKeyframe int
 	deltaScratch  deltaScratch
+	maxBacklog    int64 // Options.MaxReencodeBacklog
 	reencodeSem   chan struct{}
 	reencodeNext  []byte
 
@@ -153,6 +159,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	if opts.ChunkSize <= 0 {
 		opts.ChunkSize = DefaultChunkSize
+	}
+	if opts.MaxReencodeBacklog <= 0 {
+		opts.MaxReencodeBacklog = DefaultMaxReencodeBacklog
 	}
 	if opts.DeltaKeyframe == 0 {
 		opts.DeltaKeyframe = DefaultDeltaKeyframe
@@ -214,7 +223,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	s := &Store{dir: dir, db: db, readOnly: opts.ReadOnly, flights: map[ID]*flight{}, objects: objects,
 		pins: map[ID]int{}, deleting: map[ID]chan struct{}{}, hashSlots: make(chan struct{}, opts.HashWorkers),
-		obs: opts.Observer, deltaKeyframe: opts.DeltaKeyframe}
+		obs: opts.Observer, deltaKeyframe: opts.DeltaKeyframe, maxBacklog: opts.MaxReencodeBacklog}
 	if opts.Remote != nil {
 		s.remote = newRemoteState(opts.Remote, opts.LocalCacheSize)
 	}

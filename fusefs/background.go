@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
+
+	"github.com/ckptfs/ckptfs/cas"
 )
 
 // DefaultReencodeIdle is how long the filesystem must have seen no activity
@@ -46,9 +48,10 @@ const reencodeGroup = 8
 // the writer's raw chunks come slower than that share encodes them), and
 // stored ÷ unique converges to the encoded ratio as the store grows; a
 // single large save (below the threshold) still waits for idle time and
-// runs at full speed.
+// runs at full speed. Past cas's bound (twice this) the commits themselves
+// wait for an encoder (cas.Options.MaxReencodeBacklog).
 const (
-	busyBacklog = 512 << 20
+	busyBacklog = cas.DefaultMaxReencodeBacklog / 2
 	busyPause   = 1
 )
 

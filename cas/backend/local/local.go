@@ -41,11 +41,11 @@ type Backend struct {
 	held      map[backend.Handle]*os.File // written, not yet synced
 	heldSlots chan struct{}
 
-	madeDirs  sync.Map        // directories known to exist
+	madeDirs sync.Map // directories known to exist
 	// linked holds directories whose own entry in their parent a Sync of
 	// this process has made durable (the parent fsynced while they
 	// existed): a later Sync fsyncs only the directory of its objects.
-	linked sync.Map
+	linked    sync.Map
 	syncErrs  sync.Map        // Handle → error: failed fdatasyncs (sticky)
 	syncLocks [256]sync.Mutex // by the name's first bytes: sync-then-record is one step
 	noDirect  atomic.Bool     // the filesystem refuses O_DIRECT
