@@ -35,7 +35,16 @@
 // is half-way through); fsync; and the RELEASE of the last writer. Only then
 // does close(2) return, and commit errors surface from close or fsync (the
 // kernel ignores RELEASE's result). With WithAsyncCommit, close returns first
-// and fsync waits. A crash before the commit leaves the previous version (or no
+// and fsync waits. RELEASE comes after close(2) has returned, so another
+// writer may have opened the file since: a RELEASE commits only if, holding
+// the file's lock, no other handle that may write has it open (else it
+// would commit that writer's half-written content, and a failure of that
+// commit could only be logged). A commit that fails once the staged bytes
+// exist only in the store (a stream's) reverts the file to its committed
+// content; until the file is truncated to nothing or its writers have all
+// closed, every fsync and committing close of it reports that failure,
+// whichever request's commit it was: one that finds nothing left to commit
+// never reports success for bytes that were dropped. A crash before the commit leaves the previous version (or no
 // file, if it was new): a file created or renamed into place before its first
 // commit is kept out of the catalog, and a committed file it replaced by rename
 // (the "shadow") stays in the catalog until the replacing file commits.

@@ -789,12 +789,22 @@ func (n *fileNode) Release(ctx context.Context, f fs.FileHandle) syscall.Errno {
 	// ignores RELEASE's result, so an error can only be logged.
 	// The writers that count are those of the node the commit lands on: a
 	// fork that took this file's name may have writers of its own by now.
+	// This look is a shortcut: a writer may open between it and the commit,
+	// so commitAtRelease asks again holding the file's lock.
 	t := n.dataNode(h)
 	t.mu.RLock()
 	last := h.mayCommit() && t.writers <= 1
 	t.mu.RUnlock()
 	if last {
-		if err := n.commit(context.WithoutCancel(ctx)); err != nil {
+		if hook := n.fsys.releaseHook; hook != nil {
+			n.fsys.nsMu.Lock()
+			name := n.name
+			n.fsys.nsMu.Unlock()
+			if done := hook(name); done != nil {
+				defer done()
+			}
+		}
+		if err := n.commitAtRelease(context.WithoutCancel(ctx), h); err != nil {
 			n.fsys.log.Printf("commit at release of %q: %v", n.name, err)
 		}
 	}
@@ -863,10 +873,26 @@ func (n *fileNode) dropSpoolLocked() {
 
 // commit makes the staged content the committed content, if there is any.
 // For a file with a fork in progress it commits the fork.
-func (n *fileNode) commit(ctx context.Context) error {
+//
+// Its error is the caller's answer to "is what was written committed?"
+// (fsync, close): when there is nothing to commit because a failed commit
+// (another request's, e.g. an earlier handle's RELEASE) dropped the staged
+// content, it reports that failure (n.lost), not success.
+func (n *fileNode) commit(ctx context.Context) error { return n.commitAs(ctx, nil) }
+
+// commitAtRelease is the commit of the RELEASE of h: it commits only if no
+// handle but h that may write has the file (the node the commit lands on)
+// open, checked holding the file's lock, so that a writer that opened after
+// the kernel's close of h never has its half-written content committed (nor
+// dropped by a failure of that commit, which RELEASE can only log). It
+// reports no n.lost: that failure was reported to the writers.
+func (n *fileNode) commitAtRelease(ctx context.Context, h *handle) error { return n.commitAs(ctx, h) }
+
+// commitAs is commit, or commitAtRelease when releasing is not nil.
+func (n *fileNode) commitAs(ctx context.Context, releasing *handle) error {
 	defer n.fsys.beginActivity()() // the re-encoder waits for commits
 	if t := n.dataNode(nil); t != n {
-		return t.commit(ctx)
+		return t.commitAs(ctx, releasing)
 	}
 	n.commitMu.Lock()
 	defer n.commitMu.Unlock()
@@ -881,7 +907,7 @@ func (n *fileNode) commit(ctx context.Context) error {
 		originAttr = origin.attr
 		origin.mu.RUnlock()
 	}
-	replaced, committed, err := n.commitLocked(ctx, origin, originAttr)
+	replaced, committed, err := n.commitLocked(ctx, origin, originAttr, releasing)
 	if err != nil {
 		return err
 	}
@@ -900,12 +926,24 @@ func (n *fileNode) commit(ctx context.Context) error {
 
 // commitLocked does the commit and reports whether it wrote one; for a fork
 // that took its origin's place it returns the function that invalidates the
-// kernel's entry.
-func (n *fileNode) commitLocked(ctx context.Context, origin *fileNode, originAttr cas.Node) (replaced func(), committed bool, err error) {
+// kernel's entry. releasing: see commitAs.
+func (n *fileNode) commitLocked(ctx context.Context, origin *fileNode, originAttr cas.Node, releasing *handle) (replaced func(), committed bool, err error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if releasing != nil {
+		own := 0 // the releasing handle still counts among the writers
+		if releasing.write {
+			own = 1
+		}
+		if n.writers > own {
+			return nil, false, nil // another writer has it open: its close commits
+		}
+		if !n.dirty {
+			return nil, false, nil
+		}
+	}
 	if !n.dirty {
-		return nil, false, nil
+		return nil, false, n.lost
 	}
 	if obs := n.fsys.obs; obs != nil {
 		start := time.Now()

@@ -81,6 +81,10 @@ type FS struct {
 	// renameHook, when set (tests only), runs when our Rename has recorded a
 	// rename and released nsMu, before go-fuse moves the inode in its tree.
 	renameHook func()
+	// releaseHook, when set (tests only), runs in Release once the handle
+	// looked like the file's last writer, before the commit; the function it
+	// returns, if not nil, runs when Release is done.
+	releaseHook func(name string) func()
 }
 
 // Option configures New.

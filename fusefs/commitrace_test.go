@@ -1,0 +1,172 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ckptfs/ckptfs/cas"
+	"github.com/ckptfs/ckptfs/cas/backend"
+	"github.com/ckptfs/ckptfs/cas/backend/local"
+)
+
+// committedSize returns the size of the manifest the catalog holds for the
+// file at p.
+func (m *testMount) committedSize(p string) int64 {
+	m.t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Stat(p, &st); err != nil {
+		m.t.Fatal(err)
+	}
+	var size int64 = -1
+	err := m.cas.View(func(tx *cas.Tx) error {
+		mf, ok, err := tx.Manifest(st.Ino)
+		if ok {
+			size = mf.Size()
+		}
+		return err
+	})
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	return size
+}
+
+// TestReleaseDoesNotCommitALaterWriter: the kernel sends RELEASE after
+// close(2) has returned, so a writer may open the file, truncate it and
+// write half of its new version between the RELEASE's look at the writers
+// ("am I the last one?") and its commit. That commit must not happen: it
+// would make the half-written version the committed one (and when it
+// failed, say at a power cut, it dropped the new writer's content, and the
+// writer's fsync, finding nothing left to commit, reported success: the
+// power-loss suite's lost fsync). The hook holds the RELEASE in that window.
+func TestReleaseDoesNotCommitALaterWriter(t *testing.T) {
+	var armed atomic.Bool
+	entered, proceed, released := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	hook := func(f *FS) {
+		f.releaseHook = func(name string) func() {
+			if name != "f" || !armed.CompareAndSwap(true, false) {
+				return nil
+			}
+			close(entered)
+			<-proceed
+			return func() { close(released) }
+		}
+	}
+	m := &testMount{t: t, store: filepath.Join(t.TempDir(), "store"), dir: t.TempDir(), opts: []Option{hook}}
+	m.mount()
+	t.Cleanup(m.unmount)
+	p := m.path("f")
+	v1, v2 := randBytes(1, 3<<20), randBytes(2, 5<<20)
+
+	armed.Store(true)
+	mustWrite(t, p, v1) // its close commits v1; its RELEASE waits in the hook
+	wait := func(ch chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+	wait(entered, "the RELEASE of the first writer")
+
+	w, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, err := w.Write(v2[:len(v2)/2]); err != nil {
+		t.Fatal(err)
+	}
+	close(proceed)
+	wait(released, "the RELEASE to finish")
+	if got := m.committedSize(p); got != int64(len(v1)) {
+		t.Fatalf("after the first writer's RELEASE the catalog holds %d bytes, want the %d of its version: "+
+			"it committed the second writer's half-written content", got, len(v1))
+	}
+
+	if _, err := w.Write(v2[len(v2)/2:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	m.remount()
+	mustEqualFile(t, p, v2)
+}
+
+// syncFailer is an object backend whose Sync fails while fail is set.
+type syncFailer struct {
+	backend.Backend
+	fail atomic.Bool
+}
+
+var errInjected = errors.New("injected sync failure")
+
+func (s *syncFailer) Sync(ctx context.Context, hs []backend.Handle) error {
+	if s.fail.Load() {
+		return errInjected
+	}
+	return s.Backend.Sync(ctx, hs)
+}
+
+// TestCommitReportsAnotherRequestsFailure: when a commit fails after the
+// staged bytes are gone (a stream's chunks: the file reverts to its
+// committed version), the writers whose content it dropped must hear of it
+// even when another request ran the failed commit: their fsync or close
+// finds nothing left to commit, and must not report success for bytes that
+// are not stored. Here a second descriptor of the writing process closes
+// first (its FLUSH commits the file's staged content) while the store's
+// syncs fail.
+func TestCommitReportsAnotherRequestsFailure(t *testing.T) {
+	cases := []struct {
+		name  string
+		check func(w *os.File) error // what the writer does after the failed commit
+	}{
+		{"fsync", func(w *os.File) error { return w.Sync() }},
+		{"close", func(w *os.File) error { return w.Close() }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			storeDir := filepath.Join(t.TempDir(), "store")
+			objects := &syncFailer{Backend: local.New(filepath.Join(storeDir, "objects"), local.Options{})}
+			m := &testMount{t: t, store: storeDir, dir: t.TempDir()}
+			m.cas0.Objects = objects
+			m.mount()
+			t.Cleanup(m.unmount)
+			p := m.path("f")
+			v0, v1 := randBytes(10, 1<<20), randBytes(11, 3<<20)
+			mustWrite(t, p, v0)
+
+			other, err := os.OpenFile(p, os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			if _, err := w.Write(v1); err != nil {
+				t.Fatal(err)
+			}
+			objects.fail.Store(true)
+			if err := other.Close(); err == nil {
+				t.Fatal("the close whose commit failed reported success")
+			}
+			objects.fail.Store(false)
+			if err := c.check(w); err == nil {
+				t.Fatalf("%s of the writer reported success after its content was dropped by a failed commit", c.name)
+			}
+			w.Close()
+			m.remount()
+			mustEqualFile(t, p, v0)
+		})
+	}
+}
