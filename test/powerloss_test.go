@@ -184,10 +184,18 @@ const (
 
 func plPathName(worker, file int) string { return fmt.Sprintf("runs/w%d/f%d", worker, file) }
 
+// plOnlyEnv, when set, restricts the workload to two kinds of operations on
+// a path: written under a temporary name and renamed over it, and written in
+// place and fsync'd (the pair that once lost fsync'd versions: a RELEASE of
+// the first's handle committed the second's content, see fusefs's
+// commitAtRelease). A focused reproduction, not the suite.
+const plOnlyEnv = "CKPTFS_PL_ONLY"
+
 // run performs ops operations on worker's paths, stopping at the first that
 // fails (the power was cut: the daemon gets EIO from its store, or is dead).
 // An operation that fails before the power is cut is returned as an error.
 func (m *plModel) run(mnt string, worker int, rng *rand.Rand, ops int, down func() bool) error {
+	only := os.Getenv(plOnlyEnv) != ""
 	if err := os.MkdirAll(filepath.Join(mnt, fmt.Sprintf("runs/w%d", worker)), 0o755); err != nil {
 		return plFailure(down, "mkdir", err)
 	}
@@ -209,7 +217,11 @@ func (m *plModel) run(mnt string, worker int, rng *rand.Rand, ops int, down func
 		}
 		var err error
 		opName := ""
-		switch op := rng.Intn(20); {
+		op := rng.Intn(20)
+		if only {
+			op = []int{0, 14}[rng.Intn(2)] // via-rename or fsync
+		}
+		switch {
 		case op < 7: // temp file, sized, written, renamed while open, closed (safetensors)
 			m.begin(p, v)
 			opName = "via-rename " + v.String()
