@@ -129,7 +129,11 @@ func (f *FS) Close() {
 		if f.bgStop != nil {
 			f.bgStop()
 		}
+		if f.pruneStop != nil {
+			f.pruneStop()
+		}
 		<-f.bgDone
+		<-f.pruneDone
 	})
 }
 

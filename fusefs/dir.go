@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"syscall"
 	"time"
@@ -12,10 +13,9 @@ import (
 )
 
 // dirNode is a directory. Its attr is guarded by fsys.nsMu and fsys.viewMu
-// (changed holding both, read holding either); loaded by viewMu.
+// (changed holding both, read holding either).
 type dirNode struct {
 	nodeBase
-	loaded bool // children read from the catalog into the inode tree
 }
 
 var (
@@ -50,52 +50,69 @@ func (d *dirNode) OnAdd(ctx context.Context) {
 	ctlInode.AddChild(manifestsName, manifests, false)
 }
 
-// load reads d's children from the catalog into the inode tree. It takes
-// viewMu; the caller may hold nsMu. A namespace change loads the directories
-// it touches first, so a lookup's load never reads a catalog that a change
-// in flight (holding nsMu across its transaction) is about to alter.
-func (d *dirNode) load(ctx context.Context) error {
+// ino returns d's inode number.
+func (d *dirNode) ino() uint64 {
 	d.fsys.viewMu.RLock()
-	loaded := d.loaded
-	d.fsys.viewMu.RUnlock()
-	if loaded {
-		return nil // lookups in parallel
+	defer d.fsys.viewMu.RUnlock()
+	return d.attr.Ino
+}
+
+// child returns the node named name in d, or nil: the tree's node, which
+// the kernel has looked up (or a new file not committed yet), else the
+// catalog's. A node from the catalog is not in the tree: Lookup adds it, a
+// namespace change acts on it in the catalog only.
+func (d *dirNode) child(name string) (fs.InodeEmbedder, error) {
+	if ch := d.GetChild(name); ch != nil {
+		return ch.Operations(), nil
 	}
-	d.fsys.viewMu.Lock()
-	defer d.fsys.viewMu.Unlock()
-	if d.loaded {
-		return nil
-	}
-	type entry struct {
-		name string
-		rec  cas.Node
-	}
-	var ents []entry
-	err := d.fsys.store.View(func(tx *cas.Tx) error {
-		return tx.Children(d.attr.Ino, func(name string, ino uint64) error {
-			rec, ok, err := tx.Node(ino)
+	return d.fromCatalog(name)
+}
+
+// maxStaleReads bounds how often fromCatalog reads an entry again because a
+// file was unpinned meanwhile.
+const maxStaleReads = 8
+
+// fromCatalog returns the node the catalog has at d/name, or nil: a pinned
+// file's node (its state is more than its record), else a new node built
+// from the record.
+func (d *dirNode) fromCatalog(name string) (fs.InodeEmbedder, error) {
+	dir := d.ino()
+	for try := 0; ; try++ {
+		epoch := d.fsys.pinEpoch()
+		var rec cas.Node
+		found := false
+		err := d.fsys.store.View(func(tx *cas.Tx) error {
+			ino, ok := tx.Lookup(dir, name)
+			if !ok {
+				return nil
+			}
+			r, ok, err := tx.Node(ino)
 			if err != nil {
 				return err
 			}
 			if !ok {
-				return fmt.Errorf("directory %d entry %q names missing node %d", d.attr.Ino, name, ino)
+				return fmt.Errorf("directory %d entry %q names missing node %d", dir, name, ino)
 			}
-			ents = append(ents, entry{name, rec})
+			rec, found = r, true
 			return nil
 		})
-	})
-	if err != nil {
-		return fmt.Errorf("load directory %d: %w", d.attr.Ino, err)
-	}
-	for _, e := range ents {
-		if d.GetChild(e.name) != nil {
-			continue
+		if err != nil {
+			return nil, fmt.Errorf("look up %q in directory %d: %w", name, dir, err)
 		}
-		child := d.fsys.nodeFor(e.rec, d, e.name)
-		d.AddChild(e.name, d.NewPersistentInode(ctx, child, fs.StableAttr{Mode: e.rec.Mode & syscall.S_IFMT, Ino: e.rec.Ino}), false)
+		if !found {
+			return nil, nil
+		}
+		if rec.IsRegular() {
+			n, stale := d.fsys.pinnedFile(rec.Ino, epoch)
+			if n != nil && !n.unlinked.Load() {
+				return n, nil
+			}
+			if stale && try < maxStaleReads {
+				continue // a commit may have changed the record since it was read
+			}
+		}
+		return d.fsys.nodeFor(rec, d, name), nil
 	}
-	d.loaded = true
-	return nil
 }
 
 // nodeFor builds the node of a catalog record found at dir/name.
@@ -110,19 +127,46 @@ func (f *FS) nodeFor(rec cas.Node, dir *dirNode, name string) fs.InodeEmbedder {
 	}
 }
 
+// empty reports whether d has no entries, in the tree or the catalog.
+func (d *dirNode) empty() (bool, error) {
+	if len(d.Children()) > 0 {
+		return false, nil
+	}
+	empty := true
+	err := d.fsys.store.View(func(tx *cas.Tx) error {
+		return tx.Children(d.ino(), func(string, uint64) error {
+			empty = false
+			return errStopWalk
+		})
+	})
+	if err != nil && !errors.Is(err, errStopWalk) {
+		return false, err
+	}
+	return empty, nil
+}
+
+// errStopWalk ends a catalog walk early.
+var errStopWalk = errors.New("stop")
+
 func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	if len(name) > maxNameLen {
 		return nil, syscall.ENAMETOOLONG
 	}
 	// Not nsMu: a lookup must not wait for a namespace change's (or a
 	// commit's) catalog transaction. The inode tree has its own lock.
-	if err := d.load(ctx); err != nil {
-		return nil, d.fsys.toErrno("lookup", err)
-	}
 	child := d.GetChild(name)
 	if child == nil {
-		return nil, syscall.ENOENT
+		n, err := d.fromCatalog(name)
+		if err != nil {
+			return nil, d.fsys.toErrno("lookup", err)
+		}
+		if n == nil {
+			return nil, syscall.ENOENT
+		}
+		// A pinned file that go-fuse dropped keeps its inode (and node ID).
+		child = d.NewInode(ctx, n, fs.StableAttr{Mode: modeOf(n), Ino: inoOf(n)})
 	}
+	d.fsys.listNode(child.Operations())
 	if ga, ok := child.Operations().(fs.NodeGetattrer); ok {
 		var a fuse.AttrOut
 		if errno := ga.Getattr(ctx, nil, &a); errno != 0 {
@@ -133,13 +177,35 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	return child, 0
 }
 
+// Readdir lists the catalog's entries, with the tree's node in place of the
+// catalog's where it has one (a file that replaced a committed one and is not
+// committed yet), and the tree's entries the catalog does not have yet.
 func (d *dirNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
-	if err := d.load(ctx); err != nil { // not nsMu: see Lookup
-		return nil, d.fsys.toErrno("readdir", err)
+	tree := d.Children()
+	var ents []fuse.DirEntry
+	dir := d.ino()
+	err := d.fsys.store.View(func(tx *cas.Tx) error {
+		return tx.Children(dir, func(name string, ino uint64) error {
+			if ch, ok := tree[name]; ok {
+				delete(tree, name)
+				ents = append(ents, fuse.DirEntry{Name: name, Mode: ch.StableAttr().Mode, Ino: ch.StableAttr().Ino})
+				return nil
+			}
+			rec, ok, err := tx.Node(ino)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return fmt.Errorf("directory %d entry %q names missing node %d", dir, name, ino)
+			}
+			ents = append(ents, fuse.DirEntry{Name: name, Mode: rec.Mode & syscall.S_IFMT, Ino: ino})
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, d.fsys.toErrno("readdir", fmt.Errorf("read directory %d: %w", dir, err))
 	}
-	children := d.Children()
-	ents := make([]fuse.DirEntry, 0, len(children))
-	for name, ch := range children {
+	for name, ch := range tree {
 		ents = append(ents, fuse.DirEntry{Name: name, Mode: ch.StableAttr().Mode, Ino: ch.StableAttr().Ino})
 	}
 	return fs.NewListDirStream(ents), 0
@@ -207,10 +273,9 @@ func (d *dirNode) addNode(ctx context.Context, name string, rec cas.Node) (*fs.I
 	}
 	d.fsys.nsMu.Lock()
 	defer d.fsys.nsMu.Unlock()
-	if err := d.load(ctx); err != nil {
+	if existing, err := d.child(name); err != nil {
 		return nil, d.fsys.toErrno("create", err)
-	}
-	if d.GetChild(name) != nil {
+	} else if existing != nil {
 		return nil, syscall.EEXIST
 	}
 	ino, err := d.fsys.store.AllocIno()
@@ -237,10 +302,8 @@ func (d *dirNode) addNode(ctx context.Context, name string, rec cas.Node) (*fs.I
 	}
 	d.fsys.setView(func() { d.attr = parent })
 	child := d.fsys.nodeFor(rec, d, name)
-	if dn, ok := child.(*dirNode); ok {
-		dn.loaded = true // new and empty
-	}
-	return d.NewPersistentInode(ctx, child, fs.StableAttr{Mode: rec.Mode & syscall.S_IFMT, Ino: ino}), 0
+	d.fsys.listNode(child)
+	return d.NewInode(ctx, child, fs.StableAttr{Mode: rec.Mode & syscall.S_IFMT, Ino: ino}), 0
 }
 
 func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
@@ -277,10 +340,9 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	}
 	d.fsys.nsMu.Lock()
 	defer d.fsys.nsMu.Unlock()
-	if err := d.load(ctx); err != nil {
+	if existing, err := d.child(name); err != nil {
 		return nil, nil, 0, d.fsys.toErrno("create", err)
-	}
-	if d.GetChild(name) != nil {
+	} else if existing != nil {
 		return nil, nil, 0, syscall.EEXIST
 	}
 	ino, err := d.fsys.store.AllocIno()
@@ -291,8 +353,15 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	n.dir, n.name = d, name
 	n.dirty = true // an empty new file is content to commit too
 	d.touch(n.attr.Ctime)
+	// Persistent until its first commit (commitDirty): until then the
+	// catalog does not have the name (or has the file it will replace), so
+	// the tree must keep it even if the kernel forgets it.
+	fh, fuseFlags, err := n.openHandle(ctx, flags)
+	if err != nil { // not for a new file: it holds its (empty) manifest
+		return nil, nil, 0, d.fsys.toErrno("create", err)
+	}
 	inode := d.NewPersistentInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFREG, Ino: ino})
-	fh, fuseFlags := n.openHandle(ctx, flags)
+	d.fsys.listNode(n)
 	fh.creator = true
 	fillAttr(&out.Attr, &n.attr, 1)
 	return inode, fh, fuseFlags, 0
@@ -320,8 +389,12 @@ func (d *dirNode) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *f
 	}
 	n := d.fsys.newFile(ctx, ino, mode)
 	n.unlinked.Store(true)
+	fh, fuseFlags, err := n.openHandle(ctx, flags)
+	if err != nil { // not for a new file: it holds its (empty) manifest
+		return nil, nil, 0, d.fsys.toErrno("tmpfile", err)
+	}
 	inode := d.NewInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFREG, Ino: ino})
-	fh, fuseFlags := n.openHandle(ctx, flags)
+	d.fsys.listNode(n)
 	fillAttr(&out.Attr, &n.attr, 0)
 	return inode, fh, fuseFlags, 0
 }
@@ -329,24 +402,24 @@ func (d *dirNode) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *f
 func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	d.fsys.nsMu.Lock()
 	defer d.fsys.nsMu.Unlock()
-	if err := d.load(ctx); err != nil {
+	child, err := d.child(name)
+	if err != nil {
 		return d.fsys.toErrno("unlink", err)
 	}
-	child := d.GetChild(name)
 	if child == nil {
 		return syscall.ENOENT
 	}
-	if child.IsDir() {
+	switch child.(type) {
+	case *dirNode, *ctlDir:
 		return syscall.EISDIR
-	}
-	if _, ok := child.Operations().(*statsFile); ok {
+	case *statsFile:
 		return syscall.EROFS
 	}
 	now := time.Now().UnixNano()
 	parent := d.attr
 	parent.Mtime, parent.Ctime = now, now
-	err := d.fsys.store.Update(func(tx *cas.Tx) error {
-		if err := removeEntry(tx, d.attr.Ino, name, child.Operations()); err != nil {
+	err = d.fsys.store.Update(func(tx *cas.Tx) error {
+		if err := removeEntry(tx, d.attr.Ino, name, child); err != nil {
 			return err
 		}
 		return tx.PutNode(parent)
@@ -355,37 +428,36 @@ func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 		return d.fsys.toErrno("unlink", err)
 	}
 	d.fsys.setView(func() { d.attr = parent })
-	detach(child.Operations())
+	detach(child)
 	return 0
 }
 
 func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 	d.fsys.nsMu.Lock()
 	defer d.fsys.nsMu.Unlock()
-	if err := d.load(ctx); err != nil {
+	child, err := d.child(name)
+	if err != nil {
 		return d.fsys.toErrno("rmdir", err)
 	}
-	child := d.GetChild(name)
 	if child == nil {
 		return syscall.ENOENT
 	}
-	cd, ok := child.Operations().(*dirNode)
+	cd, ok := child.(*dirNode)
 	if !ok {
-		if _, ctl := child.Operations().(*ctlDir); ctl {
+		if _, ctl := child.(*ctlDir); ctl {
 			return syscall.EROFS
 		}
 		return syscall.ENOTDIR
 	}
-	if err := cd.load(ctx); err != nil {
+	if empty, err := cd.empty(); err != nil {
 		return d.fsys.toErrno("rmdir", err)
-	}
-	if len(cd.Children()) > 0 {
+	} else if !empty {
 		return syscall.ENOTEMPTY
 	}
 	now := time.Now().UnixNano()
 	parent := d.attr
 	parent.Mtime, parent.Ctime = now, now
-	err := d.fsys.store.Update(func(tx *cas.Tx) error {
+	err = d.fsys.store.Update(func(tx *cas.Tx) error {
 		if err := removeEntry(tx, d.attr.Ino, name, cd); err != nil {
 			return err
 		}
@@ -426,15 +498,23 @@ func removeEntry(tx *cas.Tx, parent uint64, name string, n fs.InodeEmbedder) err
 }
 
 // detach marks a node that no longer has a name (nsMu held), and lets go-fuse
-// drop its inode once the kernel forgets it (persistent inodes stay otherwise).
+// drop its inode once the kernel forgets it (a new file's inode is persistent
+// until its first commit). A node read from the catalog and never looked up
+// has no inode yet.
 func detach(n fs.InodeEmbedder) {
 	if f, ok := n.(*fileNode); ok {
 		f.persisted = false
 		f.shadow = 0
 		f.unlinked.Store(true)
 	}
-	n.EmbeddedInode().ForgetPersistent()
+	if inTree(n) {
+		n.EmbeddedInode().ForgetPersistent()
+	}
 }
+
+// inTree reports whether n's inode was made (NewInode), so that go-fuse knows
+// it, or has known it.
+func inTree(n fs.InodeEmbedder) bool { return n.EmbeddedInode().StableAttr().Ino != 0 }
 
 func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
 	if len(newName) > maxNameLen {
@@ -452,46 +532,43 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 	}
 	d.fsys.nsMu.Lock()
 	defer d.fsys.nsMu.Unlock()
-	if err := d.load(ctx); err != nil {
+	src, err := d.child(name)
+	if err != nil {
 		return d.fsys.toErrno("rename", err)
 	}
-	if err := np.load(ctx); err != nil {
-		return d.fsys.toErrno("rename", err)
-	}
-	srcInode := d.GetChild(name)
-	if srcInode == nil {
+	if src == nil {
 		return syscall.ENOENT
 	}
-	src := srcInode.Operations()
 	switch src.(type) {
 	case *ctlDir, *statsFile:
 		return syscall.EROFS
 	}
-	dstInode := np.GetChild(newName)
-	var dst fs.InodeEmbedder
-	if dstInode != nil {
-		if dstInode == srcInode {
+	_, srcIsDir := src.(*dirNode)
+	dst, err := np.child(newName)
+	if err != nil {
+		return d.fsys.toErrno("rename", err)
+	}
+	if dst != nil {
+		if dst == src || inoOf(dst) == inoOf(src) {
 			return 0
 		}
 		if flags&renameNoReplace != 0 {
 			return syscall.EEXIST
 		}
-		dst = dstInode.Operations()
 		switch dst := dst.(type) {
 		case *ctlDir, *statsFile:
 			return syscall.EROFS
 		case *dirNode:
-			if !srcInode.IsDir() {
+			if !srcIsDir {
 				return syscall.EISDIR
 			}
-			if err := dst.load(ctx); err != nil {
+			if empty, err := dst.empty(); err != nil {
 				return d.fsys.toErrno("rename", err)
-			}
-			if len(dst.Children()) > 0 {
+			} else if !empty {
 				return syscall.ENOTEMPTY
 			}
 		default:
-			if srcInode.IsDir() {
+			if srcIsDir {
 				return syscall.ENOTDIR
 			}
 		}
@@ -507,7 +584,7 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 	// What the catalog will hold at the destination once the renamed file commits
 	// (only for a source that is not in the catalog yet).
 	var newShadow uint64
-	err := d.fsys.store.Update(func(tx *cas.Tx) error {
+	err = d.fsys.store.Update(func(tx *cas.Tx) error {
 		if srcFile != nil && !srcFile.persisted {
 			// Not in the catalog yet: the old name loses what it shadowed, and
 			// the destination's committed content stays until the source commits.
@@ -565,6 +642,17 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 		}
 	}
 	return 0
+}
+
+// modeOf returns the file type bits of a node.
+func modeOf(n fs.InodeEmbedder) uint32 {
+	switch n.(type) {
+	case *dirNode:
+		return syscall.S_IFDIR
+	case *symlinkNode:
+		return syscall.S_IFLNK
+	}
+	return syscall.S_IFREG
 }
 
 func inoOf(n fs.InodeEmbedder) uint64 {

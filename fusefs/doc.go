@@ -3,13 +3,30 @@
 //
 // # Namespace
 //
-// Every directory, regular file and symlink the catalog holds becomes a persistent
-// go-fuse inode when its parent directory is first looked up or listed (the whole
-// directory is loaded at once), so inode numbers are the catalog's and stay stable
-// across remounts. mkdir, rmdir, unlink, rename, symlink, chmod, chown and utimens
+// The catalog is the namespace. A LOOKUP of a name the inode tree does not
+// have reads the catalog's entry and makes a go-fuse inode for it (not
+// persistent: go-fuse drops it when the kernel forgets it), with the
+// catalog's inode number, so inode numbers are stable across forgetting and
+// remounts; READDIR reads the catalog. The tree holds only the nodes the
+// kernel knows, and files not committed yet: a new file's inode is
+// persistent until its first commit puts its name in the catalog, and its
+// node (in the tree) takes the place of the committed file it replaces. A
+// namespace change finds the names it acts on in the tree, else in the
+// catalog. mkdir, rmdir, unlink, rename, symlink, chmod, chown and utimens
 // are durable when they return: each is one catalog transaction. The virtual
 // directory .ckptfs (inode 2) holds stats.json (inode 3), regenerated on every
 // open; nothing under it can be written (EROFS). Hard links are refused (EPERM).
+//
+// Memory: nodes.go keeps what the kernel has looked up near a limit
+// (WithNodeLimit, 16384 by default, about 1 KiB each): past it, the daemon
+// asks the kernel to forget the oldest nodes (FUSE_NOTIFY_PRUNE; the kernel
+// keeps those in use), so the daemon's memory does not grow with the files a
+// walk has seen. A file whose state is more than its catalog records is
+// pinned (pinSet): open, staged or uncommitted content, a commit in flight,
+// a fork. A lookup of its name finds that node, never a second one built from
+// the catalog, even after go-fuse dropped it; a catalog read that may predate
+// the last commit of a file unpinned meanwhile is read again. A file holds
+// its manifest (chunk list) only while pinned: the next open reads it again.
 //
 // # Writes and commit
 //
@@ -152,11 +169,11 @@
 // directories and symlinks take FS.viewMu (a read lock) instead of nsMu, and
 // the getattr of a file takes file.attrMu instead of file.mu. Each is a leaf
 // lock held for a few memory accesses: a field those readers see (a
-// directory's or symlink's attr, a directory's loaded flag; a file's attr) is
-// changed holding both its guards (nsMu and viewMu; file.mu and attrMu), and
-// read holding either. Loading a directory from the catalog takes viewMu
-// (after nsMu when a change does it). The full order is
-// file.commitMu → file.mu → nsMu → viewMu, and file.mu → file.attrMu.
+// directory's or symlink's attr; a file's attr) is changed holding both its
+// guards (nsMu and viewMu; file.mu and attrMu), and read holding either.
+// The full order is file.commitMu → file.mu → nsMu → viewMu, and
+// file.mu → file.attrMu; an origin's mu comes before its fork's. The node
+// list's and the pin set's mutexes are leaves.
 //
 // go-fuse moves a renamed inode in its tree only after our Rename returns. A
 // fork's commit that finds its origin renamed but not yet moved waits on

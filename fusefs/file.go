@@ -56,6 +56,7 @@ type fileNode struct {
 	committedSize int64
 	spool         *os.File     // the staged content, unless a stream holds it
 	dirty         bool         // content or size changed since the last commit
+	forked        bool         // an origin's fork field names n (pins n)
 	writers       int          // open handles that may write (for a fork: its origin's)
 	handles       int          // all open handles
 	gen           uint64       // bumped by every content change
@@ -88,13 +89,19 @@ func isWrite(flags uint32) bool {
 	return flags&syscall.O_ACCMODE != syscall.O_RDONLY
 }
 
-// openHandle registers a new handle (mu or nsMu not needed: it takes mu).
-func (n *fileNode) openHandle(ctx context.Context, flags uint32) (*handle, uint32) {
+// openHandle registers a new handle (mu or nsMu not needed: it takes mu),
+// reading the committed manifest first if n does not hold it (a closed file
+// does not).
+func (n *fileNode) openHandle(ctx context.Context, flags uint32) (*handle, uint32, error) {
 	h := newHandle(ctx, isWrite(flags))
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if err := n.loadManifestLocked(); err != nil {
+		return nil, 0, err
+	}
 	n.handles++
 	n.fsys.trackOpen(n, 1)
+	n.fsys.pin(n)
 	if h.write {
 		n.writers++
 		if n.fork != nil {
@@ -103,13 +110,13 @@ func (n *fileNode) openHandle(ctx context.Context, flags uint32) (*handle, uint3
 			n.fork.mu.Unlock()
 		}
 		// No page-cache copy of written bytes, and requests of MaxWrite.
-		return h, fuse.FOPEN_DIRECT_IO
+		return h, fuse.FOPEN_DIRECT_IO, nil
 	}
 	if !n.staged() && n.cachedGen == n.gen {
-		return h, fuse.FOPEN_KEEP_CACHE
+		return h, fuse.FOPEN_KEEP_CACHE, nil
 	}
 	n.cachedGen = n.gen
-	return h, 0
+	return h, 0, nil
 }
 
 // dataNode returns the node that holds the content seen through h: the fork
@@ -158,29 +165,44 @@ func (n *fileNode) changeTarget(h fs.FileHandle, cached bool) *fileNode {
 		return n
 	}
 	// The fork is not tracked as open on its own: n is, and n's commit and
-	// LiveManifests reach the fork through n.fork.
-	f := &fileNode{nodeBase: nodeBase{fsys: n.fsys, attr: n.attr}, origin: n, writers: n.writers}
+	// LiveManifests reach the fork through n.fork. It is pinned: once it
+	// has the name, a lookup must find it, not a node built from the catalog.
+	// Its inode is made now, once, for that lookup (and replaceOrigin).
+	f := &fileNode{nodeBase: nodeBase{fsys: n.fsys, attr: n.attr}, origin: n, writers: n.writers, forked: true}
 	f.attr.Ino = ino
 	f.setManifest(n.manifest)
+	n.NewInode(context.Background(), f, fs.StableAttr{Mode: syscall.S_IFREG, Ino: ino})
 	n.fork = f
+	n.fsys.pin(f)
 	return f
 }
 
 func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	if err := n.loadManifest(); err != nil {
+	h, fuseFlags, err := n.openHandle(ctx, flags)
+	if err != nil {
 		return nil, 0, n.fsys.toErrno("open", err)
 	}
-	h, fuseFlags := n.openHandle(ctx, flags)
 	return h, fuseFlags, 0
 }
 
 // loadManifest reads the committed manifest from the catalog if it is not in
-// memory yet.
+// memory.
 func (n *fileNode) loadManifest() error {
 	n.mu.RLock()
 	have := n.manifest != nil
 	n.mu.RUnlock()
 	if have {
+		return nil
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.loadManifestLocked()
+}
+
+// loadManifestLocked is loadManifest with mu held. A node holds its manifest
+// while it is open or changed; unpinIfSettled drops it when it closes.
+func (n *fileNode) loadManifestLocked() error {
+	if n.manifest != nil {
 		return nil
 	}
 	var m *cas.Manifest
@@ -196,20 +218,15 @@ func (n *fileNode) loadManifest() error {
 	if err != nil {
 		return err
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	// Nothing is staged before the manifest is loaded: attr.Size is still the
-	// node record's. A mismatch is refused every time (the manifest is not
-	// installed), never served cut or padded to the record's size.
-	if n.manifest == nil {
-		// The node record's size (committedSize until a manifest is set)
-		// must be the manifest's: a damaged or missing row must not serve a
-		// 2 MB file as 0 bytes.
-		if n.committedSize != m.Size() {
-			return fmt.Errorf("file %d: %w: manifest holds %d bytes, node record says %d", n.attr.Ino, cas.ErrCatalogDamaged, m.Size(), n.committedSize)
-		}
-		n.setManifest(m)
+	// Nothing is staged without a manifest: committedSize is the node
+	// record's, or that of the manifest last dropped. A mismatch is refused
+	// every time (the manifest is not installed), never served cut or padded
+	// to the record's size: a damaged or missing row must not serve a 2 MB
+	// file as 0 bytes.
+	if n.committedSize != m.Size() {
+		return fmt.Errorf("file %d: %w: manifest holds %d bytes, node record says %d", n.attr.Ino, cas.ErrCatalogDamaged, m.Size(), n.committedSize)
 	}
+	n.setManifest(m)
 	return nil
 }
 
@@ -398,6 +415,9 @@ func (n *fileNode) stage(ctx context.Context, keep int64) error {
 	if keep == 0 {
 		n.setAttr(func(a *cas.Node) { a.Size = 0 })
 		return n.stageEmpty()
+	}
+	if err := n.loadManifestLocked(); err != nil { // a truncate by path of a closed file
+		return err
 	}
 	f, err := n.fsys.newSpool(n.attr.Ino)
 	if err != nil {
@@ -590,6 +610,9 @@ func callerMaySetID(ctx context.Context) bool {
 
 // changed records a content change (mu held).
 func (n *fileNode) changed() {
+	if !n.dirty {
+		n.fsys.pin(n) // until it is committed, even with no handle open
+	}
 	n.dirty = true
 	n.gen++
 	now := time.Now().UnixNano()
@@ -823,7 +846,13 @@ func (n *fileNode) Release(ctx context.Context, f fs.FileHandle) syscall.Errno {
 	n.dropSpoolLocked()
 	if fork != nil && n.writers == 0 {
 		n.fork = nil // its writers are gone; it lives on at the file's name
+		// Unpin it once settled (origin → fork, as in openHandle).
+		fork.mu.Lock()
+		fork.forked = false
+		n.fsys.unpinIfSettled(fork)
+		fork.mu.Unlock()
 	}
+	n.fsys.unpinIfSettled(n)
 	n.mu.Unlock()
 	n.fsys.trackOpen(n, -1)
 	return 0
@@ -837,6 +866,7 @@ func (n *fileNode) releaseWriter() {
 		n.lost = nil
 	}
 	n.dropSpoolLocked()
+	n.fsys.unpinIfSettled(n)
 	n.mu.Unlock()
 }
 
@@ -950,6 +980,7 @@ func (n *fileNode) commitLocked(ctx context.Context, origin *fileNode, originAtt
 		defer func() { obs.Commit(time.Since(start), n.attr.Size, err) }()
 	}
 	replaced, err = n.commitDirty(ctx, origin, originAttr)
+	n.fsys.unpinIfSettled(n)
 	return replaced, err == nil, err
 }
 
@@ -1059,6 +1090,11 @@ func (n *fileNode) commitDirty(ctx context.Context, origin *fileNode, originAttr
 			if err != nil {
 				return fmt.Errorf("commit %q: %w", n.name, err)
 			}
+			if !n.persisted {
+				// The catalog has the name now: the tree need not keep
+				// the node once the kernel forgets it (Create).
+				n.EmbeddedInode().ForgetPersistent()
+			}
 			n.persisted, n.shadow = true, 0
 		}
 		n.setAttr(func(a *cas.Node) { a.Mode, a.UID, a.GID = rec.Mode, rec.UID, rec.GID })
@@ -1117,8 +1153,12 @@ func (n *fileNode) replaceOrigin(origin *fileNode) func() {
 		n.fsys.renamed.Wait()
 	}
 	detach(origin)
-	child := parent.NewPersistentInode(context.Background(), n, fs.StableAttr{Mode: syscall.S_IFREG, Ino: n.attr.Ino})
-	parent.AddChild(n.name, child, true)
+	// The next lookup of the name reads the catalog, which names n, and
+	// finds n pinned (or, once n is settled, builds its node from the
+	// catalog): the tree holds only nodes the kernel has looked up.
+	if parent.GetChild(n.name) == origin.EmbeddedInode() {
+		parent.RmChild(n.name)
+	}
 	dir, name := n.dir, n.name
 	return func() {
 		// A rename of the name in the kernel's dentry cache (which still

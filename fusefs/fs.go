@@ -52,6 +52,14 @@ type FS struct {
 	openMu    sync.Mutex
 	openFiles map[*fileNode]int
 
+	// The nodes the kernel has looked up, and the pruner that keeps them
+	// near a limit; the files that must outlive the kernel's interest
+	// (nodes.go).
+	nodes     nodeList
+	pins      pinSet
+	pruneStop context.CancelFunc
+	pruneDone chan struct{}
+
 	blocks blockPool // memory of streams (stream.go)
 
 	// Write memory (stream.go): streams take their window from writeMemory;
@@ -139,7 +147,9 @@ func New(store *cas.Store, logger *log.Logger, opts ...Option) (*FS, error) {
 	}
 	f := &FS{store: store, log: logger, openFiles: map[*fileNode]int{},
 		act: activity{epoch: time.Now()}, reencodeIdle: DefaultReencodeIdle,
-		writeMemory: DefaultWriteMemory, ingestSem: make(chan struct{}, maxSpoolIngests)}
+		writeMemory: DefaultWriteMemory, ingestSem: make(chan struct{}, maxSpoolIngests),
+		nodes: nodeList{limit: DefaultNodeLimit, kick: make(chan struct{}, 1)},
+		pins:  pinSet{files: map[uint64]*fileNode{}}}
 	f.renamed = sync.NewCond(&f.nsMu)
 	for _, o := range opts {
 		o(f)
@@ -178,6 +188,7 @@ func New(store *cas.Store, logger *log.Logger, opts ...Option) (*FS, error) {
 	}
 	f.root = &dirNode{nodeBase: nodeBase{fsys: f, attr: rootRec}}
 	f.startBackground()
+	f.startPruner()
 	return f, nil
 }
 
@@ -205,6 +216,7 @@ type nodeBase struct {
 	fs.Inode
 	fsys *FS
 	attr cas.Node // dirs, symlinks: guarded by fsys.nsMu and viewMu; files: by file.mu and attrMu
+	link nodeLink // place in fsys.nodes
 }
 
 // setView makes a change that lookups, listings and getattr of directories
@@ -315,14 +327,8 @@ func (f *FS) Stats() (cas.Stats, error) { return f.store.Stats() }
 // the kernel has let go of the mount).
 func (f *FS) CommitAll(ctx context.Context) error {
 	f.pending.Wait()
-	f.openMu.Lock()
-	nodes := make([]*fileNode, 0, len(f.openFiles))
-	for n := range f.openFiles {
-		nodes = append(nodes, n)
-	}
-	f.openMu.Unlock()
 	var first error
-	for _, n := range nodes {
+	for _, n := range f.pinnedFiles() { // open files, and closed ones a commit failed for
 		if err := n.commit(ctx); err != nil && first == nil {
 			first = err
 		}

@@ -135,18 +135,16 @@ func (f *FS) importOne(ctx context.Context, parts []string, file ImportFile) (bo
 	return err == nil, err
 }
 
-// forgetLoaded makes the live tree read again, at their next lookup, the
-// directories along parts that it has loaded, and returns a function that
-// makes the kernel drop a cached negative entry for the first new name
-// (nsMu held; call the function without it).
+// forgetLoaded returns a function that makes the kernel drop a cached
+// negative entry for the first name along parts that the tree does not have
+// (nsMu held; call the function without it). Lookups of names the tree does
+// not have read the catalog, which has the new entries.
 func (f *FS) forgetLoaded(parts []string) func() {
 	var node *fs.Inode = f.root.EmbeddedInode()
 	for i, name := range parts {
-		d, ok := node.Operations().(*dirNode)
-		if !ok {
+		if _, ok := node.Operations().(*dirNode); !ok {
 			break
 		}
-		d.loaded = false
 		child := node.GetChild(name)
 		if child == nil {
 			parent := node
