@@ -411,21 +411,31 @@ func (t *Tx) ForEachNode(fn func(n Node) error) error {
 	})
 }
 
-// ForEachChunk calls fn for every chunk index row.
+// ForEachChunk calls fn for every chunk index row, in ID order.
 func (t *Tx) ForEachChunk(fn func(id ID, c ChunkInfo) error) error {
-	return t.b(bucketChunks).ForEach(func(k, v []byte) error {
+	return t.ForEachChunkFrom(ID{}, fn)
+}
+
+// ForEachChunkFrom calls fn for every chunk index row from ID start on, in
+// ID order, so that a long walk can be taken a transaction at a time.
+func (t *Tx) ForEachChunkFrom(start ID, fn func(id ID, c ChunkInfo) error) error {
+	c := t.b(bucketChunks).Cursor()
+	for k, v := c.Seek(start[:]); k != nil; k, v = c.Next() {
 		var id ID
 		copy(id[:], k)
 		rec, err := t.openRecord(k, v)
 		if err != nil {
 			return err
 		}
-		c, err := unmarshalChunkInfo(rec)
+		info, err := unmarshalChunkInfo(rec)
 		if err != nil || len(k) != IDSize {
 			return fmt.Errorf("chunk row %x: %w: bad record", k, ErrCatalogDamaged)
 		}
-		return fn(id, c)
-	})
+		if err := fn(id, info); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Chunk returns the index record of chunk id.

@@ -97,6 +97,18 @@ func (s *Store) WalkObjects(ctx context.Context, fn func(ObjectInfo) error) erro
 	})
 }
 
+// StatObject describes chunk id's object; ok is false when there is none.
+func (s *Store) StatObject(ctx context.Context, id ID) (info ObjectInfo, ok bool, err error) {
+	in, err := s.objects.Stat(ctx, chunkHandle(id))
+	if errors.Is(err, backend.ErrNotExist) {
+		return ObjectInfo{}, false, nil
+	}
+	if err != nil {
+		return ObjectInfo{}, false, fmt.Errorf("stat object %v: %w", id, err)
+	}
+	return ObjectInfo{ID: id, Size: in.Size, ModTime: in.ModTime}, true, nil
+}
+
 // RemoveStale deletes debris of interrupted object writes (temporary files)
 // last modified before before, when the backend can leave any, and returns
 // how many it removed.

@@ -77,65 +77,31 @@ func Collect(ctx context.Context, s *cas.Store, opts Options) (Result, error) {
 
 	// Mark. BeginCollect came first, so any manifest committed after this
 	// read has its chunks pinned or watched (cas/sweep.go).
-	marked := map[cas.ID]struct{}{}
-	var total int64
-	err := s.View(func(tx *cas.Tx) error {
-		total = tx.Counts().Files
-		var done int64
-		return tx.ForEachManifest(func(ino uint64, m *cas.Manifest) error {
-			for _, c := range m.Chunks {
-				marked[c.ID] = struct{}{}
-			}
-			done++
-			if done%256 == 0 {
-				report(opts, "mark", done, total)
-				return ctx.Err()
-			}
-			return nil
-		})
-	})
+	marked, total, err := mark(ctx, s, opts)
 	if err != nil {
-		return res, fmt.Errorf("mark: %w", err)
+		return res, err
 	}
-	if opts.Live != nil {
-		for _, m := range opts.Live() {
-			for _, c := range m.Chunks {
-				marked[c.ID] = struct{}{}
-			}
-		}
+	isDelta, err := markDeltaBases(s, marked)
+	if err != nil {
+		return res, err
 	}
-	// The base of a live delta is live (cas.Store.Sweep keeps any base a
-	// delta row names whatever is marked; marking it keeps the counts and
-	// the dry run honest). Depth 1: a base is never a delta itself.
-	isDelta := map[cas.ID]struct{}{}
-	if err := s.View(func(tx *cas.Tx) error {
-		return tx.ForEachDelta(func(id, base cas.ID, _ int) error {
-			isDelta[id] = struct{}{}
-			if _, ok := marked[id]; ok {
-				marked[base] = struct{}{}
-			}
-			return nil
-		})
-	}); err != nil {
-		return res, fmt.Errorf("mark delta bases: %w", err)
-	}
-	res.Marked = len(marked)
+	res.Marked = marked.len()
 	report(opts, "mark", total, total)
 
 	// Candidates: unmarked objects past the grace period, and unmarked index
 	// rows that no object backs.
-	seen := map[cas.ID]struct{}{}
+	var seen idSet // every object, for the index rows below
 	var candidates []cas.ID
 	var candidateBytes int64
 	cutoff := start.Add(-opts.Grace)
 	var young []cas.ObjectInfo
 	err = s.WalkObjects(ctx, func(o cas.ObjectInfo) error {
 		res.Objects++
-		seen[o.ID] = struct{}{}
+		seen.add(o.ID)
 		if res.Objects%4096 == 0 {
 			report(opts, "scan", int64(res.Objects), 0)
 		}
-		if _, ok := marked[o.ID]; ok {
+		if marked.has(o.ID) {
 			return nil
 		}
 		res.Unreferenced++
@@ -150,6 +116,7 @@ func Collect(ctx context.Context, s *cas.Store, opts Options) (Result, error) {
 	if err != nil {
 		return res, fmt.Errorf("scan objects: %w", err)
 	}
+	seen.seal()
 	// The grace period is for objects no commit ever named (no index row):
 	// what a crashed or abandoned writer left. An indexed object was
 	// committed, and is unreferenced because its files were deleted or
@@ -176,9 +143,7 @@ func Collect(ctx context.Context, s *cas.Store, opts Options) (Result, error) {
 	}
 	err = s.View(func(tx *cas.Tx) error {
 		return tx.ForEachChunk(func(id cas.ID, c cas.ChunkInfo) error {
-			_, isMarked := marked[id]
-			_, hasObject := seen[id]
-			if !isMarked && !hasObject {
+			if !marked.has(id) && !seen.has(id) {
 				res.Unreferenced++
 				res.IndexRows++
 				candidates = append(candidates, id)
@@ -193,9 +158,7 @@ func Collect(ctx context.Context, s *cas.Store, opts Options) (Result, error) {
 	// Deltas before other chunks: a base whose deltas are garbage too is
 	// swept after them (Sweep keeps a base while a delta row names it).
 	sort.SliceStable(candidates, func(i, j int) bool {
-		_, di := isDelta[candidates[i]]
-		_, dj := isDelta[candidates[j]]
-		return di && !dj
+		return isDelta.has(candidates[i]) && !isDelta.has(candidates[j])
 	})
 
 	if opts.DryRun {
@@ -209,7 +172,7 @@ func Collect(ctx context.Context, s *cas.Store, opts Options) (Result, error) {
 				if err != nil {
 					return err
 				}
-				if _, hasObject := seen[id]; ok && hasObject {
+				if ok && seen.has(id) {
 					res.FreedRawBytes += int64(info.RawLen)
 				}
 			}
@@ -239,6 +202,64 @@ func Collect(ctx context.Context, s *cas.Store, opts Options) (Result, error) {
 		return res, fmt.Errorf("remove temporary files: %w", err)
 	}
 	return collectRemote(ctx, s, opts, start, res)
+}
+
+// mark returns the chunks a collection keeps, sealed: every chunk a
+// committed manifest names (read in one transaction, a manifest at a time),
+// and every chunk of the live manifests the daemon hands in; and the number
+// of files, for progress.
+func mark(ctx context.Context, s *cas.Store, opts Options) (marked *idSet, total int64, err error) {
+	marked = &idSet{}
+	err = s.View(func(tx *cas.Tx) error {
+		total = tx.Counts().Files
+		var done int64
+		return tx.ForEachManifest(func(ino uint64, m *cas.Manifest) error {
+			for _, c := range m.Chunks {
+				marked.add(c.ID)
+			}
+			done++
+			if done%256 == 0 {
+				report(opts, "mark", done, total)
+				return ctx.Err()
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("mark: %w", err)
+	}
+	if opts.Live != nil {
+		for _, m := range opts.Live() {
+			for _, c := range m.Chunks {
+				marked.add(c.ID)
+			}
+		}
+	}
+	marked.seal()
+	return marked, total, nil
+}
+
+// markDeltaBases marks the base of every marked delta, and returns the set
+// of deltas, sealed. The base of a live delta is live (cas.Store.Sweep keeps
+// any base a delta row names whatever is marked; marking it keeps the counts
+// and the dry run honest). Depth 1: a base is never a delta itself, so the
+// bases added need not be looked up in this pass.
+func markDeltaBases(s *cas.Store, marked *idSet) (*idSet, error) {
+	isDelta := &idSet{}
+	if err := s.View(func(tx *cas.Tx) error {
+		return tx.ForEachDelta(func(id, base cas.ID, _ int) error {
+			isDelta.add(id)
+			if marked.has(id) {
+				marked.add(base)
+			}
+			return nil
+		})
+	}); err != nil {
+		return nil, fmt.Errorf("mark delta bases: %w", err)
+	}
+	marked.seal()
+	isDelta.seal()
+	return isDelta, nil
 }
 
 // collectRemote runs the remote's collection when asked to.

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 
@@ -63,100 +64,174 @@ func (r *FsckResult) OK() bool { return len(r.Problems) == 0 }
 
 // Fsck checks s. It returns an error only when it could not check (an I/O
 // error reading the catalog); faults it finds are in the result.
+//
+// Fsck streams: it reads the catalog a record at a time and holds sets, not
+// records: the inode numbers it reached (a bitmap), the chunks manifests
+// name and the chunks queued for re-encoding (sorted IDs), and each object's
+// ID and size. Paths are not kept: the walk makes them as it goes, and the
+// problems it finds about chunks (a missing object names no file) get their
+// files' paths from a second walk, made only when there are such problems.
 func Fsck(ctx context.Context, s *cas.Store, opts FsckOptions) (FsckResult, error) {
-	var res FsckResult
-	problem := func(kind, p, chunk, format string, args ...any) {
-		res.Problems = append(res.Problems, Problem{Kind: kind, Path: p, Chunk: chunk, Detail: fmt.Sprintf(format, args...)})
+	c := &fscker{s: s, opts: opts}
+	if err := c.checkCatalog(ctx); err != nil {
+		return c.res, fmt.Errorf("check catalog: %w", err)
 	}
-	note := func(kind, p, chunk, format string, args ...any) {
-		res.Notes = append(res.Notes, Problem{Kind: kind, Path: p, Chunk: chunk, Detail: fmt.Sprintf(format, args...)})
+	if err := c.checkObjects(ctx); err != nil {
+		return c.res, err
 	}
-	// The re-encode queue: chunks whose index row may lag their object.
-	queued := map[cas.ID]cas.PendingReencode{}
-	// chunk → the first file that names it, for messages.
-	users := map[cas.ID]string{}
-	var inoPath map[uint64]string // every reachable node's path
-	var want cas.Counts
-	err := s.View(func(tx *cas.Tx) error {
-		nodes := map[uint64]cas.Node{}
-		if err := tx.ForEachNode(func(n cas.Node) error { nodes[n.Ino] = n; return nil }); err != nil {
-			return err
-		}
-		manifests := map[uint64]*cas.Manifest{}
-		if err := tx.ForEachManifest(func(ino uint64, m *cas.Manifest) error { manifests[ino] = m; return nil }); err != nil {
-			return err
-		}
-		reached := map[uint64]string{cas.RootIno: "/"}
-		inoPath = reached
-		// Walk the namespace from the root.
-		queue := []uint64{cas.RootIno}
-		for len(queue) > 0 {
+	if err := c.checkDeltas(); err != nil {
+		return c.res, err
+	}
+	// Paths for the problems found about chunks and nodes without them.
+	if err := c.namePaths(ctx); err != nil {
+		return c.res, err
+	}
+
+	ents, err := os.ReadDir(s.SpoolDir())
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return c.res, fmt.Errorf("read spool: %w", err)
+	}
+	for _, e := range ents {
+		c.res.SpoolLeftovers = append(c.res.SpoolLeftovers, e.Name())
+	}
+	for _, ps := range [][]Problem{c.res.Problems, c.res.Notes} {
+		sort.Slice(ps, func(i, j int) bool {
+			a, b := ps[i], ps[j]
+			if a.Path != b.Path {
+				return a.Path < b.Path
+			}
+			return a.Chunk < b.Chunk
+		})
+	}
+	return c.res, nil
+}
+
+// fscker is one Fsck run.
+type fscker struct {
+	s    *cas.Store
+	opts FsckOptions
+	res  FsckResult
+
+	named  idSet // chunks the reachable files' manifests name
+	queued idSet // chunks in the re-encode queue
+	// Problems and notes about a chunk, to be given the paths of the files
+	// that use it (namePaths), by index into res.Problems or res.Notes.
+	chunkProblems map[cas.ID][]int
+	chunkNotes    map[cas.ID][]int
+	// Problems about a node reached twice, to be given the path it was first
+	// reached at.
+	dups map[uint64][]int
+	// With ReadData: the delta objects read, in ID order, and the index rows
+	// whose objects could not be read (missing or corrupt).
+	deltaObjects []deltaObject
+	unread       idSet
+}
+
+// deltaObject is a delta object's ID and the base its header names.
+type deltaObject struct {
+	id, base cas.ID
+}
+
+func (c *fscker) problem(kind, p, chunk, format string, args ...any) int {
+	c.res.Problems = append(c.res.Problems, Problem{Kind: kind, Path: p, Chunk: chunk, Detail: fmt.Sprintf(format, args...)})
+	return len(c.res.Problems) - 1
+}
+
+// chunkProblem reports a problem about chunk id, to be named after the files
+// that use it.
+func (c *fscker) chunkProblem(kind string, id cas.ID, format string, args ...any) {
+	if c.chunkProblems == nil {
+		c.chunkProblems = map[cas.ID][]int{}
+	}
+	c.chunkProblems[id] = append(c.chunkProblems[id], c.problem(kind, "", id.String(), format, args...))
+}
+
+// chunkNote notes a state of chunk id, to be named after the first file that
+// uses it.
+func (c *fscker) chunkNote(kind string, id cas.ID, format string, args ...any) {
+	c.res.Notes = append(c.res.Notes, Problem{Kind: kind, Chunk: id.String(), Detail: fmt.Sprintf(format, args...)})
+	if c.chunkNotes == nil {
+		c.chunkNotes = map[cas.ID][]int{}
+	}
+	c.chunkNotes[id] = append(c.chunkNotes[id], len(c.res.Notes)-1)
+}
+
+// entry is one directory entry a namespace walk reaches.
+type entry struct {
+	path string
+	ino  uint64
+	node cas.Node
+	ok   bool // the node exists
+	dup  bool // the node was reached before: the walk does not enter it again
+}
+
+// walkNamespace calls visit for every entry reachable from the root, depth
+// first in name order, entering each directory once. It holds the path of
+// the directory it is in and a bitmap of the inode numbers reached, which it
+// returns.
+func walkNamespace(ctx context.Context, tx *cas.Tx, visit func(e entry) error) (inoSet, error) {
+	reached := inoSet{}
+	reached.add(cas.RootIno)
+	var walk func(dir uint64, dirPath string) error
+	walk = func(dir uint64, dirPath string) error {
+		return tx.Children(dir, func(name string, ino uint64) error {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			dir := queue[0]
-			queue = queue[1:]
-			err := tx.Children(dir, func(name string, ino uint64) error {
-				p := path.Join(reached[dir], name)
-				n, ok := nodes[ino]
-				if !ok {
-					problem("dangling-entry", p, "", "directory entry names node %d, which does not exist", ino)
-					return nil
-				}
-				if prev, dup := reached[ino]; dup {
-					problem("duplicate-entry", p, "", "node %d is also reached as %s", ino, prev)
-					return nil
-				}
-				reached[ino] = p
-				switch {
-				case n.IsDir():
-					res.Dirs++
-					queue = append(queue, ino)
-				case n.IsRegular():
-					res.Files++
-					m, ok := manifests[ino]
-					if !ok {
-						problem("missing-manifest", p, "", "file has no manifest")
-						return nil
-					}
-					if m.Size() != n.Size {
-						problem("size-mismatch", p, "", "manifest holds %d bytes, node says %d", m.Size(), n.Size)
-					}
-					for _, c := range m.Chunks {
-						if _, ok := users[c.ID]; !ok {
-							users[c.ID] = p
-						}
-						info, ok, err := tx.Chunk(c.ID)
-						if err != nil {
-							return err
-						}
-						if !ok && !s.HasRemote() {
-							problem("unindexed-chunk", p, c.ID.String(), "chunk is not in the chunk index")
-						} else if ok && info.RawLen != c.Len {
-							problem("chunk-length", p, c.ID.String(), "manifest says %d bytes, index says %d", c.Len, info.RawLen)
-						}
-					}
-				}
-				return nil
-			})
-			if err != nil {
+			e := entry{path: path.Join(dirPath, name), ino: ino}
+			var err error
+			if e.node, e.ok, err = tx.Node(ino); err != nil {
 				return err
 			}
+			if e.ok {
+				e.dup = reached.has(ino)
+				reached.add(ino)
+			}
+			if err := visit(e); err != nil {
+				return err
+			}
+			if e.ok && !e.dup && e.node.IsDir() {
+				return walk(ino, e.path)
+			}
+			return nil
+		})
+	}
+	return reached, walk(cas.RootIno, "/")
+}
+
+// checkCatalog checks the namespace, the manifests and the counters, in one
+// read transaction.
+func (c *fscker) checkCatalog(ctx context.Context) error {
+	var want cas.Counts
+	err := c.s.View(func(tx *cas.Tx) error {
+		reached, err := walkNamespace(ctx, tx, func(e entry) error {
+			switch {
+			case !e.ok:
+				c.problem("dangling-entry", e.path, "", "directory entry names node %d, which does not exist", e.ino)
+			case e.dup:
+				if c.dups == nil {
+					c.dups = map[uint64][]int{}
+				}
+				c.dups[e.ino] = append(c.dups[e.ino], c.problem("duplicate-entry", e.path, "", "node %d is also reached elsewhere", e.ino))
+			case e.node.IsDir():
+				c.res.Dirs++
+			case e.node.IsRegular():
+				c.res.Files++
+				return c.checkFile(tx, e)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
+		c.named.seal()
 		// The root directory counts in the catalog's dirs counter.
-		res.Dirs++
-		for ino, n := range nodes {
-			if _, ok := reached[ino]; !ok {
-				problem("unreachable-node", "", "", "node %d (mode %o) is in no directory", ino, n.Mode)
+		c.res.Dirs++
+		// Unreachable nodes, and the counters against what they count.
+		err = tx.ForEachNode(func(n cas.Node) error {
+			if !reached.has(n.Ino) {
+				c.problem("unreachable-node", "", "", "node %d (mode %o) is in no directory", n.Ino, n.Mode)
 			}
-		}
-		for ino := range manifests {
-			if n, ok := nodes[ino]; !ok || !n.IsRegular() {
-				problem("orphan-manifest", "", "", "manifest %d belongs to no file", ino)
-			}
-		}
-		// Counters against what they count.
-		for _, n := range nodes {
 			switch {
 			case n.IsRegular():
 				want.Files++
@@ -164,11 +239,26 @@ func Fsck(ctx context.Context, s *cas.Store, opts FsckOptions) (FsckResult, erro
 			case n.IsDir():
 				want.Dirs++
 			}
+			return ctx.Err()
+		})
+		if err != nil {
+			return err
 		}
-		err := tx.ForEachChunk(func(id cas.ID, c cas.ChunkInfo) error {
+		err = tx.ForEachManifest(func(ino uint64, m *cas.Manifest) error {
+			if n, ok, err := tx.Node(ino); err != nil {
+				return err
+			} else if !ok || !n.IsRegular() {
+				c.problem("orphan-manifest", "", "", "manifest %d belongs to no file", ino)
+			}
+			return ctx.Err()
+		})
+		if err != nil {
+			return err
+		}
+		err = tx.ForEachChunk(func(id cas.ID, info cas.ChunkInfo) error {
 			want.Chunks++
-			want.UniqueBytes += int64(c.RawLen)
-			want.StoredBytes += int64(c.StoredLen)
+			want.UniqueBytes += int64(info.RawLen)
+			want.StoredBytes += int64(info.StoredLen)
 			return nil
 		})
 		if err != nil {
@@ -177,22 +267,23 @@ func Fsck(ctx context.Context, s *cas.Store, opts FsckOptions) (FsckResult, erro
 		err = tx.ForEachPendingReencode(func(id cas.ID, p cas.PendingReencode) error {
 			want.ReencodePending++
 			want.ReencodePendingBytes += int64(p.RawLen)
-			queued[id] = p
+			c.queued.add(id)
 			if _, indexed, err := tx.Chunk(id); err != nil {
 				return err
 			} else if !indexed {
 				// A sweep drops the queue row with the index row, but an
 				// older ckptfs (same store format) sweeps without knowing
 				// the queue. Harmless: the next re-encode drops the row.
-				note("reencode-stale", users[id], id.String(), "re-encode queue row of a chunk that is not indexed")
+				c.chunkNote("reencode-stale", id, "re-encode queue row of a chunk that is not indexed")
 			}
 			return nil
 		})
 		if err != nil {
 			return err
 		}
+		c.queued.seal()
 		got := tx.Counts()
-		for _, c := range []struct {
+		for _, k := range []struct {
 			name      string
 			got, want int64
 		}{
@@ -205,140 +296,236 @@ func Fsck(ctx context.Context, s *cas.Store, opts FsckOptions) (FsckResult, erro
 			{"reencode_pending", got.ReencodePending, want.ReencodePending},
 			{"reencode_pending_bytes", got.ReencodePendingBytes, want.ReencodePendingBytes},
 		} {
-			if c.got != c.want {
-				problem("counter", "", "", "%s counter is %d, the catalog holds %d", c.name, c.got, c.want)
+			if k.got != k.want {
+				c.problem("counter", "", "", "%s counter is %d, the catalog holds %d", k.name, k.got, k.want)
 			}
 		}
 		return nil
 	})
-	if err != nil {
-		return res, fmt.Errorf("check catalog: %w", err)
-	}
-	res.Chunks = len(users)
-	res.ReencodePending = len(queued)
+	c.res.Chunks = c.named.len()
+	c.res.ReencodePending = c.queued.len()
+	return err
+}
 
-	// Objects: presence and size against the index; with ReadData, content.
-	index := map[cas.ID]cas.ChunkInfo{}
-	if err := s.View(func(tx *cas.Tx) error {
-		return tx.ForEachChunk(func(id cas.ID, c cas.ChunkInfo) error { index[id] = c; return nil })
-	}); err != nil {
-		return res, fmt.Errorf("read index: %w", err)
+// checkFile checks a reachable file's manifest against its node and the
+// chunk index, and adds its chunks to the named set.
+func (c *fscker) checkFile(tx *cas.Tx, e entry) error {
+	m, ok, err := tx.Manifest(e.ino)
+	if err != nil {
+		return err
 	}
-	objects := map[cas.ID]int64{}
-	if err := s.WalkObjects(ctx, func(o cas.ObjectInfo) error {
-		objects[o.ID] = o.Size
-		if _, used := users[o.ID]; !used {
-			res.Unreferenced++
+	if !ok {
+		c.problem("missing-manifest", e.path, "", "file has no manifest")
+		return nil
+	}
+	if m.Size() != e.node.Size {
+		c.problem("size-mismatch", e.path, "", "manifest holds %d bytes, node says %d", m.Size(), e.node.Size)
+	}
+	for _, ref := range m.Chunks {
+		c.named.add(ref.ID)
+		info, ok, err := tx.Chunk(ref.ID)
+		if err != nil {
+			return err
+		}
+		if !ok && !c.s.HasRemote() {
+			c.problem("unindexed-chunk", e.path, ref.ID.String(), "chunk is not in the chunk index")
+		} else if ok && info.RawLen != ref.Len {
+			c.problem("chunk-length", e.path, ref.ID.String(), "manifest says %d bytes, index says %d", ref.Len, info.RawLen)
+		}
+	}
+	return nil
+}
+
+// object is an object file's ID and size.
+type object struct {
+	id   cas.ID
+	size int64
+}
+
+// checkBatch is how many index rows checkObjects reads per transaction (it
+// reads objects, slow with ReadData, between transactions).
+const checkBatch = 1024
+
+// checkObjects checks the objects against the index: presence and size,
+// and with ReadData, content; and the chunks manifests name that the index
+// does not have.
+func (c *fscker) checkObjects(ctx context.Context) error {
+	var objects []object
+	if err := c.s.WalkObjects(ctx, func(o cas.ObjectInfo) error {
+		objects = append(objects, object{o.ID, o.Size})
+		if !c.named.has(o.ID) {
+			c.res.Unreferenced++
 		}
 		return nil
 	}); err != nil {
-		return res, fmt.Errorf("scan objects: %w", err)
+		return fmt.Errorf("scan objects: %w", err)
 	}
-	objectBases := map[cas.ID]objectBase{} // what the objects read say (ReadData)
-	ids := make([]cas.ID, 0, len(index))
-	for id := range index {
-		ids = append(ids, id)
+	slices.SortFunc(objects, func(a, b object) int { return compareIDs(a.id, b.id) })
+	find := func(id cas.ID) (int64, bool) {
+		i, ok := slices.BinarySearchFunc(objects, id, func(o object, id cas.ID) int { return compareIDs(o.id, id) })
+		if !ok {
+			return 0, false
+		}
+		return objects[i].size, true
 	}
-	sort.Slice(ids, func(i, j int) bool { return string(ids[i][:]) < string(ids[j][:]) })
-	for i, id := range ids {
-		if err := ctx.Err(); err != nil {
-			return res, err
-		}
-		info := index[id]
-		user := users[id]
-		_, pending := queued[id]
-		size, ok := objects[id]
-		// An index row may disagree with its object only while the chunk is
-		// queued: a re-encode renamed the encoded object into place and a
-		// crash came before its transaction (cas: deferred encoding).
-		lagging := false
-		switch {
-		case !ok:
-			problem("missing-chunk", user, id.String(), "the index names it but there is no object file")
-			continue
-		case size != int64(info.StoredLen) && pending:
-			lagging = true
-			note("reencode-pending", user, id.String(), "object file is %d bytes, index row still says %d: a re-encode was interrupted after its rename; the next one updates the row", size, info.StoredLen)
-		case size != int64(info.StoredLen):
-			problem("object-size", user, id.String(), "object file is %d bytes, index says %d", size, info.StoredLen)
-		}
-		if opts.ReadData {
-			res.ObjectsRead++
-			got, base, isDelta, err := s.VerifyObjectBase(ctx, id)
-			if err == nil {
-				objectBases[id] = objectBase{base, isDelta}
-			}
-			switch {
-			case err != nil:
-				problem("corrupt-chunk", user, id.String(), "%v", unwrapCorrupt(err))
-			case got.Codec != info.Codec && pending:
-				if !lagging {
-					note("reencode-pending", user, id.String(), "object is %v, index row still says %v: a re-encode was interrupted after its rename; the next one updates the row", got.Codec, info.Codec)
+
+	// The index, a batch of rows at a time, in ID order.
+	type row struct {
+		id   cas.ID
+		info cas.ChunkInfo
+	}
+	var total int64
+	if err := c.s.View(func(tx *cas.Tx) error { total = tx.Counts().Chunks; return nil }); err != nil {
+		return fmt.Errorf("read index: %w", err)
+	}
+	var start cas.ID
+	var done int64
+	for more := true; more; {
+		var rows []row
+		err := c.s.View(func(tx *cas.Tx) error {
+			return tx.ForEachChunkFrom(start, func(id cas.ID, info cas.ChunkInfo) error {
+				if len(rows) == checkBatch {
+					return errBatchFull
 				}
-			case got.Codec != info.Codec:
-				problem("object-codec", user, id.String(), "object is %v, index says %v", got.Codec, info.Codec)
-			}
-			if opts.Progress != nil && i%256 == 0 {
-				opts.Progress(Progress{Phase: "read", Done: int64(i), Total: int64(len(ids))})
-			}
-		}
-	}
-	// Chunks named by manifests but absent from the index were reported above;
-	// check they at least have objects, so the message says whether data is gone.
-	// A store with a remote indexes only what it committed itself: the rest
-	// (files another mount published) is fetched on read, so it is checked
-	// in the remote, read and verified (a fetched copy here only with ReadData).
-	for id, user := range users {
-		if _, indexed := index[id]; indexed {
-			continue
-		}
-		_, local := objects[id]
-		switch {
-		case local && s.HasRemote() && opts.ReadData:
-			res.ObjectsRead++
-			if _, err := s.VerifyObject(ctx, id); err != nil {
-				problem("corrupt-chunk", user, id.String(), "%v", unwrapCorrupt(err))
-			}
-		case local:
-		case s.HasRemote():
-			res.ObjectsRead++
-			if err := s.VerifyRemoteObject(ctx, id); errors.Is(err, cas.ErrMissing) {
-				problem("missing-chunk", user, id.String(), "named by a manifest, in neither the local store nor the remote")
-			} else if err != nil {
-				problem("corrupt-chunk", user, id.String(), "in the remote: %v", unwrapCorrupt(err))
-			}
-		default:
-			problem("missing-chunk", user, id.String(), "named by a manifest, with no object file")
-		}
-	}
-
-	if err := checkDeltas(s, queued, users, objectBases, problem, note); err != nil {
-		return res, err
-	}
-
-	// A lost or damaged chunk fails every file that uses it: name them all,
-	// not only the first (a chunk of a shared backbone may be in thousands).
-	if err := nameEveryUser(s, &res, inoPath); err != nil {
-		return res, err
-	}
-
-	ents, err := os.ReadDir(s.SpoolDir())
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return res, fmt.Errorf("read spool: %w", err)
-	}
-	for _, e := range ents {
-		res.SpoolLeftovers = append(res.SpoolLeftovers, e.Name())
-	}
-	for _, ps := range [][]Problem{res.Problems, res.Notes} {
-		sort.Slice(ps, func(i, j int) bool {
-			a, b := ps[i], ps[j]
-			if a.Path != b.Path {
-				return a.Path < b.Path
-			}
-			return a.Chunk < b.Chunk
+				rows = append(rows, row{id, info})
+				return nil
+			})
 		})
+		if err != nil && !errors.Is(err, errBatchFull) {
+			return fmt.Errorf("read index: %w", err)
+		}
+		more = errors.Is(err, errBatchFull)
+		if more {
+			var overflow bool
+			start, overflow = nextID(rows[len(rows)-1].id)
+			more = !overflow
+		}
+		for _, r := range rows {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := c.checkIndexed(ctx, r.id, r.info, find); err != nil {
+				return err
+			}
+			done++
+			if c.opts.ReadData && c.opts.Progress != nil && done%256 == 0 {
+				c.opts.Progress(Progress{Phase: "read", Done: done, Total: total})
+			}
+		}
 	}
-	return res, nil
+
+	// Chunks named by manifests but absent from the index were reported by
+	// checkFile; check they at least have objects, so the message says
+	// whether data is gone. A store with a remote indexes only what it
+	// committed itself: the rest (files another mount published) is fetched
+	// on read, so it is checked in the remote, read and verified (a fetched
+	// copy here only with ReadData).
+	for i := 0; i < c.named.len(); i += checkBatch {
+		batch := c.named.sorted[i:min(i+checkBatch, c.named.len())]
+		var unindexed []cas.ID
+		err := c.s.View(func(tx *cas.Tx) error {
+			for _, id := range batch {
+				if _, indexed, err := tx.Chunk(id); err != nil {
+					return err
+				} else if !indexed {
+					unindexed = append(unindexed, id)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("read index: %w", err)
+		}
+		for _, id := range unindexed {
+			_, local := find(id)
+			switch {
+			case local && c.s.HasRemote() && c.opts.ReadData:
+				c.res.ObjectsRead++
+				if _, err := c.s.VerifyObject(ctx, id); err != nil {
+					c.chunkProblem("corrupt-chunk", id, "%v", unwrapCorrupt(err))
+				}
+			case local:
+			case c.s.HasRemote():
+				c.res.ObjectsRead++
+				if err := c.s.VerifyRemoteObject(ctx, id); errors.Is(err, cas.ErrMissing) {
+					c.chunkProblem("missing-chunk", id, "named by a manifest, in neither the local store nor the remote")
+				} else if err != nil {
+					c.chunkProblem("corrupt-chunk", id, "in the remote: %v", unwrapCorrupt(err))
+				}
+			default:
+				c.chunkProblem("missing-chunk", id, "named by a manifest, with no object file")
+			}
+		}
+	}
+	return nil
+}
+
+// errBatchFull ends a batch of index rows.
+var errBatchFull = errors.New("batch full")
+
+// nextID returns the ID after id, and whether id was the last one.
+func nextID(id cas.ID) (cas.ID, bool) {
+	for i := len(id) - 1; i >= 0; i-- {
+		id[i]++
+		if id[i] != 0 {
+			return id, false
+		}
+	}
+	return id, true
+}
+
+// checkIndexed checks one index row against its object.
+func (c *fscker) checkIndexed(ctx context.Context, id cas.ID, info cas.ChunkInfo, find func(cas.ID) (int64, bool)) error {
+	pending := c.queued.has(id)
+	size, ok := find(id)
+	if !ok {
+		// Not there when the objects were listed: a commit since then may
+		// have stored it (the index is read after the listing).
+		o, there, err := c.s.StatObject(ctx, id)
+		if err != nil {
+			return err
+		}
+		size, ok = o.Size, there
+	}
+	// An index row may disagree with its object only while the chunk is
+	// queued: a re-encode renamed the encoded object into place and a
+	// crash came before its transaction (cas: deferred encoding).
+	lagging := false
+	switch {
+	case !ok:
+		c.chunkProblem("missing-chunk", id, "the index names it but there is no object file")
+		if c.opts.ReadData {
+			c.unread.add(id)
+		}
+		return nil
+	case size != int64(info.StoredLen) && pending:
+		lagging = true
+		c.chunkNote("reencode-pending", id, "object file is %d bytes, index row still says %d: a re-encode was interrupted after its rename; the next one updates the row", size, info.StoredLen)
+	case size != int64(info.StoredLen):
+		c.chunkProblem("object-size", id, "object file is %d bytes, index says %d", size, info.StoredLen)
+	}
+	if !c.opts.ReadData {
+		return nil
+	}
+	c.res.ObjectsRead++
+	got, base, isDelta, err := c.s.VerifyObjectBase(ctx, id)
+	switch {
+	case err != nil:
+		c.unread.add(id)
+	case isDelta:
+		c.deltaObjects = append(c.deltaObjects, deltaObject{id, base})
+	}
+	switch {
+	case err != nil:
+		c.chunkProblem("corrupt-chunk", id, "%v", unwrapCorrupt(err))
+	case got.Codec != info.Codec && pending:
+		if !lagging {
+			c.chunkNote("reencode-pending", id, "object is %v, index row still says %v: a re-encode was interrupted after its rename; the next one updates the row", got.Codec, info.Codec)
+		}
+	case got.Codec != info.Codec:
+		c.chunkProblem("object-codec", id, "object is %v, index says %v", got.Codec, info.Codec)
+	}
+	return nil
 }
 
 // unwrapCorrupt keeps the part of a verification error after the chunk name,
@@ -358,98 +545,140 @@ func unwrapCorrupt(err error) string {
 // dataLoss are the kinds of problem that make reads of a chunk fail.
 var dataLoss = map[string]bool{"missing-chunk": true, "corrupt-chunk": true, "object-size": true}
 
-// nameEveryUser repeats each data-loss problem, reported for the first file
-// that uses its chunk, for every other file that uses it.
-func nameEveryUser(s *cas.Store, res *FsckResult, inoPath map[uint64]string) error {
-	bad := map[cas.ID][]Problem{}
-	for _, p := range res.Problems {
-		if !dataLoss[p.Kind] || p.Chunk == "" {
-			continue
-		}
-		id, err := cas.ParseID(p.Chunk)
-		if err != nil {
-			continue
-		}
-		bad[id] = append(bad[id], p)
-	}
-	if len(bad) == 0 {
+// namePaths walks the namespace again, when problems need paths: a problem
+// about a chunk is given the path of the first file that uses it, and a
+// data-loss problem is repeated for every other file that uses it (a chunk
+// of a shared backbone may be in thousands: each of them reads EIO); a note
+// about a chunk is given its first file's path; a node reached twice is
+// named at the path it was first reached.
+func (c *fscker) namePaths(ctx context.Context) error {
+	if len(c.chunkProblems) == 0 && len(c.chunkNotes) == 0 && len(c.dups) == 0 {
 		return nil
 	}
-	err := s.View(func(tx *cas.Tx) error {
-		return tx.ForEachManifest(func(ino uint64, m *cas.Manifest) error {
-			p, ok := inoPath[ino]
-			if !ok {
-				return nil // unreachable: reported as such
+	var wanted idSet
+	for id := range c.chunkProblems {
+		wanted.add(id)
+	}
+	for id := range c.chunkNotes {
+		wanted.add(id)
+	}
+	wanted.seal()
+	users := map[cas.ID][]string{}
+	first := map[uint64]string{}
+	err := c.s.View(func(tx *cas.Tx) error {
+		_, err := walkNamespace(ctx, tx, func(e entry) error {
+			if !e.ok || e.dup {
+				return nil
 			}
-			done := map[cas.ID]bool{}
-			for _, c := range m.Chunks {
-				probs, isBad := bad[c.ID]
-				if !isBad || done[c.ID] {
+			if _, ok := c.dups[e.ino]; ok {
+				first[e.ino] = e.path
+			}
+			if !e.node.IsRegular() || wanted.len() == 0 {
+				return nil
+			}
+			m, ok, err := tx.Manifest(e.ino)
+			if err != nil || !ok {
+				return err
+			}
+			var named map[cas.ID]bool // a chunk the file names twice is one use
+			for _, ref := range m.Chunks {
+				if !wanted.has(ref.ID) || named[ref.ID] {
 					continue
 				}
-				done[c.ID] = true
-				for _, pr := range probs {
-					if pr.Path == p {
-						continue
-					}
-					pr.Path = p
-					res.Problems = append(res.Problems, pr)
+				if named == nil {
+					named = map[cas.ID]bool{}
 				}
+				named[ref.ID] = true
+				users[ref.ID] = append(users[ref.ID], e.path)
 			}
 			return nil
 		})
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("name the files of damaged chunks: %w", err)
 	}
+	for ino, idx := range c.dups {
+		for _, i := range idx {
+			c.res.Problems[i].Detail = fmt.Sprintf("node %d is also reached as %s", ino, first[ino])
+		}
+	}
+	for id, idx := range c.chunkNotes {
+		if u := users[id]; len(u) > 0 {
+			for _, i := range idx {
+				c.res.Notes[i].Path = u[0]
+			}
+		}
+	}
+	for id, idx := range c.chunkProblems {
+		u := users[id]
+		if len(u) == 0 {
+			continue
+		}
+		for _, i := range idx {
+			c.res.Problems[i].Path = u[0]
+			if !dataLoss[c.res.Problems[i].Kind] {
+				continue
+			}
+			for _, p := range u[1:] {
+				pr := c.res.Problems[i]
+				pr.Path = p
+				c.res.Problems = append(c.res.Problems, pr)
+			}
+		}
+	}
 	return nil
-}
-
-// objectBase is what a delta object's header says: its base, if a delta.
-type objectBase struct {
-	base  cas.ID
-	delta bool
 }
 
 // checkDeltas checks the delta rows (cas: deltaplan.go): every delta's base
 // is indexed and standalone, the reverse index matches, the counter and the
 // format are right, plans are for queued chunks; with the objects' headers
-// read (objects, from ReadData), that every delta object has its row and
-// every row its object.
-func checkDeltas(s *cas.Store, queued map[cas.ID]cas.PendingReencode, users map[cas.ID]string,
-	objects map[cas.ID]objectBase, problem, note func(kind, p, chunk, format string, args ...any)) error {
-	return s.View(func(tx *cas.Tx) error {
+// read (ReadData), that every delta object has its row and every row its
+// object.
+func (c *fscker) checkDeltas() error {
+	c.unread.seal()
+	// The header of id's object, if ReadData read it: whether it is a delta,
+	// and against what.
+	object := func(id cas.ID) (base cas.ID, delta bool) {
+		i, ok := slices.BinarySearchFunc(c.deltaObjects, id, func(o deltaObject, id cas.ID) int { return compareIDs(o.id, id) })
+		if !ok {
+			return cas.ID{}, false
+		}
+		return c.deltaObjects[i].base, true
+	}
+	return c.s.View(func(tx *cas.Tx) error {
 		rows := 0
 		err := tx.ForEachDelta(func(id, base cas.ID, dist int) error {
 			rows++
-			user := users[id]
-			if _, ok, err := tx.Chunk(id); err != nil {
+			_, indexed, err := tx.Chunk(id)
+			if err != nil {
 				return err
-			} else if !ok {
-				problem("delta-stale", user, id.String(), "delta row of a chunk that is not indexed")
+			} else if !indexed {
+				c.chunkProblem("delta-stale", id, "delta row of a chunk that is not indexed")
 			}
 			if _, ok, err := tx.Chunk(base); err != nil {
 				return err
 			} else if !ok {
-				problem("delta-base-missing", user, id.String(), "its base %v is not indexed: a collection may have deleted it", base)
+				c.chunkProblem("delta-base-missing", id, "its base %v is not indexed: a collection may have deleted it", base)
 			}
 			if _, _, ok, err := tx.Delta(base); err != nil {
 				return err
 			} else if ok {
-				problem("delta-depth", user, id.String(), "its base %v is a delta itself (deltas have depth 1)", base)
+				c.chunkProblem("delta-depth", id, "its base %v is a delta itself (deltas have depth 1)", base)
 			}
 			if !tx.HasBaseRow(base, id) {
-				problem("delta-reverse", user, id.String(), "no reverse row for its base %v: a collection would not keep the base", base)
+				c.chunkProblem("delta-reverse", id, "no reverse row for its base %v: a collection would not keep the base", base)
 			}
-			if o, ok := objects[id]; ok {
-				_, pending := queued[id]
+			if c.opts.ReadData && indexed && !c.unread.has(id) {
+				objBase, delta := object(id)
+				pending := c.queued.has(id)
 				switch {
-				case o.delta && o.base != base:
-					problem("delta-base", user, id.String(), "object is a delta against %v, its row says %v", o.base, base)
-				case !o.delta && pending:
-					note("delta-pending", user, id.String(), "delta row over a standalone object: a re-encode was interrupted; the next one settles it")
-				case !o.delta:
-					problem("delta-standalone", user, id.String(), "delta row over a standalone object")
+				case delta && objBase != base:
+					c.chunkProblem("delta-base", id, "object is a delta against %v, its row says %v", objBase, base)
+				case !delta && pending:
+					c.chunkNote("delta-pending", id, "delta row over a standalone object: a re-encode was interrupted; the next one settles it")
+				case !delta:
+					c.chunkProblem("delta-standalone", id, "delta row over a standalone object")
 				}
 			}
 			return nil
@@ -457,35 +686,32 @@ func checkDeltas(s *cas.Store, queued map[cas.ID]cas.PendingReencode, users map[
 		if err != nil {
 			return err
 		}
-		if c := tx.Counts().DeltaChunks; c != int64(rows) {
-			problem("counter", "", "", "delta_chunks counter is %d, the catalog holds %d", c, rows)
+		if n := tx.Counts().DeltaChunks; n != int64(rows) {
+			c.problem("counter", "", "", "delta_chunks counter is %d, the catalog holds %d", n, rows)
 		}
-		if rows > 0 && s.Format() < cas.FormatVersion {
-			problem("format", "", "", "the store holds deltas at format %d: an older ckptfs would open it", s.Format())
+		if rows > 0 && c.s.Format() < cas.FormatVersion {
+			c.problem("format", "", "", "the store holds deltas at format %d: an older ckptfs would open it", c.s.Format())
 		}
 		if err := tx.ForEachBaseRow(func(base, id cas.ID) error {
 			if b, _, ok, err := tx.Delta(id); err != nil {
 				return err
 			} else if !ok || b != base {
-				problem("delta-reverse", users[base], base.String(), "reverse row names delta %v, which is not a delta against it", id)
+				c.chunkProblem("delta-reverse", base, "reverse row names delta %v, which is not a delta against it", id)
 			}
 			return nil
 		}); err != nil {
 			return err
 		}
-		for id, o := range objects {
-			if !o.delta {
-				continue
-			}
-			if _, _, ok, err := tx.Delta(id); err != nil {
+		for _, o := range c.deltaObjects {
+			if _, _, ok, err := tx.Delta(o.id); err != nil {
 				return err
 			} else if !ok {
-				problem("delta-unrecorded", users[id], id.String(), "object is a delta against %v but has no delta row: a collection would not keep its base", o.base)
+				c.chunkProblem("delta-unrecorded", o.id, "object is a delta against %v but has no delta row: a collection would not keep its base", o.base)
 			}
 		}
 		return tx.ForEachDeltaPlan(func(id, base cas.ID, _ int) error {
-			if _, ok := queued[id]; !ok {
-				note("delta-plan-stale", users[id], id.String(), "delta plan of a chunk that is not queued for re-encoding")
+			if !c.queued.has(id) {
+				c.chunkNote("delta-plan-stale", id, "delta plan of a chunk that is not queued for re-encoding")
 			}
 			return nil
 		})

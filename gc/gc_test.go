@@ -2,6 +2,7 @@ package gc
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -268,8 +269,12 @@ func TestFsckFindsCatalogFaults(t *testing.T) {
 		if err := tx.Link(cas.RootIno, "dangling", 99999); err != nil {
 			return err
 		}
-		// A node in no directory, and a wrong size on f.
+		// A node in no directory, a second entry for f, and a wrong size
+		// on f.
 		if err := tx.PutNode(cas.Node{Ino: 88888, Mode: 0o040755}); err != nil {
+			return err
+		}
+		if err := tx.Link(cas.RootIno, "also-f", ino); err != nil {
 			return err
 		}
 		return tx.PutNode(cas.Node{Ino: ino, Mode: 0o100644, Size: 5})
@@ -285,9 +290,15 @@ func TestFsckFindsCatalogFaults(t *testing.T) {
 	for _, p := range res.Problems {
 		kinds[p.Kind] = true
 	}
-	for _, k := range []string{"dangling-entry", "unreachable-node", "size-mismatch"} {
+	for _, k := range []string{"dangling-entry", "unreachable-node", "size-mismatch", "duplicate-entry"} {
 		if !kinds[k] {
 			t.Errorf("fsck missed %s: %+v", k, res.Problems)
+		}
+	}
+	for _, p := range res.Problems {
+		// Entries are walked in name order: also-f comes first.
+		if p.Kind == "duplicate-entry" && (p.Path != "/f" || p.Detail != fmt.Sprintf("node %d is also reached as /also-f", ino)) {
+			t.Errorf("duplicate entry: %+v", p)
 		}
 	}
 	// The counters were kept right by PutNode, so none is reported.
