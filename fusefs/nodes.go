@@ -214,10 +214,14 @@ func (f *FS) listNode(n fs.InodeEmbedder) {
 // content nor, until the commit in flight ends, the size its content will
 // have.
 type pinSet struct {
-	mu    sync.Mutex
-	files map[uint64]*fileNode
-	epoch uint64 // bumped by every unpin: see pinnedFile
+	mu     sync.Mutex
+	files  map[uint64]*fileNode
+	epoch  uint64               // bumped by every unpin: see pinnedFile
+	recent [recentUnpins]uint64 // recent[e%recentUnpins]: the file unpinned at epoch e
 }
+
+// recentUnpins is how many unpins pinnedFile can tell apart.
+const recentUnpins = 64
 
 // pin keeps n findable by inode number (n.mu held).
 func (f *FS) pin(n *fileNode) {
@@ -241,6 +245,7 @@ func (f *FS) unpinIfSettled(n *fileNode) {
 	if f.pins.files[n.attr.Ino] == n {
 		delete(f.pins.files, n.attr.Ino)
 		f.pins.epoch++
+		f.pins.recent[f.pins.epoch%recentUnpins] = n.attr.Ino
 	}
 	f.pins.mu.Unlock()
 	if !n.unlinked.Load() && n.manifest != nil {
@@ -258,16 +263,24 @@ func (f *FS) pinEpoch() uint64 {
 
 // pinnedFile returns the pinned file with inode number ino, if any. since is
 // the epoch read before the catalog read that found ino: stale reports that
-// a file was unpinned since then, so the record read may predate its last
-// commit (a commit writes the catalog before it unpins) and must be read
-// again.
+// ino was unpinned since then (or that too many files were to tell), so the
+// record read may predate its last commit (a commit writes the catalog
+// before it unpins) and must be read again.
 func (f *FS) pinnedFile(ino, since uint64) (n *fileNode, stale bool) {
 	f.pins.mu.Lock()
 	defer f.pins.mu.Unlock()
 	if n := f.pins.files[ino]; n != nil {
 		return n, false
 	}
-	return nil, f.pins.epoch != since
+	if f.pins.epoch-since >= recentUnpins {
+		return nil, true
+	}
+	for e := since + 1; e <= f.pins.epoch; e++ {
+		if f.pins.recent[e%recentUnpins] == ino {
+			return nil, true
+		}
+	}
+	return nil, false
 }
 
 // pinnedFiles returns every pinned file.

@@ -363,3 +363,44 @@ func TestForkFoundByLookupAfterForget(t *testing.T) {
 	m.remount()
 	mustEqualFile(t, p, want)
 }
+
+// TestPinnedFileStale: a catalog read is stale when the file it found was
+// unpinned after the read began (its last commit may be newer than the
+// record), or when too many files were unpinned to tell.
+func TestPinnedFileStale(t *testing.T) {
+	f := &FS{pins: pinSet{files: map[uint64]*fileNode{}}}
+	file := func(ino uint64) *fileNode {
+		n := &fileNode{nodeBase: nodeBase{fsys: f}}
+		n.attr.Ino = ino
+		return n
+	}
+	pinned := file(100)
+	f.pin(pinned)
+	for _, tc := range []struct {
+		name      string
+		unpin     []uint64 // files unpinned after the read began
+		ino       uint64
+		wantFile  bool
+		wantStale bool
+	}{
+		{"pinned", nil, 100, true, false},
+		{"pinned, others unpinned", []uint64{1, 2}, 100, true, false},
+		{"never pinned, nothing unpinned", nil, 7, false, false},
+		{"others unpinned", []uint64{1, 2, 3}, 7, false, false},
+		{"unpinned since", []uint64{1, 7, 3}, 7, false, true},
+		{"too many unpinned to tell", make([]uint64, recentUnpins), 7, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			since := f.pinEpoch()
+			for _, ino := range tc.unpin {
+				n := file(ino)
+				f.pin(n)
+				f.unpinIfSettled(n)
+			}
+			n, stale := f.pinnedFile(tc.ino, since)
+			if (n != nil) != tc.wantFile || stale != tc.wantStale {
+				t.Fatalf("pinnedFile(%d) = %v, stale %v; want file %v, stale %v", tc.ino, n, stale, tc.wantFile, tc.wantStale)
+			}
+		})
+	}
+}
