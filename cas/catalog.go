@@ -230,9 +230,56 @@ func direntKey(parent uint64, name string) []byte {
 type Tx struct {
 	tx     *bolt.Tx
 	legacy bool // a format-1 store: records may be unsealed (record.go)
+
+	// Each bucket is opened once, and a read transaction looks keys up
+	// with one cursor per bucket: bbolt allocates a bucket and a cursor on
+	// every Tx.Bucket and Get otherwise, and fsck and lookups make millions.
+	buckets [cachedBuckets]*bolt.Bucket
+	cursors [cachedBuckets]*bolt.Cursor
 }
 
-func (t *Tx) b(name []byte) *bolt.Bucket { return t.tx.Bucket(name) }
+// cachedBuckets is how many of allBuckets a Tx keeps open.
+const cachedBuckets = 6
+
+// bucketIndex returns name's index in allBuckets if a Tx keeps it open, or -1.
+func bucketIndex(name []byte) int {
+	for i, b := range allBuckets[:min(cachedBuckets, len(allBuckets))] {
+		if bytes.Equal(b, name) {
+			return i
+		}
+	}
+	return -1
+}
+
+func (t *Tx) b(name []byte) *bolt.Bucket {
+	i := bucketIndex(name)
+	if i < 0 {
+		return t.tx.Bucket(name)
+	}
+	if t.buckets[i] == nil {
+		t.buckets[i] = t.tx.Bucket(name)
+	}
+	return t.buckets[i]
+}
+
+// get returns the value of key in bucket name, as Bucket.Get does (nil for
+// a missing key or a nested bucket).
+func (t *Tx) get(name, key []byte) []byte {
+	i := bucketIndex(name)
+	if i < 0 || t.tx.Writable() {
+		return t.b(name).Get(key)
+	}
+	c := t.cursors[i]
+	if c == nil {
+		c = t.b(name).Cursor()
+		t.cursors[i] = c
+	}
+	k, v := c.Seek(key)
+	if !bytes.Equal(k, key) {
+		return nil
+	}
+	return v
+}
 
 func (t *Tx) counter(key []byte) int64 {
 	v := t.b(bucketMeta).Get(key)
@@ -252,7 +299,7 @@ func (t *Tx) addCounter(key []byte, delta int64) error {
 // Node returns the node record of ino.
 func (t *Tx) Node(ino uint64) (Node, bool, error) {
 	key := u64key(ino)
-	v := t.b(bucketNodes).Get(key)
+	v := t.get(bucketNodes, key)
 	if v == nil {
 		return Node{}, false, nil
 	}
@@ -313,7 +360,7 @@ func (t *Tx) DeleteNode(ino uint64) error {
 // Lookup returns the child ino named name in directory parent.
 func (t *Tx) Lookup(parent uint64, name string) (uint64, bool) {
 	key := direntKey(parent, name)
-	rec, err := t.openRecord(key, t.b(bucketDirents).Get(key))
+	rec, err := t.openRecord(key, t.get(bucketDirents, key))
 	if len(rec) != 8 || err != nil {
 		return 0, false
 	}
@@ -353,7 +400,7 @@ func (t *Tx) Children(parent uint64, fn func(name string, ino uint64) error) err
 // Manifest returns the committed manifest of file ino.
 func (t *Tx) Manifest(ino uint64) (*Manifest, bool, error) {
 	key := u64key(ino)
-	v := t.b(bucketManifests).Get(key)
+	v := t.get(bucketManifests, key)
 	if v == nil {
 		return nil, false, nil
 	}
@@ -440,7 +487,7 @@ func (t *Tx) ForEachChunkFrom(start ID, fn func(id ID, c ChunkInfo) error) error
 
 // Chunk returns the index record of chunk id.
 func (t *Tx) Chunk(id ID) (ChunkInfo, bool, error) {
-	v := t.b(bucketChunks).Get(id[:])
+	v := t.get(bucketChunks, id[:])
 	if v == nil {
 		return ChunkInfo{}, false, nil
 	}

@@ -17,7 +17,7 @@ import (
 // 32 MiB, whatever the number of files in the store. A walk over more files
 // than that looks the forgotten ones up again from the catalog when it comes
 // back to them.
-const DefaultNodeLimit = 1 << 14
+const DefaultNodeLimit = 1 << 13
 
 // WithNodeLimit sets how many nodes the kernel may keep looked up before the
 // daemon asks it to forget the oldest ones (DefaultNodeLimit); n <= 0 never

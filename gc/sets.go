@@ -19,7 +19,7 @@ type idSet struct {
 }
 
 // minPending is the buffer size below which adds are not merged yet.
-const minPending = 1 << 16
+const minPending = 1 << 12
 
 func compareIDs(a, b cas.ID) int { return bytes.Compare(a[:], b[:]) }
 
@@ -57,9 +57,6 @@ func (s *idSet) seal() {
 	merged = append(merged, s.pending[j:]...)
 	s.sorted = slices.Clip(merged)
 	s.pending = s.pending[:0]
-	if cap(s.pending) > minPending {
-		s.pending = nil
-	}
 }
 
 // has reports whether id is in the set (sealed).
