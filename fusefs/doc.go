@@ -18,10 +18,10 @@
 // open; nothing under it can be written (EROFS). Hard links are refused (EPERM).
 //
 // Memory: nodes.go keeps what the kernel has looked up near a limit
-// (WithNodeLimit, 16384 by default, about 1 KiB each): past it, the daemon
-// asks the kernel to forget the oldest nodes (FUSE_NOTIFY_PRUNE; the kernel
-// keeps those in use), so the daemon's memory does not grow with the files a
-// walk has seen. A file whose state is more than its catalog records is
+// (WithNodeLimit, 8192 by default, about 2 KiB of RSS each): past it, the
+// daemon asks the kernel to forget the oldest nodes (FUSE_NOTIFY_PRUNE; the
+// kernel keeps those in use), so the daemon's memory does not grow with the
+// files a walk has seen. A file whose state is more than its catalog records is
 // pinned (pinSet): open, staged or uncommitted content, a commit in flight,
 // a fork. A lookup of its name finds that node, never a second one built from
 // the catalog, even after go-fuse dropped it; a catalog read that may predate
