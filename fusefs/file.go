@@ -1090,7 +1090,7 @@ func (n *fileNode) commitDirty(ctx context.Context, origin *fileNode, originAttr
 			if err != nil {
 				return fmt.Errorf("commit %q: %w", n.name, err)
 			}
-			if !n.persisted {
+			if !n.persisted && inTree(n) {
 				// The catalog has the name now: the tree need not keep
 				// the node once the kernel forgets it (Create).
 				n.EmbeddedInode().ForgetPersistent()
