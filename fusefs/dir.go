@@ -136,17 +136,14 @@ func (d *dirNode) empty() (bool, error) {
 	err := d.fsys.store.View(func(tx *cas.Tx) error {
 		return tx.Children(d.ino(), func(string, uint64) error {
 			empty = false
-			return errStopWalk
+			return errStopWalk{}
 		})
 	})
-	if err != nil && !errors.Is(err, errStopWalk) {
+	if err != nil && !errors.Is(err, errStopWalk{}) {
 		return false, err
 	}
 	return empty, nil
 }
-
-// errStopWalk ends a catalog walk early.
-var errStopWalk = errors.New("stop")
 
 func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	if len(name) > maxNameLen {

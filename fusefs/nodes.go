@@ -162,9 +162,29 @@ func (f *FS) startPruner() {
 	}()
 }
 
-// prune asks the kernel to forget the oldest nodes, then notes how many
-// stayed.
+// prune asks the kernel to forget the oldest nodes, and again while that
+// brings the list down and it is still over the limit (a directory is
+// forgotten only after its children); then it notes how many stayed, as the
+// floor the next prune waits for the list to outgrow.
 func (f *FS) prune(ctx context.Context) {
+	for {
+		before := f.nodes.count()
+		if !f.pruneOnce() || !sleepCtx(ctx, pruneSettle) {
+			return
+		}
+		after := f.nodes.count()
+		if after <= f.nodes.limit || after >= before {
+			f.nodes.mu.Lock()
+			f.nodes.floor = f.nodes.n
+			f.nodes.mu.Unlock()
+			return
+		}
+	}
+}
+
+// pruneOnce asks the kernel to forget the oldest nodes, and reports whether
+// it could ask.
+func (f *FS) pruneOnce() bool {
 	victims := f.nodes.oldest()
 	for len(victims) > 0 {
 		batch := victims[:min(len(victims), pruneBatch)]
@@ -172,22 +192,24 @@ func (f *FS) prune(ctx context.Context) {
 		switch errno := f.root.NotifyPrune(batch); errno {
 		case 0:
 		case syscall.EBADF:
-			return // unmounted
+			return false // unmounted
 		case syscall.ENOSYS:
 			f.log.Printf("the kernel cannot be asked to forget nodes (FUSE_NOTIFY_PRUNE needs Linux 6.18): the daemon keeps every node the kernel keeps")
 			f.nodes.unsupported.Store(true)
-			return
+			return false
 		default:
 			f.log.Printf("ask the kernel to forget nodes: %v", errno)
-			return
+			return false
 		}
 	}
-	if !sleepCtx(ctx, pruneSettle) {
-		return
-	}
-	f.nodes.mu.Lock()
-	f.nodes.floor = f.nodes.n
-	f.nodes.mu.Unlock()
+	return true
+}
+
+// count returns how many nodes are listed.
+func (l *nodeList) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.n
 }
 
 // OnForget is called by go-fuse when it drops the node from its tree: the
