@@ -31,14 +31,12 @@ func WithNodeLimit(n int) Option { return func(f *FS) { f.nodes.limit = n } }
 // them 512 at a time).
 const pruneBatch = 512
 
-// After asking the kernel to forget nodes, the pruner waits for the count of
-// nodes to hold still for pruneSettle (the FORGETs come asynchronously, in
-// batches), at most pruneSettleMax, before it counts the ones that stayed.
-const (
-	pruneSettle     = 50 * time.Millisecond
-	pruneSettleMax  = 2 * time.Second
-	pruneSettlePoll = 5 * time.Millisecond
-)
+// pruneSettle is how long the pruner waits after asking the kernel to forget
+// nodes before it counts the ones that stayed (the FORGETs come
+// asynchronously). Longer, and a fast walk outruns the pruner. A count taken
+// before late FORGETs came sets the floor too high; the FORGETs lower it
+// (remove), and the next lookups past it prune what they left.
+const pruneSettle = 50 * time.Millisecond
 
 // nodeLink is a node's place in FS.nodes, guarded by nodeList.mu.
 type nodeLink struct {
@@ -176,10 +174,10 @@ func (f *FS) prune(ctx context.Context) {
 		if !f.pruneOnce() {
 			return
 		}
-		after, ok := f.nodes.settle(ctx)
-		if !ok {
+		if !sleepCtx(ctx, pruneSettle) {
 			return
 		}
+		after := f.nodes.count()
 		if after <= f.nodes.limit || after >= before {
 			f.nodes.mu.Lock()
 			f.nodes.floor = f.nodes.n
@@ -210,24 +208,6 @@ func (f *FS) pruneOnce() bool {
 		}
 	}
 	return true
-}
-
-// settle waits until the count of nodes has held still for pruneSettle (at
-// most pruneSettleMax) and returns it; ok is false when ctx ended first.
-func (l *nodeList) settle(ctx context.Context) (n int, ok bool) {
-	deadline := time.Now().Add(pruneSettleMax)
-	n, still := l.count(), time.Now()
-	for {
-		if !sleepCtx(ctx, pruneSettlePoll) {
-			return n, false
-		}
-		now := time.Now()
-		if m := l.count(); m != n {
-			n, still = m, now
-		} else if now.Sub(still) >= pruneSettle || now.After(deadline) {
-			return n, true
-		}
-	}
 }
 
 // count returns how many nodes are listed.
