@@ -51,6 +51,9 @@ type codecs struct {
 	bg   bgPools
 	// permBufs holds *[]byte scratch for decoding classed deltas (delta.go).
 	permBufs sync.Pool
+	// baseBufs holds *[]byte buffers for the decoded bases of deltas being
+	// read (Store.loadBase): fresh memory costs a page fault per 4 KiB.
+	baseBufs sync.Pool
 }
 
 func newCodecs() (*codecs, error) {

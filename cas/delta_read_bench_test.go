@@ -3,6 +3,7 @@ package cas
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -354,3 +355,33 @@ func dropPageCache(b *testing.B, dir string) {
 type keepOpen struct{ *mem.Backend }
 
 func (keepOpen) Close() error { return nil }
+
+// BenchmarkDeltaClassPasses times the passes of a classed delta's decode
+// that are not entropy decoding: deriving the classes from the base and
+// undoing the grouped delta.
+func BenchmarkDeltaClassPasses(b *testing.B) {
+	for _, elem := range []int{2, 4} {
+		base, next := syntheticStep(1, (1<<20)/elem, elem, 0.01)
+		n := len(base) / elem
+		perm, out := make([]byte, len(base)), make([]byte, len(base))
+		for _, t := range []deltaTransform{deltaXOR, deltaSub} {
+			cl := classesOf(base, elem, n)
+			makeClassedDelta(t, elem, &cl, perm, next, base, n)
+			b.Run(fmt.Sprintf("elem%d/%v/classesOf", elem, t), func(b *testing.B) {
+				b.SetBytes(int64(len(base)))
+				for b.Loop() {
+					cl = classesOf(base, elem, n)
+				}
+			})
+			b.Run(fmt.Sprintf("elem%d/%v/undo", elem, t), func(b *testing.B) {
+				b.SetBytes(int64(len(base)))
+				for b.Loop() {
+					undoClassedDelta(t, elem, &cl, out, perm, base, n)
+				}
+				if !slices.Equal(out, next) {
+					b.Fatal("undo differs")
+				}
+			})
+		}
+	}
+}

@@ -149,8 +149,9 @@ func (s *Store) remoteStats() RemoteStats {
 }
 
 // fetchRemote loads chunk id's object from the remote, verifies it, keeps a
-// copy in the local objects and returns its raw bytes and the object.
-func (s *Store) fetchRemote(ctx context.Context, id ID, buf []byte, alloc func(int) []byte) (raw, obj []byte, err error) {
+// copy in the local objects and returns its raw bytes and the object. With
+// standalone set the chunk must be a standalone one (it is a delta's base).
+func (s *Store) fetchRemote(ctx context.Context, id ID, buf []byte, alloc func(int) []byte, standalone bool) (raw, obj []byte, err error) {
 	r := s.remote
 	h := chunkHandle(id)
 	obj, err = r.be.Get(ctx, h, buf)
@@ -163,7 +164,14 @@ func (s *Store) fetchRemote(ctx context.Context, id ID, buf []byte, alloc func(i
 	r.fetchMu.Lock()
 	r.read += int64(len(obj))
 	r.fetchMu.Unlock()
-	raw, err = s.codecs.decodeObjectInto(id, obj, alloc, s.bases(ctx))
+	if standalone {
+		raw, err = s.codecs.decodeObjectInto(id, obj, alloc, nil)
+	} else {
+		var baseErr error
+		if raw, baseErr, err = s.decodeChunk(ctx, id, obj, alloc); baseErr != nil {
+			return nil, obj, baseErr // the object fetched may be sound
+		}
+	}
 	if err != nil {
 		return nil, obj, fmt.Errorf("in %s: %w", r.be.Location(), err)
 	}

@@ -634,17 +634,20 @@ func (s *Store) readObject(ctx context.Context, id ID, buf []byte, alloc func(in
 	obj, err = s.objects.Get(ctx, chunkHandle(id), buf)
 	if errors.Is(err, backend.ErrNotExist) {
 		if s.remote != nil {
-			return s.fetchRemote(ctx, id, buf, alloc)
+			return s.fetchRemote(ctx, id, buf, alloc, false)
 		}
 		return nil, nil, fmt.Errorf("chunk %v: %w", id, ErrMissing)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("read chunk %v: %w", id, err)
 	}
-	raw, err = s.codecs.decodeObjectInto(id, obj, alloc, s.bases(ctx))
+	var baseErr error
+	if raw, baseErr, err = s.decodeChunk(ctx, id, obj, alloc); baseErr != nil {
+		return nil, obj, baseErr
+	}
 	if errors.Is(err, ErrCorrupt) && s.remote != nil && s.fetchedCopy(id) {
 		// A cached copy damaged (or torn by a crash): fetch it again.
-		return s.fetchRemote(ctx, id, obj, alloc)
+		return s.fetchRemote(ctx, id, obj, alloc, false)
 	}
 	if err != nil {
 		return nil, obj, err
@@ -652,34 +655,126 @@ func (s *Store) readObject(ctx context.Context, id ID, buf []byte, alloc func(in
 	return raw, obj, nil
 }
 
-// loadBase returns the bytes of base chunk id of a delta object: from the
-// cache when it is there, else read from its object, which must be
-// standalone (decodeObjectInto refuses a delta there, so a read touches at most
-// two objects). It never waits for a load in flight: with a damaged store
-// naming bases in a cycle, waiting could deadlock two loads on each other.
+// decodeChunk decodes and verifies object obj of chunk id, a delta against
+// its base from loadBase. An error loading the base is returned as baseErr
+// (obj itself may be sound). A delta that does not decode, or whose result
+// does not hash to id, is decoded again against its base read and verified
+// in full (loadBase does not hash a base it reads): a base that fails the
+// verification (a damaged
+// fetched copy is fetched again first) is to blame, and its error is
+// baseErr too. Otherwise err is the object's.
+func (s *Store) decodeChunk(ctx context.Context, id ID, obj []byte, alloc func(int) []byte) (raw []byte, baseErr, err error) {
+	baseFailed := false
+	raw, err = s.codecs.decodeObjectInto(id, obj, alloc, func(b ID) ([]byte, func(), error) {
+		data, release, err := s.loadBase(ctx, b)
+		baseFailed = err != nil
+		return data, release, err
+	})
+	if baseFailed {
+		return nil, err, nil
+	}
+	var dm *deltaFailed
+	if errors.As(err, &dm) {
+		return s.retryDelta(ctx, id, obj, alloc, dm.base)
+	}
+	return raw, nil, err
+}
+
+// retryDelta is decodeChunk's second try.
+func (s *Store) retryDelta(ctx context.Context, id ID, obj []byte, alloc func(int) []byte, base ID) (raw []byte, baseErr, err error) {
+	bd, release, err := s.readBase(ctx, base, true)
+	if err != nil {
+		return nil, fmt.Errorf("chunk %v: base: %w", id, err), nil
+	}
+	defer release()
+	raw, err = s.codecs.decodeObjectInto(id, obj, alloc, func(b ID) ([]byte, func(), error) {
+		if b != base {
+			return nil, nil, fmt.Errorf("chunk %v: %w: its base changed", id, ErrCorrupt)
+		}
+		return bd, func() {}, nil
+	})
+	return raw, nil, err
+}
+
 // bases is the base loader that decoding a delta object uses under ctx.
 func (s *Store) bases(ctx context.Context) baseFunc {
 	return func(b ID) ([]byte, func(), error) { return s.loadBase(ctx, b) }
 }
 
+// loadBase returns the bytes of base chunk id of a delta object, and the
+// function to call when done with them: from the cache when it is there,
+// else read from its object (fetched from the remote tier when it is
+// missing locally), which must be standalone (a read touches at most two
+// objects). It never waits for a load in flight: with a damaged store naming
+// bases in a cycle, waiting could deadlock two loads on each other.
+//
+// A base read from its object is not hashed (decodeBaseInto): the delta's
+// result is, so a damaged base can only fail the read, and decodeChunk then
+// verifies the base to tell which of the two is damaged. Such bytes are
+// therefore never put in the cache; they live in a pooled buffer until the
+// delta is decoded.
 func (s *Store) loadBase(ctx context.Context, id ID) ([]byte, func(), error) {
 	if e, ok := s.cache.peek(id); ok {
 		k := &Chunk{Data: e.data, c: s.cache, e: e}
 		return e.data, k.Release, nil
 	}
-	obj, err := s.objects.Get(ctx, chunkHandle(id), nil)
-	if errors.Is(err, backend.ErrNotExist) {
+	return s.readBase(ctx, id, false)
+}
+
+// readBase reads standalone chunk id's object into a pooled buffer and
+// decodes it into another, hashing the result when verify is set (a copy
+// fetched from the remote is always verified in full before it is kept). A
+// damaged fetched copy is fetched again.
+func (s *Store) readBase(ctx context.Context, id ID, verify bool) (raw []byte, release func(), err error) {
+	buf, _ := s.objBufs.Get().(*[]byte)
+	if buf == nil {
+		buf = new([]byte)
+	}
+	defer s.objBufs.Put(buf)
+	rb, _ := s.codecs.baseBufs.Get().(*[]byte)
+	if rb == nil {
+		rb = new([]byte)
+	}
+	alloc := func(n int) []byte {
+		*rb = growBuf(*rb, n)
+		return *rb
+	}
+	defer func() {
+		if err != nil {
+			s.codecs.baseBufs.Put(rb)
+		}
+	}()
+	keep := func(obj []byte) {
+		if cap(obj) > 0 {
+			*buf = obj
+		}
+	}
+	obj, err := s.objects.Get(ctx, chunkHandle(id), *buf)
+	switch {
+	case errors.Is(err, backend.ErrNotExist) && s.remote != nil:
+		raw, obj, err = s.fetchRemote(ctx, id, *buf, alloc, true)
+		keep(obj)
+	case errors.Is(err, backend.ErrNotExist):
 		return nil, nil, fmt.Errorf("chunk %v: %w", id, ErrMissing)
-	}
-	if err != nil {
+	case err != nil:
 		return nil, nil, fmt.Errorf("read chunk %v: %w", id, err)
+	default:
+		keep(obj)
+		if verify {
+			raw, err = s.codecs.decodeObjectInto(id, obj, alloc, nil)
+		} else {
+			raw, err = s.codecs.decodeBaseInto(id, obj, alloc)
+		}
+		if errors.Is(err, ErrCorrupt) && s.remote != nil && s.fetchedCopy(id) {
+			raw, obj, err = s.fetchRemote(ctx, id, obj, alloc, true)
+			keep(obj)
+		}
 	}
-	raw, err := s.codecs.decodeObject(id, obj)
 	if err != nil {
 		return nil, nil, err
 	}
 	s.storeReadBytes.Add(int64(len(raw)))
-	return raw, func() {}, nil
+	return raw, func() { s.codecs.baseBufs.Put(rb) }, nil
 }
 
 // chunkHandle names chunk id's object in the backend.
