@@ -154,6 +154,16 @@
 //   - A wrong, damaged or missing base can only fail a read (ErrCorrupt or
 //     ErrMissing, EIO through the mount), never give wrong bytes: the result
 //     is hashed against the ID.
+//   - So a base read for a delta is not hashed on its own (its header, CRC
+//     and decode are checked as for any object): that hash cost a third of
+//     a cold delta read. The unverified bytes live in a pooled buffer for
+//     the one decode and never enter the decoded-chunk cache or reach a
+//     reader; only verified chunks are cached. A delta that fails (decode
+//     or hash) is decoded once more against its base verified in full, so
+//     the error names the damaged object and a damaged fetched copy of the
+//     base is fetched again (Store.decodeChunk).
+//   - A base missing locally is fetched from the remote tier like any chunk
+//     (verified in full there, and kept as a local copy).
 //   - The delta's rows commit before its object is renamed into place, and
 //     Sweep never deletes a chunk that a delta row names as its base, so no
 //     crash or collection leaves a delta without its base; gc sweeps deltas
