@@ -1,3 +1,5 @@
+//go:build linux
+
 package cas
 
 import (
@@ -243,7 +245,7 @@ func benchDeltaStoreRead(b *testing.B, where string, pairs []chunkPair) {
 		}
 	}
 	logical := int64(len(pairs)) << 20
-	var took [2][]time.Duration
+	var took, cpu [2][]time.Duration
 	round := 0
 	for b.Loop() {
 		for j := range 2 {
@@ -252,11 +254,12 @@ func benchDeltaStoreRead(b *testing.B, where string, pairs []chunkPair) {
 				dropPageCache(b, filepath.Join(dirs[k], objectsName))
 			}
 			s := open(k)
-			t0 := time.Now()
+			c0, t0 := processCPU(), time.Now()
 			if err := streamChunks(ctx, s, refs); err != nil {
 				b.Fatal(err)
 			}
 			took[k] = append(took[k], time.Since(t0))
+			cpu[k] = append(cpu[k], processCPU()-c0)
 			if err := s.Close(); err != nil {
 				b.Fatal(err)
 			}
@@ -272,13 +275,19 @@ func benchDeltaStoreRead(b *testing.B, where string, pairs []chunkPair) {
 	b.ReportMetric(float64(logical)/ms.Seconds()/1e6, "standalone-MB/s")
 	b.ReportMetric(float64(logical)/md.Seconds()/1e6, "delta-MB/s")
 	b.ReportMetric(md.Seconds()/ms.Seconds(), "delta/standalone")
+	// CPU time (this process's, all threads), which other processes on
+	// the machine disturb less than wall time.
+	cs, cd := med(cpu[0]), med(cpu[1])
+	b.ReportMetric(cd.Seconds()/cs.Seconds(), "cpu-delta/standalone")
+	b.ReportMetric(float64(cs.Microseconds())/float64(len(pairs))/1e3, "standalone-cpu-ms/MiB")
+	b.ReportMetric(float64(cd.Microseconds())/float64(len(pairs))/1e3, "delta-cpu-ms/MiB")
 	// The object bytes a read fetches, delta store ÷ standalone store
 	// (B's deltas and A's objects ÷ B's objects), and what B's objects
 	// store of its logical bytes, standalone and as deltas.
 	b.ReportMetric(float64(objBytes[1]+baseBytes)/float64(objBytes[0]), "read-bytes-ratio")
 	b.ReportMetric(float64(objBytes[0])/float64(logical), "standalone-stored")
 	b.ReportMetric(float64(objBytes[1])/float64(logical), "delta-stored")
-	b.Logf("%s: %d MiB, rounds %d: standalone %v, delta %v (medians); all: %v / %v", where, len(pairs), round, ms, md, took[0], took[1])
+	b.Logf("%s: %d MiB, rounds %d: standalone %v, delta %v (medians); all: %v / %v; cpu %v / %v", where, len(pairs), round, ms, md, took[0], took[1], cpu[0], cpu[1])
 }
 
 // streamChunks reads refs in order the way the mount streams a file: a reader
@@ -350,11 +359,14 @@ func dropPageCache(b *testing.B, dir string) {
 	}
 }
 
-// keepOpen is a backend that Close does not close: the mem sub-benchmark
-// reopens its stores on the same objects.
-type keepOpen struct{ *mem.Backend }
-
-func (keepOpen) Close() error { return nil }
+// processCPU returns the CPU time this process has used.
+func processCPU() time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
 
 // BenchmarkDeltaClassPasses times the passes of a classed delta's decode
 // that are not entropy decoding: deriving the classes from the base and
