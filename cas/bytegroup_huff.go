@@ -43,6 +43,10 @@ const (
 	// hufStreamMin is the plane size from which the encoder uses four streams.
 	hufStreamMin = 4 << 10
 	hufMultiMax  = 5 // symbols per decoding-table entry (5 × 11 bits ≤ 57 bits per refill)
+	// hufSingleMax is the largest plane decoded without the multi-symbol
+	// table (decodeHuffman): the two break even at about 8-16K symbols
+	// (BenchmarkHuffmanSmallPlanes).
+	hufSingleMax = 8 << 10
 )
 
 var errHufCorrupt = errors.New("corrupt huffman section")
@@ -473,8 +477,16 @@ type hufDec struct {
 }
 
 // decodeHuffman decodes the Huffman section sec into dst (one plane; len(dst)
-// symbols). The whole section must be consumed.
+// symbols). The whole section must be consumed. A small plane (a class of a
+// classed delta, delta.go) is decoded with the single-symbol table only:
+// building the multi-symbol one costs about as much as decoding
+// hufSingleMax symbols one at a time.
 func (d *hufDec) decodeHuffman(dst, sec []byte) error {
+	return d.decode(dst, sec, len(dst) > hufSingleMax)
+}
+
+// decode is decodeHuffman, with the multi-symbol table or not.
+func (d *hufDec) decode(dst, sec []byte, multi bool) error {
 	n := len(dst)
 	if len(sec) < 2 {
 		return errHufCorrupt
@@ -527,7 +539,10 @@ func (d *hufDec) decodeHuffman(dst, sec []byte) error {
 	if off != len(body) {
 		return fmt.Errorf("%w: %d trailing bytes", errHufCorrupt, len(body)-off)
 	}
-	d.buildTables()
+	d.buildSingle()
+	if multi {
+		d.buildMulti()
+	}
 
 	var segs [hufMaxStreams + 1]int
 	for k := 0; k <= ns; k++ {
@@ -538,7 +553,11 @@ func (d *hufDec) decodeHuffman(dst, sec []byte) error {
 	for k := range ns {
 		op[k] = segs[k]
 	}
-	d.decodeFast(dst, &streams, &segs, &bp, &op, ns)
+	if multi {
+		d.decodeFast(dst, &streams, &segs, &bp, &op, ns)
+	} else {
+		d.decodeSingleFast(dst, &streams, &segs, &bp, &op, ns)
+	}
 	for k := range ns {
 		if err := d.decodeTail(dst[:segs[k+1]], streams[k], bp[k], op[k]); err != nil {
 			return fmt.Errorf("stream %d: %w", k, err)
@@ -547,9 +566,9 @@ func (d *hufDec) decodeHuffman(dst, sec []byte) error {
 	return nil
 }
 
-// buildTables fills the single- and multi-symbol tables from d.lens, which
-// describe a complete code.
-func (d *hufDec) buildTables() {
+// buildSingle fills the single-symbol table from d.lens, which describe a
+// complete code.
+func (d *hufDec) buildSingle() {
 	canonicalCodes(&d.lens, &d.code)
 	for s, l := range d.lens {
 		if l == 0 {
@@ -560,6 +579,10 @@ func (d *hufDec) buildTables() {
 			d.single[j] = e
 		}
 	}
+}
+
+// buildMulti fills the multi-symbol table from the single-symbol one.
+func (d *hufDec) buildMulti() {
 	for idx := range d.multi {
 		var syms uint64
 		used, k := uint(0), 0
@@ -623,6 +646,48 @@ func (d *hufDec) decodeFast(dst []byte, streams *[hufMaxStreams][]byte, segs *[h
 				b, p, x = hufStep(t, b, p, x, w)
 			}
 			bp[k], op[k] = p, op[k]+int(x)
+		}
+	}
+}
+
+// decodeSingleFast is decodeFast with the single-symbol table, four symbols
+// a refill (4 × 11 bits ≤ 57), two streams side by side.
+func (d *hufDec) decodeSingleFast(dst []byte, streams *[hufMaxStreams][]byte, segs *[hufMaxStreams + 1]int,
+	bp *[hufMaxStreams]uint, op *[hufMaxStreams]int, ns int) {
+	t := &d.single
+	for {
+		for k := range ns {
+			if op[k]+4 > segs[k+1] || int(bp[k]>>3)+8 > len(streams[k]) {
+				return
+			}
+		}
+		k := 0
+		for ; k+1 < ns; k += 2 {
+			p0, p1 := bp[k], bp[k+1]
+			w0 := (*[4]byte)(dst[op[k] : op[k]+4])
+			w1 := (*[4]byte)(dst[op[k+1] : op[k+1]+4])
+			b0 := binary.LittleEndian.Uint64(streams[k][p0>>3:]) >> (p0 & 7)
+			b1 := binary.LittleEndian.Uint64(streams[k+1][p1>>3:]) >> (p1 & 7)
+			for j := range 4 {
+				e0, e1 := t[b0&hufTableMask], t[b1&hufTableMask]
+				w0[j], w1[j] = byte(e0), byte(e1)
+				b0, b1 = b0>>(e0>>8), b1>>(e1>>8)
+				p0, p1 = p0+uint(e0>>8), p1+uint(e1>>8)
+			}
+			bp[k], op[k] = p0, op[k]+4
+			bp[k+1], op[k+1] = p1, op[k+1]+4
+		}
+		if k < ns {
+			p := bp[k]
+			w := (*[4]byte)(dst[op[k] : op[k]+4])
+			b := binary.LittleEndian.Uint64(streams[k][p>>3:]) >> (p & 7)
+			for j := range 4 {
+				e := t[b&hufTableMask]
+				w[j] = byte(e)
+				b >>= e >> 8
+				p += uint(e >> 8)
+			}
+			bp[k], op[k] = p, op[k]+4
 		}
 	}
 }

@@ -51,6 +51,9 @@ type codecs struct {
 	bg   bgPools
 	// permBufs holds *[]byte scratch for decoding classed deltas (delta.go).
 	permBufs sync.Pool
+	// classGain is the fraction of the best plain delta's size a classed
+	// delta must save to be chosen (appendDeltaPayload).
+	classGain float64
 	// baseBufs holds *[]byte buffers for the decoded bases of deltas being
 	// read (Store.loadBase): fresh memory costs a page fault per 4 KiB.
 	baseBufs sync.Pool
@@ -76,7 +79,7 @@ func newCodecs() (*codecs, error) {
 	if err != nil {
 		return nil, fmt.Errorf("zstd decoder: %w", err)
 	}
-	return &codecs{zenc: enc, zdec: dec}, nil
+	return &codecs{zenc: enc, zdec: dec, classGain: deltaClassGain}, nil
 }
 
 func (c *codecs) close() {

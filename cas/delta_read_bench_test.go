@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -69,10 +70,11 @@ func BenchmarkDeltaStoreRead(b *testing.B) {
 // chunkPair is one chunk of version A and the same place in version B.
 type chunkPair struct{ a, b []byte }
 
-// deltaReadPairs returns mb MiB worth of 1 MiB chunk pairs.
+// deltaReadPairs returns mb MiB worth of chunk pairs: 1 MiB synthetic ones,
+// or the workload's bf16 data chunks of at least 64 KiB (a tiny model's
+// tensors are mostly smaller than a chunk).
 func deltaReadPairs(b *testing.B, mb int) []chunkPair {
 	const chunk = 1 << 20
-	out := make([]chunkPair, mb)
 	if dir := os.Getenv("CKPTFS_DELTA_DIR"); dir != "" {
 		dist := 1
 		if v, err := strconv.Atoi(os.Getenv("CKPTFS_DELTA_READ_DIST")); err == nil && v > 0 {
@@ -94,14 +96,16 @@ func deltaReadPairs(b *testing.B, mb int) []chunkPair {
 		}
 		var src []chunkPair
 		for i := range min(len(fa), len(fb)) {
-			if fa[i].elem == 2 && len(fa[i].data) == chunk && len(fb[i].data) == chunk && fa[i].seg == fb[i].seg {
+			if fa[i].elem == 2 && len(fa[i].data) >= 64<<10 && len(fa[i].data) == len(fb[i].data) && fa[i].seg == fb[i].seg {
 				src = append(src, chunkPair{fa[i].data, fb[i].data})
 			}
 		}
 		if len(src) == 0 {
-			b.Fatalf("%s: no whole bf16 chunks", dir)
+			b.Fatalf("%s: no bf16 chunks of 64 KiB or more", dir)
 		}
-		for i := range out {
+		var out []chunkPair
+		for size := 0; size < mb<<20; {
+			i := len(out)
 			p := src[i%len(src)]
 			copyNo := uint16(i / len(src))
 			a, bb := slices.Clone(p.a), slices.Clone(p.b)
@@ -110,11 +114,13 @@ func deltaReadPairs(b *testing.B, mb int) []chunkPair {
 				binary.LittleEndian.PutUint16(a, copyNo)
 				binary.LittleEndian.PutUint16(bb, copyNo)
 			}
-			out[i] = chunkPair{a, bb}
+			out = append(out, chunkPair{a, bb})
+			size += len(bb)
 		}
 		b.Logf("data: %s and %s, %d distinct chunk pairs, %d MiB", filepath.Base(steps[len(steps)-1-dist]), filepath.Base(steps[len(steps)-1]), len(src), mb)
 		return out
 	}
+	out := make([]chunkPair, mb)
 	var wg sync.WaitGroup
 	workers := runtime.GOMAXPROCS(0)
 	for w := range workers {
@@ -244,7 +250,10 @@ func benchDeltaStoreRead(b *testing.B, where string, pairs []chunkPair) {
 			b.Fatal(err)
 		}
 	}
-	logical := int64(len(pairs)) << 20
+	var logical int64
+	for _, p := range pairs {
+		logical += int64(len(p.b))
+	}
 	var took, cpu [2][]time.Duration
 	round := 0
 	for b.Loop() {
@@ -279,15 +288,16 @@ func benchDeltaStoreRead(b *testing.B, where string, pairs []chunkPair) {
 	// the machine disturb less than wall time.
 	cs, cd := med(cpu[0]), med(cpu[1])
 	b.ReportMetric(cd.Seconds()/cs.Seconds(), "cpu-delta/standalone")
-	b.ReportMetric(float64(cs.Microseconds())/float64(len(pairs))/1e3, "standalone-cpu-ms/MiB")
-	b.ReportMetric(float64(cd.Microseconds())/float64(len(pairs))/1e3, "delta-cpu-ms/MiB")
+	mib := float64(logical) / (1 << 20)
+	b.ReportMetric(float64(cs.Microseconds())/mib/1e3, "standalone-cpu-ms/MiB")
+	b.ReportMetric(float64(cd.Microseconds())/mib/1e3, "delta-cpu-ms/MiB")
 	// The object bytes a read fetches, delta store ÷ standalone store
 	// (B's deltas and A's objects ÷ B's objects), and what B's objects
 	// store of its logical bytes, standalone and as deltas.
 	b.ReportMetric(float64(objBytes[1]+baseBytes)/float64(objBytes[0]), "read-bytes-ratio")
 	b.ReportMetric(float64(objBytes[0])/float64(logical), "standalone-stored")
 	b.ReportMetric(float64(objBytes[1])/float64(logical), "delta-stored")
-	b.Logf("%s: %d MiB, rounds %d: standalone %v, delta %v (medians); all: %v / %v; cpu %v / %v", where, len(pairs), round, ms, md, took[0], took[1], cpu[0], cpu[1])
+	b.Logf("%s: %.0f MiB, rounds %d: standalone %v, delta %v (medians); all: %v / %v; cpu %v / %v", where, mib, round, ms, md, took[0], took[1], cpu[0], cpu[1])
 }
 
 // streamChunks reads refs in order the way the mount streams a file: a reader
@@ -394,6 +404,157 @@ func BenchmarkDeltaClassPasses(b *testing.B) {
 					b.Fatal("undo differs")
 				}
 			})
+		}
+	}
+}
+
+// BenchmarkDeltaVariantDecode decodes the same chunks as each delta variant
+// (forced) and standalone, against bases given in memory: the codec's share
+// of a delta read, per variant. Chunks: bf16 (and fp32) pairs from
+// $CKPTFS_DELTA_DIR saves one apart, or syntheticStep.
+func BenchmarkDeltaVariantDecode(b *testing.B) {
+	c, err := newCodecs()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.close()
+	for _, elem := range []int{2, 4} {
+		var pairs []chunkPair
+		if dir := os.Getenv("CKPTFS_DELTA_DIR"); dir != "" {
+			kind := map[int]string{2: "bf16/model.safetensors", 4: "fp32/model.safetensors"}[elem]
+			steps, _ := filepath.Glob(filepath.Join(dir, "step-*"))
+			sort.Strings(steps)
+			fa, err := cutFile(filepath.Join(steps[len(steps)-2], kind))
+			if err != nil {
+				b.Fatal(err)
+			}
+			fb, err := cutFile(filepath.Join(steps[len(steps)-1], kind))
+			if err != nil {
+				b.Fatal(err)
+			}
+			for i := range min(len(fa), len(fb)) {
+				if fa[i].elem == elem && len(fa[i].data) == len(fb[i].data) && len(fa[i].data) >= 64<<10 {
+					pairs = append(pairs, chunkPair{fa[i].data, fb[i].data})
+				}
+			}
+		} else {
+			for i := range 8 {
+				a, bb := syntheticStep(uint64(i), (1<<20)/elem, elem, 0.01)
+				pairs = append(pairs, chunkPair{a, bb})
+			}
+		}
+		var total int64
+		for _, p := range pairs {
+			total += int64(len(p.b))
+		}
+		buf := make([]byte, 1<<20)
+		alloc := func(n int) []byte { return buf[:n] }
+		type coded struct {
+			id, bid ID
+			obj     []byte
+			base    []byte
+		}
+		run := func(name string, objs []coded) {
+			var stored int64
+			for _, o := range objs {
+				stored += int64(len(o.obj))
+			}
+			b.Run(fmt.Sprintf("elem%d/%s", elem, name), func(b *testing.B) {
+				b.SetBytes(total)
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				c0 := threadCPU()
+				for b.Loop() {
+					for _, o := range objs {
+						var bf baseFunc
+						if o.base != nil {
+							bf = func(ID) ([]byte, func(), error) { return o.base, func() {}, nil }
+						}
+						if _, err := c.decodeObjectInto(o.id, o.obj, alloc, bf); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				b.ReportMetric(float64(stored)/float64(total), "ratio")
+				// CPU time of this thread: what the machine's other
+				// processes disturb least.
+				b.ReportMetric(float64(total)*float64(b.N)/(threadCPU()-c0).Seconds()/1e6, "cpu-MB/s")
+			})
+		}
+		var std []coded
+		for _, p := range pairs {
+			obj, _ := c.encodeObject(p.b, Hint{ElemSize: elem})
+			std = append(std, coded{id: Sum(p.b), obj: obj})
+		}
+		run("standalone", std)
+		for _, t := range deltaVariants {
+			var objs []coded
+			for _, p := range pairs {
+				obj := encodeDeltaVariant(c, t, p.b, p.a, elem)
+				objs = append(objs, coded{Sum(p.b), Sum(p.a), obj, p.a})
+			}
+			run(t.String(), objs)
+		}
+	}
+}
+
+// encodeDeltaVariant is encodeDeltaObject with the variant forced.
+func encodeDeltaVariant(c *codecs, t deltaTransform, raw, base []byte, elem int) []byte {
+	obj := make([]byte, objectHeaderSize+deltaExtSize)
+	var codec Codec
+	if t&deltaClassed != 0 {
+		obj = c.appendClassed(obj, raw, base, make([]byte, len(raw)), t&^deltaClassed, elem)
+	} else {
+		d := make([]byte, len(raw))
+		makeDelta(t, elem, d, raw, base)
+		codec, obj = c.appendEncoded(obj, d, Hint{ElemSize: elem})
+	}
+	x := obj[objectHeaderSize:]
+	bid := Sum(base)
+	copy(x[:32], bid[:])
+	x[32] = byte(t)
+	x[33] = byte(elem)
+	payload := obj[objectHeaderSize:]
+	hdr := objectHeader{codec: codec, rawLen: uint32(len(raw)), payloadLen: uint32(len(payload)),
+		crc: crc32.Checksum(payload, castagnoli), delta: true}
+	copy(obj, hdr.marshal())
+	return obj
+}
+
+// BenchmarkHuffmanSmallPlanes decodes Huffman planes of a bf16 sub delta's
+// low byte (about 5 bits a symbol) and high byte (about 1), of the sizes a
+// classed delta's classes have, with the multi-symbol table and with the
+// single-symbol one only: where hufSingleMax should be.
+func BenchmarkHuffmanSmallPlanes(b *testing.B) {
+	base, next := syntheticStep(3, 256<<10, 2, 0.01)
+	z := make([]byte, len(base))
+	makeDelta(deltaSub, 2, z, next, base)
+	for _, plane := range []int{0, 1} {
+		p := make([]byte, len(z)/2)
+		for i := range p {
+			p[i] = z[2*i+plane]
+		}
+		for _, n := range []int{2 << 10, 4 << 10, 8 << 10, 16 << 10, 32 << 10, 64 << 10} {
+			var h hufEnc
+			_, lo, hi, _ := h.histogram(p[:n])
+			h.buildLengths()
+			sec, _ := h.appendHuffman(nil, p[:n], lo, hi, false)
+			dst := make([]byte, n)
+			for _, multi := range []bool{false, true} {
+				b.Run(fmt.Sprintf("plane%d/n%d/multi=%v", plane, n, multi), func(b *testing.B) {
+					var d hufDec
+					runtime.LockOSThread()
+					defer runtime.UnlockOSThread()
+					c0 := threadCPU()
+					for b.Loop() {
+						if err := d.decode(dst, sec, multi); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.ReportMetric(float64((threadCPU()-c0).Nanoseconds())/float64(b.N)/float64(n), "cpu-ns/symbol")
+					b.ReportMetric(float64(len(sec))*8/float64(n), "bits/symbol")
+				})
+			}
 		}
 	}
 }
