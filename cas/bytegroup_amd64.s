@@ -94,6 +94,100 @@ mloop:
 mdone:
 	RET
 
+// func merge2PlainSSE2(out, p0, p1 []byte)
+// merge2SSE2 without the rotation.
+TEXT ·merge2PlainSSE2(SB), NOSPLIT, $0-72
+	MOVQ out_base+0(FP), DI
+	MOVQ p0_base+24(FP), SI
+	MOVQ p0_len+32(FP), CX
+	MOVQ p1_base+48(FP), DX
+	SHRQ $4, CX
+	JZ   pdone
+
+ploop:
+	MOVOU     (SI), X0
+	MOVOU     (DX), X1
+	MOVO      X0, X2
+	PUNPCKLBW X1, X0 // elements 0-7
+	PUNPCKHBW X1, X2 // elements 8-15
+	MOVOU     X0, (DI)
+	MOVOU     X2, 16(DI)
+	ADDQ      $16, SI
+	ADDQ      $16, DX
+	ADDQ      $32, DI
+	DECQ      CX
+	JNZ       ploop
+
+pdone:
+	RET
+
+// func merge4SSE2(out, p0, p1, p2, p3 []byte, rot bool)
+// out holds the 32-bit elements whose byte j is in pj, rotated right by one
+// bit when rot (merge4Go). len(p0) a multiple of 16, the other planes as
+// long, out four times as long.
+TEXT ·merge4SSE2(SB), NOSPLIT, $0-121
+	MOVQ out_base+0(FP), DI
+	MOVQ p0_base+24(FP), SI
+	MOVQ p0_len+32(FP), CX
+	MOVQ p1_base+48(FP), R8
+	MOVQ p2_base+72(FP), R9
+	MOVQ p3_base+96(FP), R10
+	MOVB rot+120(FP), AX
+	SHRQ $4, CX
+	JZ   m4done
+
+m4loop:
+	MOVOU     (SI), X0
+	MOVOU     (R8), X1
+	MOVOU     (R9), X2
+	MOVOU     (R10), X3
+	MOVO      X0, X4
+	PUNPCKLBW X1, X0 // bytes 0,1 of elements 0-7
+	PUNPCKHBW X1, X4 // of elements 8-15
+	MOVO      X2, X5
+	PUNPCKLBW X3, X2 // bytes 2,3 of elements 0-7
+	PUNPCKHBW X3, X5 // of elements 8-15
+	MOVO      X0, X1
+	PUNPCKLWL X2, X0 // elements 0-3
+	PUNPCKHWL X2, X1 // 4-7
+	MOVO      X4, X3
+	PUNPCKLWL X5, X4 // 8-11
+	PUNPCKHWL X5, X3 // 12-15
+	TESTB     AL, AL
+	JZ        m4store
+	MOVO      X0, X2 // rotate each element right by one bit
+	PSRLL     $1, X0
+	PSLLL     $31, X2
+	POR       X2, X0
+	MOVO      X1, X2
+	PSRLL     $1, X1
+	PSLLL     $31, X2
+	POR       X2, X1
+	MOVO      X4, X2
+	PSRLL     $1, X4
+	PSLLL     $31, X2
+	POR       X2, X4
+	MOVO      X3, X2
+	PSRLL     $1, X3
+	PSLLL     $31, X2
+	POR       X2, X3
+
+m4store:
+	MOVOU X0, (DI)
+	MOVOU X1, 16(DI)
+	MOVOU X4, 32(DI)
+	MOVOU X3, 48(DI)
+	ADDQ  $16, SI
+	ADDQ  $16, R8
+	ADDQ  $16, R9
+	ADDQ  $16, R10
+	ADDQ  $64, DI
+	DECQ  CX
+	JNZ   m4loop
+
+m4done:
+	RET
+
 DATA bg7F<>+0(SB)/8, $0x7f7f7f7f7f7f7f7f
 DATA bg7F<>+8(SB)/8, $0x7f7f7f7f7f7f7f7f
 GLOBL bg7F<>(SB), RODATA|NOPTR, $16

@@ -236,7 +236,7 @@ func split4(raw []byte, p0, p1, p2, p3 []byte, rot bool) {
 	}
 }
 
-func merge4(out []byte, p0, p1, p2, p3 []byte, rot bool) {
+func merge4Go(out []byte, p0, p1, p2, p3 []byte, rot bool) {
 	n := len(p0)
 	p1, p2, p3 = p1[:n], p2[:n], p3[:n]
 	out = out[:4*n]
