@@ -213,3 +213,31 @@ func TestDeltaBaseFromRemote(t *testing.T) {
 type keepOpen struct{ *mem.Backend }
 
 func (keepOpen) Close() error { return nil }
+
+// TestDeltaClassGain: the encoder keeps a classed delta only when it codes
+// smaller than the best plain one by more than classGain.
+func TestDeltaClassGain(t *testing.T) {
+	c, err := newCodecs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+	base, next := syntheticStep(31, 64<<10, 2, 0.01)
+	for _, tc := range []struct {
+		gain    float64
+		classed bool
+	}{{-1, true}, {1, false}} {
+		c.classGain = tc.gain
+		obj := c.encodeDeltaObject(next, base, Sum(base), 2, new(deltaScratch))
+		h, err := parseObjectHeader(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := h.transform&deltaClassed != 0; got != tc.classed {
+			t.Errorf("gain %v: transform %v", tc.gain, h.transform)
+		}
+		if raw, err := c.decodeObjectInto(Sum(next), obj, nil, func(ID) ([]byte, func(), error) { return base, func() {}, nil }); err != nil || !bytes.Equal(raw, next) {
+			t.Errorf("gain %v: round trip: %v", tc.gain, err)
+		}
+	}
+}
