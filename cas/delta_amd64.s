@@ -7,7 +7,8 @@
 // func gather2Asm(dst, perm, base []byte, of *[256]uint8, off *[256]uint32) bool
 // For each 16-bit element i of dst: k = of[base[i]>>7 & 0xff]; p = off[k];
 // p must be below len(perm)/2 (else return false); off[k]++; dst[i] = perm[p].
-// base is at least as long as dst.
+// base is at least as long as dst. Four elements an iteration: one load of
+// base and one store to dst.
 TEXT ·gather2Asm(SB), NOSPLIT, $0-89
 	MOVQ dst_base+0(FP), DI
 	MOVQ dst_len+8(FP), CX
@@ -17,8 +18,64 @@ TEXT ·gather2Asm(SB), NOSPLIT, $0-89
 	MOVQ of+72(FP), R9
 	MOVQ off+80(FP), R10
 	SHRQ $1, CX
-	JZ   g2ok
 	SHRQ $1, R11
+	MOVQ CX, R12
+	ANDQ $3, R12             // elements after the quads
+	SHRQ $2, CX
+	JZ   g2one
+
+g2quad:
+	MOVQ    (SI), AX
+	MOVQ    AX, BX
+	SHRQ    $7, BX
+	MOVBLZX BL, BX
+	MOVBLZX (R9)(BX*1), BX
+	MOVL    (R10)(BX*4), DX
+	CMPQ    DX, R11
+	JAE     g2bad
+	INCL    (R10)(BX*4)
+	MOVWQZX (R8)(DX*2), R13
+	MOVQ    AX, BX
+	SHRQ    $23, BX
+	MOVBLZX BL, BX
+	MOVBLZX (R9)(BX*1), BX
+	MOVL    (R10)(BX*4), DX
+	CMPQ    DX, R11
+	JAE     g2bad
+	INCL    (R10)(BX*4)
+	MOVWQZX (R8)(DX*2), DX
+	SHLQ    $16, DX
+	ORQ     DX, R13
+	MOVQ    AX, BX
+	SHRQ    $39, BX
+	MOVBLZX BL, BX
+	MOVBLZX (R9)(BX*1), BX
+	MOVL    (R10)(BX*4), DX
+	CMPQ    DX, R11
+	JAE     g2bad
+	INCL    (R10)(BX*4)
+	MOVWQZX (R8)(DX*2), DX
+	SHLQ    $32, DX
+	ORQ     DX, R13
+	SHRQ    $55, AX
+	MOVBLZX AL, AX
+	MOVBLZX (R9)(AX*1), BX
+	MOVL    (R10)(BX*4), DX
+	CMPQ    DX, R11
+	JAE     g2bad
+	INCL    (R10)(BX*4)
+	MOVWQZX (R8)(DX*2), DX
+	SHLQ    $48, DX
+	ORQ     DX, R13
+	MOVQ    R13, (DI)
+	ADDQ    $8, SI
+	ADDQ    $8, DI
+	DECQ    CX
+	JNZ     g2quad
+
+g2one:
+	TESTQ R12, R12
+	JZ    g2ok
 
 g2loop:
 	MOVWLZX (SI), AX
@@ -34,7 +91,7 @@ g2loop:
 	MOVW    BX, (DI)
 	ADDQ    $2, SI
 	ADDQ    $2, DI
-	DECQ    CX
+	DECQ    R12
 	JNZ     g2loop
 
 g2ok:
@@ -46,7 +103,8 @@ g2bad:
 	RET
 
 // func gather4Asm(dst, perm, base []byte, of *[256]uint8, off *[256]uint32) bool
-// gather2Asm for 32-bit elements, classed by base[i]>>23 & 0xff.
+// gather2Asm for 32-bit elements, classed by base[i]>>23 & 0xff; two
+// elements an iteration.
 TEXT ·gather4Asm(SB), NOSPLIT, $0-89
 	MOVQ dst_base+0(FP), DI
 	MOVQ dst_len+8(FP), CX
@@ -56,10 +114,42 @@ TEXT ·gather4Asm(SB), NOSPLIT, $0-89
 	MOVQ of+72(FP), R9
 	MOVQ off+80(FP), R10
 	SHRQ $2, CX
-	JZ   g4ok
 	SHRQ $2, R11
+	MOVQ CX, R12
+	ANDQ $1, R12             // an element after the pairs
+	SHRQ $1, CX
+	JZ   g4one
 
-g4loop:
+g4pair:
+	MOVQ    (SI), AX
+	MOVQ    AX, BX
+	SHRQ    $23, BX
+	MOVBLZX BL, BX
+	MOVBLZX (R9)(BX*1), BX
+	MOVL    (R10)(BX*4), DX
+	CMPQ    DX, R11
+	JAE     g4bad
+	INCL    (R10)(BX*4)
+	MOVL    (R8)(DX*4), R13
+	SHRQ    $55, AX
+	MOVBLZX AL, AX
+	MOVBLZX (R9)(AX*1), BX
+	MOVL    (R10)(BX*4), DX
+	CMPQ    DX, R11
+	JAE     g4bad
+	INCL    (R10)(BX*4)
+	MOVL    (R8)(DX*4), DX
+	SHLQ    $32, DX
+	ORQ     DX, R13
+	MOVQ    R13, (DI)
+	ADDQ    $8, SI
+	ADDQ    $8, DI
+	DECQ    CX
+	JNZ     g4pair
+
+g4one:
+	TESTQ R12, R12
+	JZ    g4ok
 	MOVL    (SI), AX
 	SHRL    $23, AX
 	MOVBLZX AL, AX
@@ -67,14 +157,9 @@ g4loop:
 	MOVL    (R10)(AX*4), DX
 	CMPQ    DX, R11
 	JAE     g4bad
-	LEAL    1(DX), BX
-	MOVL    BX, (R10)(AX*4)
+	INCL    (R10)(AX*4)
 	MOVL    (R8)(DX*4), BX
 	MOVL    BX, (DI)
-	ADDQ    $4, SI
-	ADDQ    $4, DI
-	DECQ    CX
-	JNZ     g4loop
 
 g4ok:
 	MOVB $1, ret+88(FP)
