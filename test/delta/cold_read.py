@@ -1,0 +1,100 @@
+"""Issue #15's read target through a mount: the cold sequential read of a
+delta-coded file against the same file stored without deltas, for one or more
+ckptfs binaries side by side (say main's and a branch's):
+
+    python test/delta/cold_read.py --bin /tmp/ckptfs-main --bin bin/ckptfs
+
+For each binary, two mounts (deltas, and --delta-keyframe 1) receive the same
+two consecutive bf16 checkpoints (bench.py's model_steps: every weight moved
+by about 1% of its magnitude) in step directories; the second is stored as
+deltas against the first in the one mount. Then, --repeat times, both daemons
+restart (empty chunk cache), the page cache is dropped, and the second file is
+read sequentially from each mount, the two in alternating order. Reported per
+binary: medians of the wall time and of the daemon's CPU time (utime + stime
+from /proc; what the other processes of a shared machine disturb least), and
+the delta ÷ standalone ratios:
+
+    COLD-READ /tmp/ckptfs-main wall delta 3.10 standalone 1.20 ratio 2.58 cpu delta 4.0 standalone 1.5 ratio 2.67
+
+Needs root (mount, drop_caches) and the e2e venv's python (numpy)."""
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+from bench import Daemon, drop_caches, model_steps, read_all, save  # noqa: E402
+
+
+def cpu_seconds(pid):
+    """utime + stime of process pid, in seconds."""
+    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", action="append", required=True, help="a ckptfs binary (repeatable)")
+    ap.add_argument("--size-mib", type=int, default=1024, help="size of each checkpoint")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--dir", default=None)
+    a = ap.parse_args()
+    root = Path(a.dir or tempfile.mkdtemp(prefix="ckptfs-cold-read.", dir="/var/tmp"))
+    n_tensors = 64
+    s1, s2 = model_steps(15, n_tensors, a.size_mib * (1 << 20) // n_tensors)
+    results = []
+    try:
+        for bi, binary in enumerate(a.bin):
+            d = Daemon(Path(binary), root / f"{bi}-delta" / "store", root / f"{bi}-delta" / "mnt", "256MiB", None)
+            n = Daemon(Path(binary), root / f"{bi}-standalone" / "store", root / f"{bi}-standalone" / "mnt", "256MiB",
+                       None, extra=["--delta-keyframe", "1"])
+            d.start()
+            n.start()
+            try:
+                for m in (d, n):
+                    for step, sd in (("0001", s1), ("0002", s2)):
+                        (m.mnt / "run" / step).mkdir(parents=True, exist_ok=True)
+                        save(sd, m.mnt / "run" / step / "model.safetensors", fsync=False)
+                    m.settle()
+                deltas = d.stats()["delta_chunks"]
+                if deltas == 0 or n.stats()["delta_chunks"] != 0:
+                    raise SystemExit(f"{binary}: {deltas} delta chunks with deltas, {n.stats()['delta_chunks']} without")
+                wall = {"delta": [], "standalone": []}
+                cpu = {"delta": [], "standalone": []}
+                for r in range(a.repeat):
+                    d.restart()
+                    n.restart()
+                    order = [("delta", d), ("standalone", n)]
+                    if r % 2:
+                        order.reverse()
+                    for name, m in order:
+                        drop_caches()
+                        c0, t0 = cpu_seconds(m.proc.pid), time.monotonic()
+                        read_all(m.mnt / "run" / "0002" / "model.safetensors")
+                        wall[name].append(time.monotonic() - t0)
+                        cpu[name].append(cpu_seconds(m.proc.pid) - c0)
+                w = {k: statistics.median(v) for k, v in wall.items()}
+                c = {k: statistics.median(v) for k, v in cpu.items()}
+                line = (f"COLD-READ {binary} {a.size_mib} MiB, {deltas} delta chunks: "
+                        f"wall delta {w['delta']:.2f} standalone {w['standalone']:.2f} ratio {w['delta'] / w['standalone']:.2f} "
+                        f"cpu delta {c['delta']:.2f} standalone {c['standalone']:.2f} ratio {c['delta'] / c['standalone']:.2f} "
+                        f"(all wall {wall}, cpu {cpu})")
+                print(line, flush=True)
+                results.append(line)
+            finally:
+                d.stop(check=False)
+                n.stop(check=False)
+    finally:
+        if a.dir is None:
+            subprocess.run(["rm", "-rf", str(root)])
+    for line in results:
+        print(line.split(" (all")[0])
+
+
+if __name__ == "__main__":
+    main()
