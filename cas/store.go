@@ -660,9 +660,8 @@ func (s *Store) readObject(ctx context.Context, id ID, buf []byte, alloc func(in
 // (obj itself may be sound). A delta that does not decode, or whose result
 // does not hash to id, is decoded again against its base read and verified
 // in full (loadBase does not hash a base it reads): a base that fails the
-// verification (a damaged
-// fetched copy is fetched again first) is to blame, and its error is
-// baseErr too. Otherwise err is the object's.
+// verification (a damaged fetched copy is fetched again first) is to
+// blame, and its error is baseErr too. Otherwise err is the object's.
 func (s *Store) decodeChunk(ctx context.Context, id ID, obj []byte, alloc func(int) []byte) (raw []byte, baseErr, err error) {
 	baseFailed := false
 	raw, err = s.codecs.decodeObjectInto(id, obj, alloc, func(b ID) ([]byte, func(), error) {
