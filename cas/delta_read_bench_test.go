@@ -32,17 +32,21 @@ import (
 //
 //   - standalone: B as the store writes it (PutHinted, element size 2);
 //   - delta: version A standalone, and each chunk of B as a delta object
-//     against A's chunk at the same index (written over B's object the way
-//     the writer of deltas publishes one).
+//     against A's chunk at the same index (encodeDeltaObject, written over
+//     B's object; the catalog's delta rows, which reads do not consult, are
+//     not written).
 //
 // Each round opens both stores afresh (empty decoded cache), evicts their
 // object files from the page cache (the local backend reads with O_DIRECT
 // anyway), and reads B in order through AcquireChunk the way the mount
 // streams a file: one reader copying each chunk out (the reply to the
-// kernel), prefetchLoads loaders running up to prefetchChunks chunks ahead of
-// it (fusefs/prefetch.go: 8 loads, 32 MiB). Rounds alternate the order of the
-// two stores; the figures are medians over the rounds (run with -benchtime
-// 3x for the median of 3).
+// kernel), benchPrefetchLoads loaders running up to benchPrefetchChunks
+// chunks ahead of it (fusefs/prefetch.go: 8 loads, 32 MiB). Rounds alternate
+// the order of the two stores; the figures are medians over the rounds (run
+// with -benchtime 3x for the median of 3): wall time, and this process's CPU
+// time, which the other processes of a shared machine disturb less. Also
+// reported: the object bytes each read fetches (read-bytes-ratio, the floor
+// of the wall ratio when the disk is the bottleneck) and stored ÷ logical.
 //
 // The data is syntheticStep pairs, or, with $CKPTFS_DELTA_DIR (a directory
 // written by test/delta/workload.py), the bf16 weights of two saves
