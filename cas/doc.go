@@ -155,13 +155,22 @@
 //     ErrMissing, EIO through the mount), never give wrong bytes: the result
 //     is hashed against the ID.
 //   - So a base read for a delta is not hashed on its own (its header, CRC
-//     and decode are checked as for any object): that hash cost a third of
-//     a cold delta read. The unverified bytes live in a pooled buffer for
-//     the one decode and never enter the decoded-chunk cache or reach a
-//     reader; only verified chunks are cached. A delta that fails (decode
-//     or hash) is decoded once more against its base verified in full, so
-//     the error names the damaged object and a damaged fetched copy of the
-//     base is fetched again (Store.decodeChunk).
+//     and decode are checked as for any object): it would cost a quarter
+//     of a standalone chunk's read again. The unverified bytes live in a
+//     pooled buffer for the one decode and never enter the decoded-chunk
+//     cache or reach a reader; only verified chunks are cached. A delta
+//     that fails (decode or hash) is decoded once more against its base
+//     verified in full, so the error names the damaged object and a
+//     damaged fetched copy of the base is fetched again (Store.decodeChunk).
+//   - Reading a delta costs its base's decode on top of its own, so the
+//     cold read of a delta-coded file cannot be as cheap as the same file
+//     standalone: on 2 cores the CPU is the bottleneck and the floor is
+//     about (base decode + delta decode + hash) ÷ (decode + hash), ~1.6
+//     even with a free delta decode; where the disk is the bottleneck it is
+//     the object bytes read, delta + base ÷ standalone (1.32 on the
+//     workload at distance 1). Measured (cas.BenchmarkDeltaStoreRead, CPU
+//     time; test/delta/cold_read.py through a mount): 2.0-2.9 and 2.2,
+//     from 4.3-6.3 and 3.5 before the read path's work on it.
 //   - A base missing locally is fetched from the remote tier like any chunk
 //     (verified in full there, and kept as a local copy).
 //   - The delta's rows commit before its object is renamed into place, and
