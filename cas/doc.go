@@ -164,13 +164,16 @@
 //     damaged fetched copy of the base is fetched again (Store.decodeChunk).
 //   - Reading a delta costs its base's decode on top of its own, so the
 //     cold read of a delta-coded file cannot be as cheap as the same file
-//     standalone: on 2 cores the CPU is the bottleneck and the floor is
-//     about (base decode + delta decode + hash) ÷ (decode + hash), ~1.6
-//     even with a free delta decode; where the disk is the bottleneck it is
-//     the object bytes read, delta + base ÷ standalone (1.32 on the
-//     workload at distance 1). Measured (cas.BenchmarkDeltaStoreRead, CPU
-//     time; test/delta/cold_read.py through a mount): 2.0-2.9 and 2.2,
-//     from 4.3-6.3 and 3.5 before the read path's work on it.
+//     standalone. Where the CPU is the bottleneck (2 cores) the ratio is
+//     1 + (base decode + delta decode) ÷ (standalone read): per MiB of bf16
+//     about 1 + (0.9 + 2.9) ÷ 3.1 through a mount, whose FUSE work makes
+//     a standalone read dearer than in cas alone (1 + (1 + 2.5) ÷ 1.5);
+//     a delta decode as cheap as the base's would still give ~1.6 (mount).
+//     Where the disk is the bottleneck the floor is the object bytes read,
+//     delta + base ÷ standalone (1.32 on the workload at distance 1).
+//     Measured (CPU time, medians of 3: cas.BenchmarkDeltaStoreRead, and
+//     test/delta/cold_read.py through a mount): 2.0-2.9 and 2.2, from
+//     4.3-6.3 and 3.5 before the read path was worked on.
 //   - A base missing locally is fetched from the remote tier like any chunk
 //     (verified in full there, and kept as a local copy).
 //   - The delta's rows commit before its object is renamed into place, and
