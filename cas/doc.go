@@ -165,10 +165,11 @@
 //   - Reading a delta costs its base's decode on top of its own, so the
 //     cold read of a delta-coded file cannot be as cheap as the same file
 //     standalone. Where the CPU is the bottleneck (2 cores) the ratio is
-//     1 + (base decode + delta decode) ÷ (standalone read): per MiB of bf16
-//     about 1 + (0.9 + 2.9) ÷ 3.1 through a mount, whose FUSE work makes
-//     a standalone read dearer than in cas alone (1 + (1 + 2.5) ÷ 1.5);
-//     a delta decode as cheap as the base's would still give ~1.6 (mount).
+//     1 + (base decode + delta decode) ÷ (standalone read): in CPU ms per
+//     MiB of bf16 through a mount, about 1 + (0.9 + 2.9) ÷ 3.1 (in cas
+//     alone, without FUSE's work, the standalone read is 1.4-1.9 and the
+//     ratio higher); a delta decode as cheap as the base's would still
+//     give ~1.6 through the mount.
 //     Where the disk is the bottleneck the floor is the object bytes read,
 //     delta + base ÷ standalone (1.32 on the workload at distance 1).
 //     Measured (CPU time, medians of 3: cas.BenchmarkDeltaStoreRead, and
