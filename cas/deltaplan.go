@@ -271,9 +271,8 @@ func (t *Tx) putDelta(id ID, l deltaLink) error {
 	if err := t.addCounter(keyDeltaChunks, 1); err != nil {
 		return err
 	}
-	meta := t.b(bucketMeta)
-	if v := meta.Get(keyFormat); len(v) == 4 && binary.BigEndian.Uint32(v) < formatDeltas {
-		return meta.Put(keyFormat, binary.BigEndian.AppendUint32(nil, formatDeltas))
+	if f := t.format(); f != 0 && f < formatDeltas {
+		return t.b(bucketMeta).Put(keyFormat, binary.BigEndian.AppendUint32(nil, formatDeltas))
 	}
 	return nil
 }

@@ -447,9 +447,7 @@ func (s *Store) Close() error {
 func (s *Store) Format() int {
 	f := 0
 	_ = s.View(func(tx *Tx) error {
-		if v := tx.b(bucketMeta).Get(keyFormat); len(v) == 4 {
-			f = int(binary.BigEndian.Uint32(v))
-		}
+		f = tx.format()
 		return nil
 	})
 	return f
@@ -532,9 +530,7 @@ func (s *Store) Stats() (Stats, error) {
 	}
 	err := s.View(func(tx *Tx) error {
 		st.Counts = tx.Counts()
-		if v := tx.b(bucketMeta).Get(keyFormat); len(v) == 4 {
-			st.FormatVersion = int(binary.BigEndian.Uint32(v))
-		}
+		st.FormatVersion = tx.format()
 		return nil
 	})
 	return st, err
@@ -795,3 +791,11 @@ func (s *Store) IOConcurrency() int { return s.objects.Properties().Connections 
 
 // ObjectsLocation names where the store's chunk objects live, for messages.
 func (s *Store) ObjectsLocation() string { return s.objects.Location() }
+
+// format is the catalog's format version as it stands in this transaction.
+func (t *Tx) format() int {
+	if v := t.b(bucketMeta).Get(keyFormat); len(v) == 4 {
+		return int(binary.BigEndian.Uint32(v))
+	}
+	return 0
+}

@@ -71,14 +71,7 @@ func (l *nodeList) add(b *nodeBase) {
 	if b.link.listed {
 		return
 	}
-	b.link = nodeLink{prev: l.tail, listed: true}
-	if l.tail != nil {
-		l.tail.link.next = b
-	} else {
-		l.head = b
-	}
-	l.tail = b
-	l.n++
+	l.pushLocked(b)
 	if l.n > max(l.limit, l.floor+l.limit/4) {
 		select {
 		case l.kick <- struct{}{}:
@@ -128,14 +121,7 @@ func (l *nodeList) oldest() []*fs.Inode {
 		if b.Forgotten() {
 			continue
 		}
-		b.link = nodeLink{prev: l.tail, listed: true}
-		if l.tail != nil {
-			l.tail.link.next = b
-		} else {
-			l.head = b
-		}
-		l.tail = b
-		l.n++
+		l.pushLocked(b)
 		out = append(out, &b.Inode)
 	}
 	return out
@@ -320,4 +306,16 @@ func (f *FS) pinnedFiles() []*fileNode {
 		out = append(out, n)
 	}
 	return out
+}
+
+// pushLocked appends b, not listed, at the tail (l.mu held).
+func (l *nodeList) pushLocked(b *nodeBase) {
+	b.link = nodeLink{prev: l.tail, listed: true}
+	if l.tail != nil {
+		l.tail.link.next = b
+	} else {
+		l.head = b
+	}
+	l.tail = b
+	l.n++
 }
