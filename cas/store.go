@@ -459,6 +459,23 @@ func (s *Store) Dir() string { return s.dir }
 // SpoolDir is where the caller stages files being written. It is emptied by Open.
 func (s *Store) SpoolDir() string { return filepath.Join(s.dir, spoolName) }
 
+// NewSpool creates a file in SpoolDir for staging a file being written, named
+// after pattern as os.CreateTemp names it, and unlinks it at once: it is
+// private to the caller, and a crash leaves nothing. When the process is out
+// of file descriptors it waits for one (local.OpenRetry) rather than fail a
+// write.
+func (s *Store) NewSpool(ctx context.Context, pattern string) (*os.File, error) {
+	sp, err := local.OpenRetry(ctx, func() (*os.File, error) { return os.CreateTemp(s.SpoolDir(), pattern) })
+	if err != nil {
+		return nil, fmt.Errorf("create spool file: %w", err)
+	}
+	if err := os.Remove(sp.Name()); err != nil {
+		sp.Close()
+		return nil, fmt.Errorf("create spool file: %w", err)
+	}
+	return sp, nil
+}
+
 // ChunkSize is the largest chunk this store cuts files into.
 func (s *Store) ChunkSize() int { return s.chunkSize }
 

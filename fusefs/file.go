@@ -414,17 +414,17 @@ func (n *fileNode) stage(ctx context.Context, keep int64) error {
 	keep = min(keep, n.committedSize)
 	if keep == 0 {
 		n.setAttr(func(a *cas.Node) { a.Size = 0 })
-		return n.stageEmpty()
+		return n.stageEmpty(ctx)
 	}
 	if err := n.loadManifestLocked(); err != nil { // a truncate by path of a closed file
 		return err
 	}
-	f, err := n.fsys.newSpool(n.attr.Ino)
+	f, err := n.fsys.newSpool(ctx, n.attr.Ino)
 	if err != nil {
 		return err
 	}
 	if _, err := n.fsys.spoolChunks(ctx, f, n.manifest.Chunks, keep); err != nil {
-		f.Close()
+		n.fsys.closeSpool(f)
 		return fmt.Errorf("copy committed content to spool: %w", err)
 	}
 	n.spool = f
@@ -434,11 +434,11 @@ func (n *fileNode) stage(ctx context.Context, keep int64) error {
 
 // stageEmpty stages empty content: in a stream if the write memory budget
 // has room for one, else in an empty spool (mu held).
-func (n *fileNode) stageEmpty() error {
+func (n *fileNode) stageEmpty(ctx context.Context) error {
 	if n.startStream() {
 		return nil
 	}
-	f, err := n.fsys.newSpool(n.attr.Ino)
+	f, err := n.fsys.newSpool(ctx, n.attr.Ino)
 	if err != nil {
 		return err
 	}
@@ -469,18 +469,57 @@ func (f *FS) spoolChunks(ctx context.Context, spool *os.File, refs []cas.ChunkRe
 	return off, nil
 }
 
-// newSpool creates a spool file for file ino. It is private to this process:
-// unlinked at once, so a crash leaves nothing.
-func (f *FS) newSpool(ino uint64) (*os.File, error) {
-	sp, err := os.CreateTemp(f.store.SpoolDir(), fmt.Sprintf("%d-*", ino))
-	if err != nil {
-		return nil, fmt.Errorf("create spool file: %w", err)
+// spoolWait bounds how long a write waits for a spool file (newSpool).
+const spoolWait = 20 * time.Second
+
+// spoolBudget is how many spool files may be open at once: a quarter of the
+// file limit (and at least 4). The local backend keeps another quarter for
+// objects written but not yet synced; the rest serves object reads, the
+// catalog, the FUSE device and the listeners.
+func spoolBudget() int {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return 256
 	}
-	if err := os.Remove(sp.Name()); err != nil {
-		sp.Close()
-		return nil, fmt.Errorf("create spool file: %w", err)
+	return int(max(4, min(lim.Cur/4, 1<<16)))
+}
+
+// newSpool creates a spool file for file ino (cas.Store.NewSpool); closeSpool
+// gives it back.
+//
+// A spool holds a descriptor for as long as its file is being written, and
+// nothing bounds how many files users write at once. Were spools to take the
+// last descriptors, every commit would stall (a commit opens objects before
+// it gives its spool back), and reads would too. So at most spoolBudget of
+// them are open; a write that finds none free waits for one, up to
+// spoolWait, then fails with EMFILE: an error the writer sees, instead of a
+// daemon that cannot commit what it already accepted.
+func (f *FS) newSpool(ctx context.Context, ino uint64) (*os.File, error) {
+	select {
+	case f.spoolSlots <- struct{}{}:
+	default:
+		t := time.NewTimer(spoolWait)
+		defer t.Stop()
+		select {
+		case f.spoolSlots <- struct{}{}:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-t.C:
+			return nil, fmt.Errorf("create spool file: %d files are being written out of order at once, the most this daemon's file limit allows: %w", cap(f.spoolSlots), syscall.EMFILE)
+		}
+	}
+	sp, err := f.store.NewSpool(ctx, fmt.Sprintf("%d-*", ino))
+	if err != nil {
+		<-f.spoolSlots
+		return nil, err
 	}
 	return sp, nil
+}
+
+// closeSpool closes a spool file from newSpool.
+func (f *FS) closeSpool(sp *os.File) {
+	_ = sp.Close() // an unlinked scratch file: nothing left to lose
+	<-f.spoolSlots
 }
 
 func (n *fileNode) Write(ctx context.Context, f fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
@@ -636,7 +675,7 @@ func (n *fileNode) resize(ctx context.Context, size int64) error {
 			// Truncated to nothing again (open with O_TRUNC): start over.
 			st.abandon()
 			n.stream = nil
-			if err := n.stageEmpty(); err != nil {
+			if err := n.stageEmpty(ctx); err != nil {
 				n.revert(err)
 				return err
 			}
@@ -885,7 +924,7 @@ func (n *fileNode) revert(cause error) {
 		n.stream = nil
 	}
 	if n.spool != nil {
-		n.spool.Close()
+		n.fsys.closeSpool(n.spool)
 		n.spool = nil
 	}
 	n.setAttr(func(a *cas.Node) { a.Size = n.committedSize })
@@ -896,7 +935,7 @@ func (n *fileNode) revert(cause error) {
 // dropSpoolLocked frees the spool once nothing can change or needs it (mu held).
 func (n *fileNode) dropSpoolLocked() {
 	if n.writers == 0 && !n.dirty && n.spool != nil {
-		n.spool.Close()
+		n.fsys.closeSpool(n.spool)
 		n.spool = nil
 	}
 }

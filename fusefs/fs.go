@@ -70,6 +70,8 @@ type FS struct {
 	writeMemory int64
 	ingestSem   chan struct{}
 
+	spoolSlots chan struct{} // one per spool file open (newSpool)
+
 	obs Observer // WithObserver, or nil
 
 	asyncCommit bool                            // close returns before the commit (WithAsyncCommit)
@@ -149,7 +151,7 @@ func New(store *cas.Store, logger *log.Logger, opts ...Option) (*FS, error) {
 		act: activity{epoch: time.Now()}, reencodeIdle: DefaultReencodeIdle,
 		writeMemory: DefaultWriteMemory, ingestSem: make(chan struct{}, maxSpoolIngests),
 		nodes: nodeList{limit: DefaultNodeLimit, kick: make(chan struct{}, 1)},
-		pins:  pinSet{files: map[uint64]*fileNode{}}}
+		pins:  pinSet{files: map[uint64]*fileNode{}}, spoolSlots: make(chan struct{}, spoolBudget())}
 	f.renamed = sync.NewCond(&f.nsMu)
 	for _, o := range opts {
 		o(f)

@@ -328,12 +328,12 @@ func (n *fileNode) materialize(ctx context.Context) error {
 	if s.err != nil && !errors.Is(s.err, errStreamStopped) {
 		return fmt.Errorf("staged content lost: %w", s.err)
 	}
-	f, err := n.fsys.newSpool(n.attr.Ino)
+	f, err := n.fsys.newSpool(ctx, n.attr.Ino)
 	if err != nil {
 		return err
 	}
 	fail := func(err error) error {
-		f.Close()
+		n.fsys.closeSpool(f)
 		return fmt.Errorf("materialize stream: %w", err)
 	}
 	off, err := n.fsys.spoolChunks(ctx, f, s.refs, s.cut)

@@ -49,8 +49,16 @@ type daemon struct {
 // startDaemon runs `ckptfs mount store mnt` and waits until the mount serves.
 func startDaemon(t testing.TB, store, mnt string, extra ...string) *daemon {
 	t.Helper()
+	return startDaemonUnder(t, nil, store, mnt, extra...)
+}
+
+// startDaemonUnder is startDaemon with the daemon run by a wrapper command
+// (e.g. prlimit --nofile=N:N --): wrap's words, then the binary's.
+func startDaemonUnder(t testing.TB, wrap []string, store, mnt string, extra ...string) *daemon {
+	t.Helper()
 	d := &daemon{t: t, store: store, mnt: mnt, stderr: &bytes.Buffer{}, done: make(chan error, 1)}
-	d.cmd = exec.Command(ckptfsBin, append(append([]string{"mount"}, extra...), store, mnt)...)
+	argv := append(append(append(append([]string{}, wrap...), ckptfsBin, "mount"), extra...), store, mnt)
+	d.cmd = exec.Command(argv[0], argv[1:]...)
 	d.cmd.Stderr = d.stderr
 	stdout, err := d.cmd.StdoutPipe()
 	if err != nil {

@@ -118,6 +118,11 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 		storeOpts.Observer = metrics
 	}
 	logger := log.New(stderr, "ckptfs: ", log.LstdFlags)
+	if n, err := raiseFileLimit(); err != nil {
+		logger.Printf("%v", err)
+	} else if n < lowFileLimit {
+		logger.Printf("the file limit is %d descriptors (ulimit -n): reads and commits wait when they are all in use", n)
+	}
 	if *remoteURL != "" {
 		remote, err := openRemote(ctx, *remoteURL)
 		if err != nil {

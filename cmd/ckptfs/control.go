@@ -50,10 +50,11 @@ type controlReply struct {
 func serveControl(ctx context.Context, store *cas.Store, fsys *fusefs.FS, logger *log.Logger, rc remoteControl) (func(), error) {
 	path := filepath.Join(store.Dir(), socketName)
 	os.Remove(path) // a dead daemon's socket; the store lock says we own the store
-	ln, err := net.Listen("unix", path)
+	raw, err := net.Listen("unix", path)
 	if err != nil {
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
+	ln := newBoundedListener(raw, maxControlConns)
 	// Only the store's owner may connect: the socket is 0600 (connecting
 	// needs write permission on it), and every connection's peer is checked
 	// (SO_PEERCRED), which also covers the moment between listen and chmod

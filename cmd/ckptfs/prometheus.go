@@ -184,9 +184,21 @@ func (m *promMetrics) serve(ln net.Listener, fsys *fusefs.FS, logger *log.Logger
 		}
 		w.Write([]byte("ckptfs metrics: /metrics\n"))
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// Bounded (listen.go): at most maxMetricsConns connections, and each
+	// one ends when its client is slow to ask, slow to read or idle, so
+	// that nobody holds a slot for long.
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       30 * time.Second,
+		MaxHeaderBytes:    16 << 10,
+		ErrorLog:          logger,
+	}
+	bounded := newBoundedListener(ln, maxMetricsConns)
 	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(bounded); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logger.Printf("metrics: %v", err)
 		}
 	}()

@@ -48,6 +48,9 @@
 //
 // Descriptors held until Sync are bounded (a quarter of the file limit, at
 // most 8192); a caller that abandons its Puts gives them back with Forget.
+// An open that finds the process out of descriptors (EMFILE, ENFILE) waits
+// for one, up to MaxFDWait (OpenRetry), instead of failing a read or a
+// commit: descriptors come back as requests finish.
 //
 // Reads use O_DIRECT where the filesystem allows: objects are read once into
 // cas's decoded-chunk cache, so a page-cache copy would cost a copy, page

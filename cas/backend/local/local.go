@@ -123,7 +123,7 @@ func (b *Backend) Put(ctx context.Context, h backend.Handle, obj []byte, opts ba
 		}
 	}
 	keep := !exists && b.holdSlot()
-	f, err := publish(path, obj, keep, opts.IfAbsent)
+	f, err := publish(ctx, path, obj, keep, opts.IfAbsent)
 	if err != nil {
 		if keep {
 			b.releaseSlot()
@@ -162,8 +162,8 @@ func (b *Backend) Put(ctx context.Context, h backend.Handle, obj []byte, opts ba
 // directory, renamed (or, with ifAbsent, linked) into place. Without keep the
 // file is fdatasync'd first and closed (f nil); with keep its writeback is
 // only started and the open file returned for Sync.
-func publish(path string, obj []byte, keep, ifAbsent bool) (*os.File, error) {
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+func publish(ctx context.Context, path string, obj []byte, keep, ifAbsent bool) (*os.File, error) {
+	f, err := OpenRetry(ctx, func() (*os.File, error) { return os.CreateTemp(filepath.Dir(path), ".tmp-*") })
 	if err != nil {
 		return nil, err
 	}
@@ -269,13 +269,13 @@ func (b *Backend) Sync(ctx context.Context, hs []backend.Handle) error {
 			}
 			dirs[ds[i-1]] = struct{}{}
 		}
-		g.Go(func() error { return b.syncObject(h) })
+		g.Go(func() error { return b.syncObject(ctx, h) })
 	}
 	if err := g.Wait(); err != nil {
 		return err
 	}
 	for d := range dirs {
-		if err := b.syncDir(d); err != nil {
+		if err := b.syncDir(ctx, d); err != nil {
 			return err
 		}
 	}
@@ -289,7 +289,7 @@ func (b *Backend) Sync(ctx context.Context, hs []backend.Handle) error {
 }
 
 // syncObject makes h's object durable (see the package documentation).
-func (b *Backend) syncObject(h backend.Handle) error {
+func (b *Backend) syncObject(ctx context.Context, h backend.Handle) error {
 	mu := &b.syncLocks[h.Name[0]]
 	mu.Lock()
 	defer mu.Unlock()
@@ -304,7 +304,7 @@ func (b *Backend) syncObject(h backend.Handle) error {
 		err = fdatasync(f)
 	default:
 		var g *os.File
-		if g, err = os.Open(path); err != nil {
+		if g, err = OpenRetry(ctx, func() (*os.File, error) { return os.Open(path) }); err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				err = backend.ErrNotExist
 			}
@@ -328,20 +328,22 @@ func (b *Backend) syncObject(h backend.Handle) error {
 	return nil
 }
 
-func (b *Backend) syncDir(dir string) error {
+func (b *Backend) syncDir(ctx context.Context, dir string) error {
 	if b.syncHook != nil {
 		return b.syncHook(dir)
 	}
 	if faults.Skip("objdir") { // test binaries only (cas/internal/faults)
 		return nil
 	}
-	return SyncDir(dir)
+	return syncDir(ctx, dir)
 }
 
 // SyncDir fsyncs directory dir, making its entries (creates, renames,
 // removals) durable. cas uses it for the store's own directories too.
-func SyncDir(dir string) error {
-	d, err := os.Open(dir)
+func SyncDir(dir string) error { return syncDir(context.Background(), dir) }
+
+func syncDir(ctx context.Context, dir string) error {
+	d, err := OpenRetry(ctx, func() (*os.File, error) { return os.Open(dir) })
 	if err != nil {
 		return fmt.Errorf("sync directory %s: %w", dir, err)
 	}
@@ -372,7 +374,7 @@ func (b *Backend) Get(ctx context.Context, h backend.Handle, buf []byte) ([]byte
 	if _, failed := b.syncErrs.Load(h); failed {
 		return nil, fmt.Errorf("get %v: %w (its sync failed)", h, backend.ErrNotExist)
 	}
-	obj, err := readFileInto(b.path(h), buf, &b.noDirect)
+	obj, err := readFileInto(ctx, b.path(h), buf, &b.noDirect)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("get %v: %w", h, backend.ErrNotExist)
 	}
@@ -579,12 +581,12 @@ func (b *Backend) Close() error {
 //
 // noDirect remembers that the filesystem refused O_DIRECT (tmpfs and others
 // answer EINVAL), so later reads do not try it again.
-func readFileInto(path string, buf []byte, noDirect *atomic.Bool) ([]byte, error) {
+func readFileInto(ctx context.Context, path string, buf []byte, noDirect *atomic.Bool) ([]byte, error) {
 	var f *os.File
 	var err error
 	direct := !noDirect.Load()
 	if direct {
-		f, err = os.OpenFile(path, os.O_RDONLY|syscall.O_DIRECT, 0)
+		f, err = OpenRetry(ctx, func() (*os.File, error) { return os.OpenFile(path, os.O_RDONLY|syscall.O_DIRECT, 0) })
 		if errors.Is(err, syscall.EINVAL) {
 			if st, serr := os.Stat(path); serr == nil && st.Mode().IsRegular() {
 				noDirect.Store(true) // a regular file: the filesystem's refusal
@@ -593,7 +595,7 @@ func readFileInto(path string, buf []byte, noDirect *atomic.Bool) ([]byte, error
 		}
 	}
 	if !direct {
-		f, err = os.Open(path)
+		f, err = OpenRetry(ctx, func() (*os.File, error) { return os.Open(path) })
 	}
 	if err != nil {
 		return nil, err
