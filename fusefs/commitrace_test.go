@@ -170,3 +170,181 @@ func TestCommitReportsAnotherRequestsFailure(t *testing.T) {
 		})
 	}
 }
+
+// fileNodeAt returns the node of the file at name in the mount's root, which
+// the kernel must hold (an open descriptor pins it).
+func (m *testMount) fileNodeAt(name string) *fileNode {
+	m.t.Helper()
+	ch := m.fsys.root.EmbeddedInode().GetChild(name)
+	if ch == nil {
+		m.t.Fatalf("%s is not in the inode tree", name)
+	}
+	n, ok := ch.Operations().(*fileNode)
+	if !ok {
+		m.t.Fatalf("%s is a %T", name, ch.Operations())
+	}
+	return n
+}
+
+// TestLastTwoReleasesCommit: the RELEASEs of the last two writers of a file
+// arrive at the same moment, after both FLUSHes, with content written since
+// (a shared mapping's writeback comes after close). Each looked at the writer
+// count before the other had left it and skipped the commit as not the last
+// one, so the content waited for unmount. The hook holds each RELEASE after
+// its look until the other has looked too (or a second has passed: the fix
+// lets the second look only once the first has left).
+func TestLastTwoReleasesCommit(t *testing.T) {
+	var armed atomic.Bool
+	var looked atomic.Int32
+	both := make(chan struct{})
+	hook := func(f *FS) {
+		f.releaseLookHook = func(name string, last bool) {
+			if name != "f" || !armed.Load() {
+				return
+			}
+			if looked.Add(1) == 2 {
+				close(both)
+			}
+			select {
+			case <-both:
+			case <-time.After(time.Second):
+			}
+		}
+	}
+	m := &testMount{t: t, store: filepath.Join(t.TempDir(), "store"), dir: t.TempDir(), opts: []Option{hook}}
+	m.mount()
+	t.Cleanup(m.unmount)
+	p := m.path("f")
+	v1, v2 := randBytes(21, 1<<20), randBytes(22, 2<<20)
+	mustWrite(t, p, v1)
+	keep, err := os.Open(p) // keeps the node in the kernel's tree
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer keep.Close()
+	n := m.fileNodeAt("f")
+
+	// Two write handles of the daemon's own making, as the kernel's would
+	// be; the write comes from no process (pid 0, as writeback), so
+	// neither FLUSH would have committed it.
+	ctx := context.Background()
+	h1, _, err := n.openHandle(ctx, uint32(os.O_WRONLY))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h2, _, err := n.openHandle(ctx, uint32(os.O_WRONLY))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, errno := n.Write(ctx, h1, v2, 0); errno != 0 {
+		t.Fatal(errno)
+	}
+	armed.Store(true)
+	done := make(chan struct{}, 2)
+	for _, h := range []*handle{h1, h2} {
+		go func() {
+			n.Release(ctx, h)
+			done <- struct{}{}
+		}()
+	}
+	for range 2 {
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the RELEASEs did not finish")
+		}
+	}
+	if got := m.committedSize(p); got != int64(len(v2)) {
+		t.Fatalf("after both RELEASEs the catalog holds %d bytes, want the %d written before them: neither committed", got, len(v2))
+	}
+	keep.Close()
+	m.remount()
+	mustEqualFile(t, p, v2)
+}
+
+// TestChmodDuringForkCommit: a file open for reading is rewritten (the writer
+// gets a fork, which takes the file's name at its commit, with the origin's
+// mode and owner). A chmod of the file that arrives while the fork commits
+// must not be lost: the fork read the mode before its catalog write, and the
+// chmod, finding its node replaced, wrote nothing.
+func TestChmodDuringForkCommit(t *testing.T) {
+	var armed atomic.Bool
+	inCommit, chmodding := make(chan struct{}), make(chan struct{})
+	hook := func(f *FS) {
+		f.commitHook = func() {
+			if !armed.CompareAndSwap(true, false) {
+				return
+			}
+			close(inCommit)
+			select {
+			case <-chmodding:
+				time.Sleep(50 * time.Millisecond) // let it reach the catalog write, if it does not wait
+			case <-time.After(5 * time.Second):
+			}
+		}
+		f.setattrHook = func() {
+			select {
+			case <-inCommit:
+				select {
+				case <-chmodding:
+				default:
+					close(chmodding)
+				}
+			default:
+			}
+		}
+	}
+	m := &testMount{t: t, store: filepath.Join(t.TempDir(), "store"), dir: t.TempDir(), opts: []Option{hook}}
+	m.mount()
+	t.Cleanup(m.unmount)
+	p := m.path("f")
+	v1, v2 := randBytes(31, 1<<20), randBytes(32, 2<<20)
+	mustWrite(t, p, v1)
+	if err := os.Chmod(p, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := os.Open(p) // a reader: the rewrite gets a fork
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	w, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(v2); err != nil {
+		t.Fatal(err)
+	}
+	if m.fileNodeAt("f").fork == nil {
+		t.Fatal("the rewrite of a file open for reading made no fork: the test tests nothing")
+	}
+	armed.Store(true)
+	closed := make(chan error, 1)
+	go func() { closed <- w.Close() }()
+	select {
+	case <-inCommit:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the fork's commit did not start")
+	}
+	if err := r.Chmod(0o600); err != nil { // the old version, by its descriptor
+		t.Fatal(err)
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string) {
+		t.Helper()
+		st, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode().Perm() != 0o600 || st.Size() != int64(len(v2)) {
+			t.Fatalf("%s: %v, %d bytes; want -rw------- and the %d bytes of the new version", when, st.Mode(), st.Size(), len(v2))
+		}
+	}
+	check("in the mount")
+	r.Close()
+	m.remount()
+	check("after a remount")
+	mustEqualFile(t, p, v2)
+}

@@ -171,9 +171,11 @@
 // lock held for a few memory accesses: a field those readers see (a
 // directory's or symlink's attr; a file's attr) is changed holding both its
 // guards (nsMu and viewMu; file.mu and attrMu), and read holding either.
-// The full order is file.commitMu → file.mu → nsMu → viewMu, and
-// file.mu → file.attrMu; an origin's mu comes before its fork's. The node
-// list's and the pin set's mutexes are leaves.
+// The full order is file.releaseMu → file.commitMu → file.mu → nsMu →
+// viewMu, and file.mu → file.attrMu; an origin's mu comes before its fork's
+// (a setattr of an origin takes its fork's mu before nsMu, so that a chmod
+// racing the fork's commit lands on whichever node ends up with the name).
+// The node list's and the pin set's mutexes are leaves.
 //
 // go-fuse moves a renamed inode in its tree only after our Rename returns. A
 // fork's commit that finds its origin renamed but not yet moved waits on

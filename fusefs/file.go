@@ -44,6 +44,13 @@ type fileNode struct {
 
 	commitMu sync.Mutex // one commit of this file at a time
 
+	// releaseMu is held by the RELEASE of a handle that may write, from its
+	// look at the writers ("am I the last?") to its own writer going from
+	// the count: of the last two writers released at once, the second then
+	// sees the first gone and commits what was written after both FLUSHes
+	// (mmap writeback), instead of both skipping the commit.
+	releaseMu sync.Mutex
+
 	// attrMu is a leaf lock that guards attr too: attr is changed holding
 	// both mu and attrMu, and read holding either. Getattr takes attrMu
 	// only, so a stat or a listing never waits for a commit, which holds mu
@@ -753,12 +760,28 @@ func (n *fileNode) setattrLocked(in *fuse.SetAttrIn, resize bool) error {
 	if resize && in.Valid&^fuse.FATTR_SIZE&^fuse.FATTR_FH&^fuse.FATTR_LOCKOWNER == 0 {
 		return nil // a plain truncate: its commit writes the record
 	}
+	// A fork of n may take n's name while this runs: its commit holds the
+	// fork's mu until its catalog write is done (origin's mu → fork's, as in
+	// Open), so once we hold it, the fork either has not read n's mode yet
+	// (and reads the one set above) or has the name, and then the change is
+	// the fork's too: it is the file the name shows.
+	fork := n.fork
+	if fork != nil {
+		fork.mu.Lock()
+		defer fork.mu.Unlock()
+	}
 	n.fsys.nsMu.Lock() // file.mu → nsMu, as in commit
 	defer n.fsys.nsMu.Unlock()
-	if !n.persisted {
+	if n.persisted {
+		return n.fsys.store.Update(func(tx *cas.Tx) error { return tx.PutNode(rec) })
+	}
+	if fork == nil || !fork.persisted || fork.origin != nil || fork.unlinked.Load() {
 		return nil
 	}
-	return n.fsys.store.Update(func(tx *cas.Tx) error { return tx.PutNode(rec) })
+	fork.setAttr(func(a *cas.Node) { a.Mode, a.UID, a.GID = rec.Mode, rec.UID, rec.GID })
+	frec := fork.attr
+	frec.Size = fork.committedSize
+	return n.fsys.store.Update(func(tx *cas.Tx) error { return tx.PutNode(frec) })
 }
 
 func (n *fileNode) Allocate(ctx context.Context, f fs.FileHandle, off uint64, size uint64, mode uint32) syscall.Errno {
@@ -835,6 +858,13 @@ func (n *fileNode) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) sys
 	return n.fsys.toErrno("commit", n.takeAsyncErr())
 }
 
+// nameNow returns n's name (nsMu not held).
+func (n *fileNode) nameNow() string {
+	n.fsys.nsMu.Lock()
+	defer n.fsys.nsMu.Unlock()
+	return n.name
+}
+
 func (n *fileNode) takeAsyncErr() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -845,6 +875,10 @@ func (n *fileNode) takeAsyncErr() error {
 
 func (n *fileNode) Release(ctx context.Context, f fs.FileHandle) syscall.Errno {
 	h, _ := f.(*handle)
+	if h.mayCommit() {
+		n.releaseMu.Lock()
+		defer n.releaseMu.Unlock()
+	}
 	// RELEASE arrives asynchronously, possibly after another writer has opened
 	// and truncated the file: only the last writer's release may commit (what
 	// it wrote after its last FLUSH, e.g. through a shared mmap). The kernel
@@ -857,12 +891,12 @@ func (n *fileNode) Release(ctx context.Context, f fs.FileHandle) syscall.Errno {
 	t.mu.RLock()
 	last := h.mayCommit() && t.writers <= 1
 	t.mu.RUnlock()
+	if hook := n.fsys.releaseLookHook; hook != nil && h.mayCommit() {
+		hook(n.nameNow(), last)
+	}
 	if last {
 		if hook := n.fsys.releaseHook; hook != nil {
-			n.fsys.nsMu.Lock()
-			name := n.name
-			n.fsys.nsMu.Unlock()
-			if done := hook(name); done != nil {
+			if done := hook(n.nameNow()); done != nil {
 				defer done()
 			}
 		}
@@ -1085,19 +1119,27 @@ func (n *fileNode) commitDirty(ctx context.Context, origin *fileNode, originAttr
 	}
 	rec := n.attr
 	rec.Size = m.Size()
-	if origin != nil {
-		rec.Mode, rec.UID, rec.GID = originAttr.Mode, originAttr.UID, originAttr.GID
-	}
 
 	n.fsys.suggestBases(batch, n.hintPlace(origin, originAttr), refs, ix)
 
 	// The batch's objects are made durable before nsMu is taken (lookups wait
 	// on it), and the batch is released after the transaction has ended.
+	if hook := n.fsys.commitHook; hook != nil {
+		hook()
+	}
 	var replaced func()
 	err = n.fsys.store.CommitWith(ctx, batch, func(update func(func(*cas.Tx) error) error) error {
 		n.fsys.nsMu.Lock()
 		defer n.fsys.nsMu.Unlock()
 		if origin != nil {
+			// The fork takes the origin's mode and owner as they are now,
+			// not as commitAs read them: a chmod of the origin since then
+			// changed its attr first (its mu held; attrMu is a leaf we may
+			// take here), and one whose change comes later finds the fork
+			// in the origin's place (setattrLocked).
+			origin.attrMu.Lock()
+			rec.Mode, rec.UID, rec.GID = origin.attr.Mode, origin.attr.UID, origin.attr.GID
+			origin.attrMu.Unlock()
 			n.dir, n.name = origin.dir, origin.name
 			if origin.unlinked.Load() {
 				n.unlinked.Store(true)

@@ -95,6 +95,12 @@ type FS struct {
 	// looked like the file's last writer, before the commit; the function it
 	// returns, if not nil, runs when Release is done.
 	releaseHook func(name string) func()
+	// releaseLookHook, when set (tests only), runs in every Release of a
+	// handle that may write, after its look at the file's writers.
+	releaseLookHook func(name string, last bool)
+	// commitHook, when set (tests only), runs in a commit once its chunks
+	// are stored, before its catalog transaction (the file's mu held).
+	commitHook func()
 }
 
 // Option configures New.
