@@ -42,11 +42,14 @@ func (p Problem) String() string {
 
 // FsckResult is what Fsck checked and found.
 type FsckResult struct {
-	Files          int      `json:"files"`
-	Dirs           int      `json:"dirs"`
-	Chunks         int      `json:"chunks"`          // distinct chunks named by manifests
-	ObjectsRead    int      `json:"objects_read"`    // objects decoded and hashed (ReadData)
-	Unreferenced   int      `json:"unreferenced"`    // objects no manifest names (gc frees them)
+	Files       int `json:"files"`
+	Dirs        int `json:"dirs"`
+	Chunks      int `json:"chunks"`       // distinct chunks named by manifests
+	ObjectsRead int `json:"objects_read"` // objects decoded and hashed (ReadData)
+	// Bases counts the chunks no manifest names that are the bases of deltas
+	// manifests name: referenced through the deltas (gc keeps them).
+	Bases          int      `json:"bases"`
+	Unreferenced   int      `json:"unreferenced"`    // objects neither named nor such a base (gc frees them)
 	SpoolLeftovers []string `json:"spool_leftovers"` // notes, not faults
 	// ReencodePending counts chunks stored raw that wait for the daemon to
 	// re-encode them (cas: deferred encoding); not a fault.
@@ -113,6 +116,7 @@ type fscker struct {
 	res  FsckResult
 
 	named  idSet // chunks the reachable files' manifests name
+	bases  idSet // bases of named deltas that are not named themselves
 	queued idSet // chunks in the re-encode queue
 	// Problems and notes about a chunk, to be given the paths of the files
 	// that use it (namePaths), by index into res.Problems or res.Notes.
@@ -225,6 +229,17 @@ func (c *fscker) checkCatalog(ctx context.Context) error {
 			return err
 		}
 		c.named.seal()
+		// A delta's base is referenced through it (gc keeps it).
+		err = tx.ForEachDelta(func(id, base cas.ID, _ int) error {
+			if c.named.has(id) && !c.named.has(base) {
+				c.bases.add(base)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		c.bases.seal()
 		// The root directory counts in the catalog's dirs counter.
 		c.res.Dirs++
 		// Unreachable nodes, and the counters against what they count.
@@ -303,6 +318,7 @@ func (c *fscker) checkCatalog(ctx context.Context) error {
 		return nil
 	})
 	c.res.Chunks = c.named.len()
+	c.res.Bases = c.bases.len()
 	c.res.ReencodePending = c.queued.len()
 	return err
 }
@@ -353,7 +369,7 @@ func (c *fscker) checkObjects(ctx context.Context) error {
 	var objects []object
 	if err := c.s.WalkObjects(ctx, func(o cas.ObjectInfo) error {
 		objects = append(objects, object{o.ID, o.Size})
-		if !c.named.has(o.ID) {
+		if !c.named.has(o.ID) && !c.bases.has(o.ID) {
 			c.res.Unreferenced++
 		}
 		return nil

@@ -73,6 +73,9 @@ func runFsck(ctx context.Context, c command, args []string, stdout, stderr io.Wr
 			fmt.Fprintf(stdout, "note: %d chunks stored raw wait for re-encoding (the mounted daemon does it when idle)\n", res.ReencodePending)
 		}
 		fmt.Fprintf(stdout, "checked %d files, %d directories, %d chunks", res.Files, res.Dirs, res.Chunks)
+		if res.Bases > 0 {
+			fmt.Fprintf(stdout, " and %d bases of their deltas", res.Bases)
+		}
 		if *readData {
 			fmt.Fprintf(stdout, " (%d objects read and verified)", res.ObjectsRead)
 		}
