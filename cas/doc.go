@@ -162,6 +162,8 @@
 //     that fails (decode or hash) is decoded once more against its base
 //     verified in full, so the error names the damaged object and a
 //     damaged fetched copy of the base is fetched again (Store.decodeChunk).
+//     A base that fails is the error's cause: a *BaseError (delta, base, the
+//     base's error), so fsck reports the base once for all its deltas.
 //   - Reading a delta costs its base's decode on top of its own, so the
 //     cold read of a delta-coded file cannot be as cheap as the same file
 //     standalone. Where the CPU is the bottleneck (2 cores) the ratio is

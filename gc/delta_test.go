@@ -5,7 +5,9 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/ckptfs/ckptfs/cas"
@@ -174,5 +176,63 @@ func TestCollectKeepsBasesOfLiveDeltas(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestFsckNamesADamagedBaseOnce: a base whose object is damaged or missing
+// is one problem that counts its deltas and names their files, whether or
+// not a file still names the base itself; the deltas (sound themselves) are
+// not reported one by one.
+func TestFsckNamesADamagedBaseOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		damage     func(t *testing.T, path string)
+		kind, path string // of the one problem
+		deleteBase bool   // delete the base's file v0 first
+	}{
+		{"corrupt, its file kept", corruptObject, "corrupt-chunk", "/v0", false},
+		{"corrupt, its file deleted", corruptObject, "corrupt-chunk", "", true},
+		{"missing, its file kept", removeObject, "missing-chunk", "/v0", false},
+		{"missing, its file deleted", removeObject, "missing-chunk", "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, refs := deltaFiles(t)
+			if tc.deleteBase {
+				removeFile(t, s, "v0")
+			}
+			base := refs[0].ID
+			tc.damage(t, objectPath(s, base))
+			res := fsck(t, s)
+			if len(res.Problems) != 1 {
+				t.Fatalf("%d problems, want 1: %v", len(res.Problems), res.Problems)
+			}
+			p := res.Problems[0]
+			want := []string{"/v1", "/v2", "/v3"}
+			if p.Kind != tc.kind || p.Chunk != base.String() || p.Path != tc.path || p.Deltas != 3 || !slices.Equal(p.DeltaFiles, want) {
+				t.Errorf("problem %+v; want %s at %q of chunk %v, 3 deltas in %v", p, tc.kind, tc.path, base, want)
+			}
+			if s := p.String(); !strings.Contains(s, "base of 3 deltas") || !strings.Contains(s, "/v1, /v2, /v3") {
+				t.Errorf("problem reads %q", s)
+			}
+		})
+	}
+}
+
+func corruptObject(t *testing.T, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0xff
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func removeObject(t *testing.T, path string) {
+	t.Helper()
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
 	}
 }

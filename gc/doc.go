@@ -39,7 +39,10 @@
 // nodes or with the wrong size, chunks that are not indexed or have no object,
 // index rows whose object is missing or of another size (or, with ReadData,
 // codec), counters that disagree with what they count, and, with ReadData,
-// objects that do not decode and hash to their name. Spool leftovers are
+// objects that do not decode and hash to their name. A delta whose read
+// fails because its base's object is damaged or missing (cas.BaseError) is
+// not a fault of its own: the base is reported once, with the number of its
+// deltas and the files that use them (each of those reads EIO too). Spool leftovers are
 // reported as notes (the next mount empties the spool), and so are the two
 // states the re-encode queue may legitimately leave: an index row that lags
 // its object because a crash interrupted a re-encode after its rename (allowed
@@ -48,4 +51,10 @@
 // which sweeps without knowing the queue, leaves one; this one drops the queue
 // row in the sweep's transaction). The daemon's next re-encode of the chunk
 // resolves either.
+//
+// Deltas (cas: deltaplan.go): the base of a delta that a file uses is live
+// though no manifest names it. Collect marks it (and reports the bases it
+// kept only for deltas: Result.BasesKept), Fsck counts it as referenced
+// (FsckResult.Bases, not Unreferenced), and a base is freed with the last
+// of its deltas, in the same collection (deltas are swept first).
 package gc

@@ -22,12 +22,23 @@ type FsckOptions struct {
 
 // Problem is one fault Fsck found. Path names the file (relative to the
 // mount's root) when a file is affected; Chunk names the chunk when one is.
+//
+// A damaged or missing chunk that is the base of deltas is one problem:
+// Deltas says how many deltas are coded against it (their reads fail with
+// it) and DeltaFiles names the files that use those deltas; the deltas
+// themselves are not reported (their objects checked, as far as they can be
+// without their base).
 type Problem struct {
-	Kind   string `json:"kind"`
-	Path   string `json:"path,omitempty"`
-	Chunk  string `json:"chunk,omitempty"`
-	Detail string `json:"detail"`
+	Kind       string   `json:"kind"`
+	Path       string   `json:"path,omitempty"`
+	Chunk      string   `json:"chunk,omitempty"`
+	Detail     string   `json:"detail"`
+	Deltas     int      `json:"deltas,omitempty"`
+	DeltaFiles []string `json:"delta_files,omitempty"`
 }
+
+// maxNamedDeltaFiles is how many of a damaged base's delta files String names.
+const maxNamedDeltaFiles = 3
 
 func (p Problem) String() string {
 	s := p.Kind
@@ -37,7 +48,18 @@ func (p Problem) String() string {
 	if p.Chunk != "" {
 		s += " chunk " + p.Chunk
 	}
-	return s + ": " + p.Detail
+	s += ": " + p.Detail
+	if p.Deltas > 0 {
+		s += fmt.Sprintf("; it is the base of %d deltas, which cannot be read either", p.Deltas)
+		if n := len(p.DeltaFiles); n > 0 {
+			s += fmt.Sprintf(" (%d files: %s", n, strings.Join(p.DeltaFiles[:min(n, maxNamedDeltaFiles)], ", "))
+			if n > maxNamedDeltaFiles {
+				s += fmt.Sprintf(" and %d more", n-maxNamedDeltaFiles)
+			}
+			s += ")"
+		}
+	}
+	return s
 }
 
 // FsckResult is what Fsck checked and found.
@@ -129,6 +151,19 @@ type fscker struct {
 	// whose objects could not be read (missing or corrupt).
 	deltaObjects []deltaObject
 	unread       idSet
+	// With ReadData: the deltas that could not be read because their base
+	// could not (by base), and then the problem that names each such base
+	// and the base of each such delta, for namePaths.
+	baseFaults  map[cas.ID]*baseFault
+	baseProblem map[cas.ID]int
+	deltaBase   map[cas.ID]cas.ID
+}
+
+// baseFault is a base that failed the reads of deltas: the first error, and
+// the deltas.
+type baseFault struct {
+	err    error
+	deltas []cas.ID
 }
 
 // deltaObject is a delta object's ID and the base its header names.
@@ -457,7 +492,7 @@ func (c *fscker) checkObjects(ctx context.Context) error {
 			switch {
 			case local && c.s.HasRemote() && c.opts.ReadData:
 				c.res.ObjectsRead++
-				if _, err := c.s.VerifyObject(ctx, id); err != nil {
+				if _, err := c.s.VerifyObject(ctx, id); err != nil && !c.baseFailed(id, err) {
 					c.chunkProblem("corrupt-chunk", id, "%v", unwrapCorrupt(err))
 				}
 			case local:
@@ -473,7 +508,66 @@ func (c *fscker) checkObjects(ctx context.Context) error {
 			}
 		}
 	}
+	c.reportBaseFaults()
 	return nil
+}
+
+// baseFailed reports whether err, from reading chunk id, is its base's
+// fault (cas.BaseError); if so it is noted against the base, to be
+// reported once for all its deltas (reportBaseFaults).
+func (c *fscker) baseFailed(id cas.ID, err error) bool {
+	var be *cas.BaseError
+	if !errors.As(err, &be) {
+		return false
+	}
+	if c.baseFaults == nil {
+		c.baseFaults = map[cas.ID]*baseFault{}
+	}
+	f := c.baseFaults[be.Base]
+	if f == nil {
+		f = &baseFault{err: be.Err}
+		c.baseFaults[be.Base] = f
+	}
+	f.deltas = append(f.deltas, id)
+	return true
+}
+
+// reportBaseFaults makes one problem of each base that failed its deltas'
+// reads: the base's own (its object is missing or damaged: checkIndexed
+// found it when the base is indexed), or a new one with the error its
+// deltas met, counting the deltas.
+func (c *fscker) reportBaseFaults() {
+	bases := make([]cas.ID, 0, len(c.baseFaults))
+	for b := range c.baseFaults {
+		bases = append(bases, b)
+	}
+	slices.SortFunc(bases, compareIDs)
+	for _, b := range bases {
+		f := c.baseFaults[b]
+		idx := -1
+		for _, i := range c.chunkProblems[b] {
+			if dataLoss[c.res.Problems[i].Kind] {
+				idx = i
+				break
+			}
+		}
+		if idx < 0 {
+			kind := "corrupt-chunk"
+			if errors.Is(f.err, cas.ErrMissing) {
+				kind = "missing-chunk"
+			}
+			c.chunkProblem(kind, b, "%v", unwrapCorrupt(f.err))
+			idx = len(c.res.Problems) - 1
+		}
+		c.res.Problems[idx].Deltas = len(f.deltas)
+		if c.baseProblem == nil {
+			c.baseProblem, c.deltaBase = map[cas.ID]int{}, map[cas.ID]cas.ID{}
+		}
+		c.baseProblem[b] = idx
+		for _, d := range f.deltas {
+			c.deltaBase[d] = b
+		}
+	}
 }
 
 // errBatchFull ends a batch of index rows.
@@ -532,6 +626,8 @@ func (c *fscker) checkIndexed(ctx context.Context, id cas.ID, info cas.ChunkInfo
 		c.deltaObjects = append(c.deltaObjects, deltaObject{id, base})
 	}
 	switch {
+	case err != nil && c.baseFailed(id, err):
+		// Reported once, as its base's problem.
 	case err != nil:
 		c.chunkProblem("corrupt-chunk", id, "%v", unwrapCorrupt(err))
 	case got.Codec != info.Codec && pending:
@@ -575,11 +671,15 @@ func (c *fscker) namePaths(ctx context.Context) error {
 	for id := range c.chunkProblems {
 		wanted.add(id)
 	}
+	for id := range c.deltaBase {
+		wanted.add(id)
+	}
 	for id := range c.chunkNotes {
 		wanted.add(id)
 	}
 	wanted.seal()
 	users := map[cas.ID][]string{}
+	deltaFiles := map[cas.ID][]string{} // damaged base → the files of its deltas
 	first := map[uint64]string{}
 	err := c.s.View(func(tx *cas.Tx) error {
 		_, err := walkNamespace(ctx, tx, func(e entry) error {
@@ -596,7 +696,8 @@ func (c *fscker) namePaths(ctx context.Context) error {
 			if err != nil || !ok {
 				return err
 			}
-			var named map[cas.ID]bool // a chunk the file names twice is one use
+			var named map[cas.ID]bool   // a chunk the file names twice is one use
+			var viaBase map[cas.ID]bool // bases whose deltas the file uses
 			for _, ref := range m.Chunks {
 				if !wanted.has(ref.ID) || named[ref.ID] {
 					continue
@@ -606,6 +707,13 @@ func (c *fscker) namePaths(ctx context.Context) error {
 				}
 				named[ref.ID] = true
 				users[ref.ID] = append(users[ref.ID], e.path)
+				if b, ok := c.deltaBase[ref.ID]; ok && !viaBase[b] {
+					if viaBase == nil {
+						viaBase = map[cas.ID]bool{}
+					}
+					viaBase[b] = true
+					deltaFiles[b] = append(deltaFiles[b], e.path)
+				}
 			}
 			return nil
 		})
@@ -626,6 +734,9 @@ func (c *fscker) namePaths(ctx context.Context) error {
 			}
 		}
 	}
+	for b, i := range c.baseProblem {
+		c.res.Problems[i].DeltaFiles = deltaFiles[b]
+	}
 	for id, idx := range c.chunkProblems {
 		u := users[id]
 		if len(u) == 0 {
@@ -638,7 +749,7 @@ func (c *fscker) namePaths(ctx context.Context) error {
 			}
 			for _, p := range u[1:] {
 				pr := c.res.Problems[i]
-				pr.Path = p
+				pr.Path, pr.Deltas, pr.DeltaFiles = p, 0, nil // the base's deltas go with its first line
 				c.res.Problems = append(c.res.Problems, pr)
 			}
 		}
