@@ -111,7 +111,8 @@
 //     encoded while its index row still describes the raw object. That is the
 //     only allowed disagreement between an index row and its object, and only
 //     while the chunk is queued; the next ReencodeOne of the chunk repairs
-//     the row from the object header, and fsck reports it as a note.
+//     the row from the object header, and fsck counts it (a re-encode under
+//     way on a live mount is in the same state for a moment).
 //   - The queue was added without a format bump: Open creates the bucket in an
 //     older store, and an older ckptfs ignores it (raw objects are ordinary to
 //     it). The one trace an older binary can leave is a queue row whose chunk it

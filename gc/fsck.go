@@ -76,10 +76,15 @@ type FsckResult struct {
 	// ReencodePending counts chunks stored raw that wait for the daemon to
 	// re-encode them (cas: deferred encoding); not a fault.
 	ReencodePending int `json:"reencode_pending"`
-	// Notes are states that look odd but are not faults: a re-encode a crash
-	// interrupted after its rename ("reencode-pending"), a queue row whose
-	// chunk an older ckptfs swept ("reencode-stale"). The daemon's next
-	// re-encode of the chunk resolves either.
+	// ReencodeInFlight counts the queued chunks whose re-encode has begun
+	// and not finished: the object is re-encoded (or its delta row
+	// written) and the index row or the queue not yet updated. A mounted
+	// daemon is doing it, or a crash interrupted it and the next re-encode
+	// of the chunk finishes it; not a fault.
+	ReencodeInFlight int `json:"reencode_in_flight"`
+	// Notes are states that look odd but are not faults: a queue row whose
+	// chunk an older ckptfs swept ("reencode-stale"), which the daemon's
+	// next re-encode drops.
 	Notes    []Problem `json:"notes"`
 	Problems []Problem `json:"problems"`
 }
@@ -104,7 +109,7 @@ func Fsck(ctx context.Context, s *cas.Store, opts FsckOptions) (FsckResult, erro
 	if err := c.checkObjects(ctx); err != nil {
 		return c.res, err
 	}
-	if err := c.checkDeltas(); err != nil {
+	if err := c.checkDeltas(ctx); err != nil {
 		return c.res, err
 	}
 	// Paths for the problems found about chunks and nodes without them.
@@ -154,7 +159,9 @@ type fscker struct {
 	// With ReadData: the deltas that could not be read because their base
 	// could not (by base), and then the problem that names each such base
 	// and the base of each such delta, for namePaths.
-	baseFaults  map[cas.ID]*baseFault
+	baseFaults map[cas.ID]*baseFault
+	// Queued chunks whose re-encode has begun and not finished.
+	inFlight    map[cas.ID]bool
 	baseProblem map[cas.ID]int
 	deltaBase   map[cas.ID]cas.ID
 }
@@ -585,21 +592,35 @@ func nextID(id cas.ID) (cas.ID, bool) {
 }
 
 // checkIndexed checks one index row against its object.
+//
+// An index row may disagree with its object only while the chunk is queued
+// for re-encoding: the re-encoder renames the encoded object into place
+// and then commits the row (cas: deferred encoding), so on a live mount a
+// re-encode in progress shows it for a moment, and after a crash in that
+// window it stays until the next re-encode. Either way it is counted
+// (FsckResult.ReencodeInFlight), not reported chunk by chunk. The listing,
+// the row and the queue were read at different times, so a disagreement is
+// looked at again (row and queue, then the object) before it is judged.
 func (c *fscker) checkIndexed(ctx context.Context, id cas.ID, info cas.ChunkInfo, find func(cas.ID) (int64, bool)) error {
 	pending := c.queued.has(id)
 	size, ok := find(id)
-	if !ok {
-		// Not there when the objects were listed: a commit since then may
-		// have stored it (the index is read after the listing).
+	if !ok || size != int64(info.StoredLen) {
+		// Not there when the objects were listed (a commit since then may
+		// have stored it: the index is read after the listing), or not as
+		// the row says (a re-encode since then may have changed either).
+		now, indexed, queued, err := c.rowNow(id)
+		if err != nil {
+			return err
+		}
+		if !indexed {
+			return nil // swept since the batch was read
+		}
 		o, there, err := c.s.StatObject(ctx, id)
 		if err != nil {
 			return err
 		}
-		size, ok = o.Size, there
+		info, size, ok, pending = now, o.Size, there, pending || queued
 	}
-	// An index row may disagree with its object only while the chunk is
-	// queued: a re-encode renamed the encoded object into place and a
-	// crash came before its transaction (cas: deferred encoding).
 	lagging := false
 	switch {
 	case !ok:
@@ -610,7 +631,7 @@ func (c *fscker) checkIndexed(ctx context.Context, id cas.ID, info cas.ChunkInfo
 		return nil
 	case size != int64(info.StoredLen) && pending:
 		lagging = true
-		c.chunkNote("reencode-pending", id, "object file is %d bytes, index row still says %d: a re-encode was interrupted after its rename; the next one updates the row", size, info.StoredLen)
+		c.reencodeInFlight(id)
 	case size != int64(info.StoredLen):
 		c.chunkProblem("object-size", id, "object file is %d bytes, index says %d", size, info.StoredLen)
 	}
@@ -625,6 +646,17 @@ func (c *fscker) checkIndexed(ctx context.Context, id cas.ID, info cas.ChunkInfo
 	case isDelta:
 		c.deltaObjects = append(c.deltaObjects, deltaObject{id, base})
 	}
+	if err == nil && got.Codec != info.Codec && !pending {
+		// The object was read after the row: look at the row again.
+		now, indexed, queued, rerr := c.rowNow(id)
+		if rerr != nil {
+			return rerr
+		}
+		if !indexed {
+			return nil
+		}
+		info, pending = now, queued
+	}
 	switch {
 	case err != nil && c.baseFailed(id, err):
 		// Reported once, as its base's problem.
@@ -632,12 +664,41 @@ func (c *fscker) checkIndexed(ctx context.Context, id cas.ID, info cas.ChunkInfo
 		c.chunkProblem("corrupt-chunk", id, "%v", unwrapCorrupt(err))
 	case got.Codec != info.Codec && pending:
 		if !lagging {
-			c.chunkNote("reencode-pending", id, "object is %v, index row still says %v: a re-encode was interrupted after its rename; the next one updates the row", got.Codec, info.Codec)
+			c.reencodeInFlight(id)
 		}
 	case got.Codec != info.Codec:
 		c.chunkProblem("object-codec", id, "object is %v, index says %v", got.Codec, info.Codec)
 	}
 	return nil
+}
+
+// rowNow reads chunk id's index row and whether it is queued for
+// re-encoding, in a transaction of its own.
+func (c *fscker) rowNow(id cas.ID) (info cas.ChunkInfo, indexed, queued bool, err error) {
+	err = c.s.View(func(tx *cas.Tx) error {
+		var err error
+		if info, indexed, err = tx.Chunk(id); err != nil {
+			return err
+		}
+		_, queued, err = tx.PendingReencode(id)
+		return err
+	})
+	if err != nil {
+		return info, false, false, fmt.Errorf("read index: %w", err)
+	}
+	return info, indexed, queued, nil
+}
+
+// reencodeInFlight counts chunk id among those a re-encode has begun and not
+// finished (FsckResult.ReencodeInFlight).
+func (c *fscker) reencodeInFlight(id cas.ID) {
+	if c.inFlight == nil {
+		c.inFlight = map[cas.ID]bool{}
+	}
+	if !c.inFlight[id] {
+		c.inFlight[id] = true
+		c.res.ReencodeInFlight++
+	}
 }
 
 // unwrapCorrupt keeps the part of a verification error after the chunk name,
@@ -762,7 +823,7 @@ func (c *fscker) namePaths(ctx context.Context) error {
 // format are right, plans are for queued chunks; with the objects' headers
 // read (ReadData), that every delta object has its row and every row its
 // object.
-func (c *fscker) checkDeltas() error {
+func (c *fscker) checkDeltas(ctx context.Context) error {
 	c.unread.seal()
 	// The header of id's object, if ReadData read it: whether it is a delta,
 	// and against what.
@@ -773,7 +834,8 @@ func (c *fscker) checkDeltas() error {
 		}
 		return c.deltaObjects[i].base, true
 	}
-	return c.s.View(func(tx *cas.Tx) error {
+	var standalone []deltaObject // delta rows over standalone objects
+	err := c.s.View(func(tx *cas.Tx) error {
 		rows := 0
 		err := tx.ForEachDelta(func(id, base cas.ID, dist int) error {
 			rows++
@@ -803,9 +865,11 @@ func (c *fscker) checkDeltas() error {
 				case delta && objBase != base:
 					c.chunkProblem("delta-base", id, "object is a delta against %v, its row says %v", objBase, base)
 				case !delta && pending:
-					c.chunkNote("delta-pending", id, "delta row over a standalone object: a re-encode was interrupted; the next one settles it")
+					c.reencodeInFlight(id)
 				case !delta:
-					c.chunkProblem("delta-standalone", id, "delta row over a standalone object")
+					// The object may have been read before a re-encode
+					// renamed the delta into place: read again below.
+					standalone = append(standalone, deltaObject{id, base})
 				}
 			}
 			return nil
@@ -837,10 +901,30 @@ func (c *fscker) checkDeltas() error {
 			}
 		}
 		return tx.ForEachDeltaPlan(func(id, base cas.ID, _ int) error {
-			if !c.queued.has(id) {
+			// The queue row as of this transaction: a plan and its queue
+			// row are written and dropped together.
+			if _, queued, err := tx.PendingReencode(id); err != nil {
+				return err
+			} else if !queued {
 				c.chunkNote("delta-plan-stale", id, "delta plan of a chunk that is not queued for re-encoding")
 			}
 			return nil
 		})
 	})
+	if err != nil {
+		return err
+	}
+	for _, o := range standalone {
+		_, b, delta, err := c.s.VerifyObjectBase(ctx, o.id)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return ctx.Err()
+		case err == nil && delta && b == o.base:
+		case err == nil && delta:
+			c.chunkProblem("delta-base", o.id, "object is a delta against %v, its row says %v", b, o.base)
+		default:
+			c.chunkProblem("delta-standalone", o.id, "delta row over a standalone object")
+		}
+	}
+	return nil
 }
