@@ -159,11 +159,11 @@ type fscker struct {
 	// With ReadData: the deltas that could not be read because their base
 	// could not (by base), and then the problem that names each such base
 	// and the base of each such delta, for namePaths.
-	baseFaults map[cas.ID]*baseFault
-	// Queued chunks whose re-encode has begun and not finished.
-	inFlight    map[cas.ID]bool
+	baseFaults  map[cas.ID]*baseFault
 	baseProblem map[cas.ID]int
 	deltaBase   map[cas.ID]cas.ID
+	// Queued chunks whose re-encode has begun and not finished.
+	inFlight map[cas.ID]bool
 }
 
 // baseFault is a base that failed the reads of deltas: the first error, and
