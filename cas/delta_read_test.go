@@ -85,6 +85,11 @@ func TestDeltaBaseNotVerifiedAlone(t *testing.T) {
 			if !strings.Contains(err.Error(), bref.ID.String()) {
 				t.Errorf("error %q does not name the base", err)
 			}
+			// The verifying read (fsck's) says the base is at fault.
+			var be *BaseError
+			if _, _, _, err := s.VerifyObjectBase(ctx, nref.ID); !errors.As(err, &be) || be.Chunk != nref.ID || be.Base != bref.ID || !errors.Is(err, tc.want) {
+				t.Errorf("verify: %v, want a BaseError of %v against %v", err, nref.ID, bref.ID)
+			}
 			if s.Cached(bref.ID) || s.Cached(nref.ID) {
 				t.Error("a failed read left a chunk in the cache")
 			}
@@ -125,6 +130,9 @@ func TestDeltaDamagedItselfNamesTheDelta(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "base:") {
 		t.Errorf("error %q blames the base", err)
+	}
+	if _, _, _, err := s.VerifyObjectBase(ctx, nref.ID); !errors.Is(err, ErrCorrupt) || errors.As(err, new(*BaseError)) {
+		t.Errorf("verify: %v, want ErrCorrupt of the delta itself", err)
 	}
 	if _, err := s.ReadChunk(ctx, bref); err != nil {
 		t.Fatalf("base: %v", err)

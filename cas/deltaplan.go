@@ -159,6 +159,28 @@ func (t *Tx) IsBase(id ID) bool {
 	return k != nil && bytes.HasPrefix(k, id[:])
 }
 
+// ForEachDeltaOf calls fn for every delta whose row names chunk base as its
+// base (a prefix scan of the reverse index).
+func (t *Tx) ForEachDeltaOf(base ID, fn func(delta ID) error) error {
+	b := t.b(bucketBases)
+	if b == nil {
+		return nil
+	}
+	c := b.Cursor()
+	for k, v := c.Seek(base[:]); k != nil && bytes.HasPrefix(k, base[:]); k, v = c.Next() {
+		if len(k) != 2*IDSize {
+			return fmt.Errorf("bases row %x: %w: bad key", k, ErrCatalogDamaged)
+		}
+		if _, err := t.openRecord(k, v); err != nil {
+			return err
+		}
+		if err := fn(ID(k[IDSize:])); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // ForEachBaseRow calls fn for every row of the reverse index.
 func (t *Tx) ForEachBaseRow(fn func(base, delta ID) error) error {
 	b := t.b(bucketBases)

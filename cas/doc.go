@@ -111,7 +111,8 @@
 //     encoded while its index row still describes the raw object. That is the
 //     only allowed disagreement between an index row and its object, and only
 //     while the chunk is queued; the next ReencodeOne of the chunk repairs
-//     the row from the object header, and fsck reports it as a note.
+//     the row from the object header, and fsck counts it (a re-encode under
+//     way on a live mount is in the same state for a moment).
 //   - The queue was added without a format bump: Open creates the bucket in an
 //     older store, and an older ckptfs ignores it (raw objects are ordinary to
 //     it). The one trace an older binary can leave is a queue row whose chunk it
@@ -162,6 +163,8 @@
 //     that fails (decode or hash) is decoded once more against its base
 //     verified in full, so the error names the damaged object and a
 //     damaged fetched copy of the base is fetched again (Store.decodeChunk).
+//     A base that fails is the error's cause: a *BaseError (delta, base, the
+//     base's error), so fsck reports the base once for all its deltas.
 //   - Reading a delta costs its base's decode on top of its own, so the
 //     cold read of a delta-coded file cannot be as cheap as the same file
 //     standalone. Where the CPU is the bottleneck (2 cores) the ratio is

@@ -1,6 +1,9 @@
 package cas
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Errors returned when opening a store.
 var (
@@ -20,3 +23,17 @@ var (
 	// ErrMissing means a chunk the catalog names has no object file.
 	ErrMissing = errors.New("chunk object is missing")
 )
+
+// BaseError is the error of reading delta chunk Chunk when its base chunk Base
+// could not be read or did not verify: the base is at fault. The delta's own
+// object passed its header and payload checks (they come first). It wraps the
+// base's error (ErrCorrupt, ErrMissing, or an I/O error), so errors.Is finds
+// the kind.
+type BaseError struct {
+	Chunk, Base ID
+	Err         error
+}
+
+func (e *BaseError) Error() string { return fmt.Sprintf("chunk %v: base: %v", e.Chunk, e.Err) }
+
+func (e *BaseError) Unwrap() error { return e.Err }

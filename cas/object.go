@@ -254,7 +254,7 @@ func (c *codecs) decodeBaseInto(id ID, obj []byte, alloc func(int) []byte) ([]by
 func (c *codecs) decodeDelta(id ID, h objectHeader, payload []byte, alloc func(int) []byte, base baseFunc) ([]byte, error) {
 	bd, release, err := base(h.base)
 	if err != nil {
-		return nil, fmt.Errorf("chunk %v: base: %w", id, err)
+		return nil, &BaseError{Chunk: id, Base: h.base, Err: err}
 	}
 	defer release()
 	if len(bd) != int(h.rawLen) {

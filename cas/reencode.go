@@ -48,7 +48,7 @@ import (
 //   - A crash between the rename and the transaction leaves an encoded object
 //     whose index row still describes the raw one, with the queue row still
 //     present. That is the one state where an index row may disagree with its
-//     object: fsck accepts it when a queue row exists ("re-encode pending"),
+//     object: fsck accepts it when a queue row exists (counted as in flight),
 //     and the next ReencodeOne of the chunk repairs the row from the object
 //     header. An index row that says encoded always names an encoded object:
 //     its transaction came after the rename was durable.

@@ -696,7 +696,7 @@ func (s *Store) decodeChunk(ctx context.Context, id ID, obj []byte, alloc func(i
 func (s *Store) retryDelta(ctx context.Context, id ID, obj []byte, alloc func(int) []byte, base ID) (raw []byte, baseErr, err error) {
 	bd, release, err := s.readBase(ctx, base, true)
 	if err != nil {
-		return nil, fmt.Errorf("chunk %v: base: %w", id, err), nil
+		return nil, &BaseError{Chunk: id, Base: base, Err: err}, nil
 	}
 	defer release()
 	raw, err = s.codecs.decodeObjectInto(id, obj, alloc, func(b ID) ([]byte, func(), error) {

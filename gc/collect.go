@@ -58,6 +58,13 @@ type Result struct {
 	FreedRawBytes int64 `json:"freed_raw_bytes"` // raw bytes of the deleted chunks
 	IndexRows     int   `json:"index_rows"`      // index rows without an object removed
 	TempFiles     int   `json:"temp_files"`      // leftover temporary files removed
+	// Bases that no manifest names, kept (and counted in Marked) because
+	// deltas that are kept are coded against them: deleting the files of
+	// a base frees it only with the last of its deltas.
+	BasesKept         int   `json:"bases_kept"`
+	BasesKeptBytes    int64 `json:"bases_kept_bytes"`     // their object files' bytes (index rows)
+	BasesKeptRawBytes int64 `json:"bases_kept_raw_bytes"` // their raw bytes
+	LiveDeltas        int   `json:"live_deltas"`          // the kept deltas coded against them
 	// The remote's collection, when Options.Remote.
 	cas.RemoteCollectResult
 }
@@ -81,10 +88,11 @@ func Collect(ctx context.Context, s *cas.Store, opts Options) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	isDelta, err := markDeltaBases(s, marked)
+	isDelta, kept, err := markDeltaBases(s, marked)
 	if err != nil {
 		return res, err
 	}
+	res.BasesKept, res.BasesKeptBytes, res.BasesKeptRawBytes, res.LiveDeltas = kept.chunks, kept.stored, kept.raw, kept.deltas
 	res.Marked = marked.len()
 	report(opts, "mark", total, total)
 
@@ -239,27 +247,62 @@ func mark(ctx context.Context, s *cas.Store, opts Options) (marked *idSet, total
 	return marked, total, nil
 }
 
+// keptBases is what markDeltaBases kept that no manifest names.
+type keptBases struct {
+	chunks, deltas int
+	stored, raw    int64
+}
+
 // markDeltaBases marks the base of every marked delta, and returns the set
-// of deltas, sealed. The base of a live delta is live (cas.Store.Sweep keeps
-// any base a delta row names whatever is marked; marking it keeps the counts
-// and the dry run honest). Depth 1: a base is never a delta itself, so the
-// bases added need not be looked up in this pass.
-func markDeltaBases(s *cas.Store, marked *idSet) (*idSet, error) {
+// of deltas, sealed, and the bases it marked that no manifest names (kept
+// only for the deltas). The base of a live delta is live (cas.Store.Sweep
+// keeps any base a delta row names whatever is marked; marking it keeps the
+// counts and the dry run honest). Depth 1: a base is never a delta itself,
+// so the bases added need not be looked up in this pass.
+func markDeltaBases(s *cas.Store, marked *idSet) (*idSet, keptBases, error) {
 	isDelta := &idSet{}
-	if err := s.View(func(tx *cas.Tx) error {
-		return tx.ForEachDelta(func(id, base cas.ID, _ int) error {
+	var bases idSet // the bases of marked deltas
+	var kept keptBases
+	err := s.View(func(tx *cas.Tx) error {
+		if err := tx.ForEachDelta(func(id, base cas.ID, _ int) error {
 			isDelta.add(id)
-			if marked.has(id) {
-				marked.add(base)
+			if marked.has(id) && !marked.has(base) {
+				bases.add(base)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		bases.seal()
+		for _, b := range bases.sorted {
+			info, ok, err := tx.Chunk(b)
+			if err != nil {
+				return err
+			}
+			kept.chunks++
+			if ok {
+				kept.stored += int64(info.StoredLen)
+				kept.raw += int64(info.RawLen)
+			}
+		}
+		// The deltas that keep them: a second pass over the delta rows
+		// (marked is not changed until it is done).
+		return tx.ForEachDelta(func(id, base cas.ID, _ int) error {
+			if marked.has(id) && bases.has(base) {
+				kept.deltas++
 			}
 			return nil
 		})
-	}); err != nil {
-		return nil, fmt.Errorf("mark delta bases: %w", err)
+	})
+	if err != nil {
+		return nil, kept, fmt.Errorf("mark delta bases: %w", err)
+	}
+	for _, b := range bases.sorted {
+		marked.add(b)
 	}
 	marked.seal()
 	isDelta.seal()
-	return isDelta, nil
+	return isDelta, kept, nil
 }
 
 // collectRemote runs the remote's collection when asked to.

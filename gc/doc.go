@@ -35,17 +35,33 @@
 //
 // Fsck reads the catalog and the objects and reports every problem it finds in
 // one run (a catalog whose pages or records do not check is reported as
-// cas.ErrCatalogDamaged, naming the page or record, never a panic): dangling directory entries, unreachable nodes, manifests without
-// nodes or with the wrong size, chunks that are not indexed or have no object,
-// index rows whose object is missing or of another size (or, with ReadData,
-// codec), counters that disagree with what they count, and, with ReadData,
-// objects that do not decode and hash to their name. Spool leftovers are
-// reported as notes (the next mount empties the spool), and so are the two
-// states the re-encode queue may legitimately leave: an index row that lags
-// its object because a crash interrupted a re-encode after its rename (allowed
-// only while the chunk is queued; without a queue row the same disagreement is
-// a problem), and a queue row whose chunk is not indexed (only an older ckptfs,
-// which sweeps without knowing the queue, leaves one; this one drops the queue
-// row in the sweep's transaction). The daemon's next re-encode of the chunk
-// resolves either.
+// cas.ErrCatalogDamaged, naming the page or record, never a panic): dangling
+// directory entries, unreachable nodes, manifests without nodes or with the
+// wrong size, chunks that are not indexed or have no object, index rows whose
+// object is missing or of another size (or, with ReadData, codec), counters
+// that disagree with what they count, and, with ReadData, objects that do not
+// decode and hash to their name. A delta whose read fails because its base's
+// object is damaged or missing (cas.BaseError) is not a fault of its own: the
+// base is reported once, with the number of its deltas and the files that use
+// them (each of those reads EIO too). Spool leftovers are reported as notes
+// (the next mount empties the spool), and so is a queue row whose chunk is
+// not indexed (only an older ckptfs, which sweeps without knowing the queue,
+// leaves one; this one drops the queue row in the sweep's transaction).
+//
+// A re-encode renames the encoded object (after writing a delta's rows) and
+// then commits the index row and drops the queue row, so an index row may
+// lag its object, or a delta row stand over a standalone object, while the
+// chunk is queued: on a live mount for every re-encode under way, and after
+// a crash in that window until the next re-encode of the chunk. That state
+// is counted (FsckResult.ReencodeInFlight: one summary line, not a note per
+// chunk); without a queue row the same disagreement is a problem. Fsck reads
+// the listing, the rows and the objects at different times, so before it
+// calls a disagreement a problem it reads the row, the queue row and the
+// object again: a re-encode that finished meanwhile is no fault.
+//
+// Deltas (cas: deltaplan.go): the base of a delta that a file uses is live
+// though no manifest names it. Collect marks it (and reports the bases it
+// kept only for deltas: Result.BasesKept), Fsck counts it as referenced
+// (FsckResult.Bases, not Unreferenced), and a base is freed with the last
+// of its deltas, in the same collection (deltas are swept first).
 package gc

@@ -22,12 +22,23 @@ type FsckOptions struct {
 
 // Problem is one fault Fsck found. Path names the file (relative to the
 // mount's root) when a file is affected; Chunk names the chunk when one is.
+//
+// A damaged or missing chunk that is the base of deltas is one problem:
+// Deltas says how many deltas are coded against it (their reads fail with
+// it) and DeltaFiles names the files that use those deltas; the deltas
+// themselves are not reported (their objects checked, as far as they can be
+// without their base).
 type Problem struct {
-	Kind   string `json:"kind"`
-	Path   string `json:"path,omitempty"`
-	Chunk  string `json:"chunk,omitempty"`
-	Detail string `json:"detail"`
+	Kind       string   `json:"kind"`
+	Path       string   `json:"path,omitempty"`
+	Chunk      string   `json:"chunk,omitempty"`
+	Detail     string   `json:"detail"`
+	Deltas     int      `json:"deltas,omitempty"`
+	DeltaFiles []string `json:"delta_files,omitempty"`
 }
+
+// maxNamedDeltaFiles is how many of a damaged base's delta files String names.
+const maxNamedDeltaFiles = 3
 
 func (p Problem) String() string {
 	s := p.Kind
@@ -37,24 +48,43 @@ func (p Problem) String() string {
 	if p.Chunk != "" {
 		s += " chunk " + p.Chunk
 	}
-	return s + ": " + p.Detail
+	s += ": " + p.Detail
+	if p.Deltas > 0 {
+		s += fmt.Sprintf("; it is the base of %d deltas, which cannot be read either", p.Deltas)
+		if n := len(p.DeltaFiles); n > 0 {
+			s += fmt.Sprintf(" (%d files: %s", n, strings.Join(p.DeltaFiles[:min(n, maxNamedDeltaFiles)], ", "))
+			if n > maxNamedDeltaFiles {
+				s += fmt.Sprintf(" and %d more", n-maxNamedDeltaFiles)
+			}
+			s += ")"
+		}
+	}
+	return s
 }
 
 // FsckResult is what Fsck checked and found.
 type FsckResult struct {
-	Files          int      `json:"files"`
-	Dirs           int      `json:"dirs"`
-	Chunks         int      `json:"chunks"`          // distinct chunks named by manifests
-	ObjectsRead    int      `json:"objects_read"`    // objects decoded and hashed (ReadData)
-	Unreferenced   int      `json:"unreferenced"`    // objects no manifest names (gc frees them)
+	Files       int `json:"files"`
+	Dirs        int `json:"dirs"`
+	Chunks      int `json:"chunks"`       // distinct chunks named by manifests
+	ObjectsRead int `json:"objects_read"` // objects decoded and hashed (ReadData)
+	// Bases counts the chunks no manifest names that are the bases of deltas
+	// manifests name: referenced through the deltas (gc keeps them).
+	Bases          int      `json:"bases"`
+	Unreferenced   int      `json:"unreferenced"`    // objects neither named nor such a base (gc frees them)
 	SpoolLeftovers []string `json:"spool_leftovers"` // notes, not faults
 	// ReencodePending counts chunks stored raw that wait for the daemon to
 	// re-encode them (cas: deferred encoding); not a fault.
 	ReencodePending int `json:"reencode_pending"`
-	// Notes are states that look odd but are not faults: a re-encode a crash
-	// interrupted after its rename ("reencode-pending"), a queue row whose
-	// chunk an older ckptfs swept ("reencode-stale"). The daemon's next
-	// re-encode of the chunk resolves either.
+	// ReencodeInFlight counts the queued chunks whose re-encode has begun
+	// and not finished: the object is re-encoded (or its delta row
+	// written) and the index row or the queue not yet updated. A mounted
+	// daemon is doing it, or a crash interrupted it and the next re-encode
+	// of the chunk finishes it; not a fault.
+	ReencodeInFlight int `json:"reencode_in_flight"`
+	// Notes are states that look odd but are not faults: a queue row whose
+	// chunk an older ckptfs swept ("reencode-stale"), which the daemon's
+	// next re-encode drops.
 	Notes    []Problem `json:"notes"`
 	Problems []Problem `json:"problems"`
 }
@@ -79,7 +109,7 @@ func Fsck(ctx context.Context, s *cas.Store, opts FsckOptions) (FsckResult, erro
 	if err := c.checkObjects(ctx); err != nil {
 		return c.res, err
 	}
-	if err := c.checkDeltas(); err != nil {
+	if err := c.checkDeltas(ctx); err != nil {
 		return c.res, err
 	}
 	// Paths for the problems found about chunks and nodes without them.
@@ -113,6 +143,7 @@ type fscker struct {
 	res  FsckResult
 
 	named  idSet // chunks the reachable files' manifests name
+	bases  idSet // bases of named deltas that are not named themselves
 	queued idSet // chunks in the re-encode queue
 	// Problems and notes about a chunk, to be given the paths of the files
 	// that use it (namePaths), by index into res.Problems or res.Notes.
@@ -125,6 +156,21 @@ type fscker struct {
 	// whose objects could not be read (missing or corrupt).
 	deltaObjects []deltaObject
 	unread       idSet
+	// With ReadData: the deltas that could not be read because their base
+	// could not (by base), and then the problem that names each such base
+	// and the base of each such delta, for namePaths.
+	baseFaults  map[cas.ID]*baseFault
+	baseProblem map[cas.ID]int
+	deltaBase   map[cas.ID]cas.ID
+	// Queued chunks whose re-encode has begun and not finished.
+	inFlight map[cas.ID]bool
+}
+
+// baseFault is a base that failed the reads of deltas: the first error, and
+// the deltas.
+type baseFault struct {
+	err    error
+	deltas []cas.ID
 }
 
 // deltaObject is a delta object's ID and the base its header names.
@@ -225,6 +271,17 @@ func (c *fscker) checkCatalog(ctx context.Context) error {
 			return err
 		}
 		c.named.seal()
+		// A delta's base is referenced through it (gc keeps it).
+		err = tx.ForEachDelta(func(id, base cas.ID, _ int) error {
+			if c.named.has(id) && !c.named.has(base) {
+				c.bases.add(base)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		c.bases.seal()
 		// The root directory counts in the catalog's dirs counter.
 		c.res.Dirs++
 		// Unreachable nodes, and the counters against what they count.
@@ -303,6 +360,7 @@ func (c *fscker) checkCatalog(ctx context.Context) error {
 		return nil
 	})
 	c.res.Chunks = c.named.len()
+	c.res.Bases = c.bases.len()
 	c.res.ReencodePending = c.queued.len()
 	return err
 }
@@ -353,7 +411,7 @@ func (c *fscker) checkObjects(ctx context.Context) error {
 	var objects []object
 	if err := c.s.WalkObjects(ctx, func(o cas.ObjectInfo) error {
 		objects = append(objects, object{o.ID, o.Size})
-		if !c.named.has(o.ID) {
+		if !c.named.has(o.ID) && !c.bases.has(o.ID) {
 			c.res.Unreferenced++
 		}
 		return nil
@@ -441,7 +499,7 @@ func (c *fscker) checkObjects(ctx context.Context) error {
 			switch {
 			case local && c.s.HasRemote() && c.opts.ReadData:
 				c.res.ObjectsRead++
-				if _, err := c.s.VerifyObject(ctx, id); err != nil {
+				if _, err := c.s.VerifyObject(ctx, id); err != nil && !c.baseFailed(id, err) {
 					c.chunkProblem("corrupt-chunk", id, "%v", unwrapCorrupt(err))
 				}
 			case local:
@@ -457,7 +515,66 @@ func (c *fscker) checkObjects(ctx context.Context) error {
 			}
 		}
 	}
+	c.reportBaseFaults()
 	return nil
+}
+
+// baseFailed reports whether err, from reading chunk id, is its base's
+// fault (cas.BaseError); if so it is noted against the base, to be
+// reported once for all its deltas (reportBaseFaults).
+func (c *fscker) baseFailed(id cas.ID, err error) bool {
+	var be *cas.BaseError
+	if !errors.As(err, &be) {
+		return false
+	}
+	if c.baseFaults == nil {
+		c.baseFaults = map[cas.ID]*baseFault{}
+	}
+	f := c.baseFaults[be.Base]
+	if f == nil {
+		f = &baseFault{err: be.Err}
+		c.baseFaults[be.Base] = f
+	}
+	f.deltas = append(f.deltas, id)
+	return true
+}
+
+// reportBaseFaults makes one problem of each base that failed its deltas'
+// reads: the base's own (its object is missing or damaged: checkIndexed
+// found it when the base is indexed), or a new one with the error its
+// deltas met, counting the deltas.
+func (c *fscker) reportBaseFaults() {
+	bases := make([]cas.ID, 0, len(c.baseFaults))
+	for b := range c.baseFaults {
+		bases = append(bases, b)
+	}
+	slices.SortFunc(bases, compareIDs)
+	for _, b := range bases {
+		f := c.baseFaults[b]
+		idx := -1
+		for _, i := range c.chunkProblems[b] {
+			if dataLoss[c.res.Problems[i].Kind] {
+				idx = i
+				break
+			}
+		}
+		if idx < 0 {
+			kind := "corrupt-chunk"
+			if errors.Is(f.err, cas.ErrMissing) {
+				kind = "missing-chunk"
+			}
+			c.chunkProblem(kind, b, "%v", unwrapCorrupt(f.err))
+			idx = len(c.res.Problems) - 1
+		}
+		c.res.Problems[idx].Deltas = len(f.deltas)
+		if c.baseProblem == nil {
+			c.baseProblem, c.deltaBase = map[cas.ID]int{}, map[cas.ID]cas.ID{}
+		}
+		c.baseProblem[b] = idx
+		for _, d := range f.deltas {
+			c.deltaBase[d] = b
+		}
+	}
 }
 
 // errBatchFull ends a batch of index rows.
@@ -475,21 +592,35 @@ func nextID(id cas.ID) (cas.ID, bool) {
 }
 
 // checkIndexed checks one index row against its object.
+//
+// An index row may disagree with its object only while the chunk is queued
+// for re-encoding: the re-encoder renames the encoded object into place
+// and then commits the row (cas: deferred encoding), so on a live mount a
+// re-encode in progress shows it for a moment, and after a crash in that
+// window it stays until the next re-encode. Either way it is counted
+// (FsckResult.ReencodeInFlight), not reported chunk by chunk. The listing,
+// the row and the queue were read at different times, so a disagreement is
+// looked at again (row and queue, then the object) before it is judged.
 func (c *fscker) checkIndexed(ctx context.Context, id cas.ID, info cas.ChunkInfo, find func(cas.ID) (int64, bool)) error {
 	pending := c.queued.has(id)
 	size, ok := find(id)
-	if !ok {
-		// Not there when the objects were listed: a commit since then may
-		// have stored it (the index is read after the listing).
+	if !ok || size != int64(info.StoredLen) {
+		// Not there when the objects were listed (a commit since then may
+		// have stored it: the index is read after the listing), or not as
+		// the row says (a re-encode since then may have changed either).
+		now, indexed, queued, err := c.rowNow(id)
+		if err != nil {
+			return err
+		}
+		if !indexed {
+			return nil // swept since the batch was read
+		}
 		o, there, err := c.s.StatObject(ctx, id)
 		if err != nil {
 			return err
 		}
-		size, ok = o.Size, there
+		info, size, ok, pending = now, o.Size, there, pending || queued
 	}
-	// An index row may disagree with its object only while the chunk is
-	// queued: a re-encode renamed the encoded object into place and a
-	// crash came before its transaction (cas: deferred encoding).
 	lagging := false
 	switch {
 	case !ok:
@@ -500,7 +631,7 @@ func (c *fscker) checkIndexed(ctx context.Context, id cas.ID, info cas.ChunkInfo
 		return nil
 	case size != int64(info.StoredLen) && pending:
 		lagging = true
-		c.chunkNote("reencode-pending", id, "object file is %d bytes, index row still says %d: a re-encode was interrupted after its rename; the next one updates the row", size, info.StoredLen)
+		c.reencodeInFlight(id)
 	case size != int64(info.StoredLen):
 		c.chunkProblem("object-size", id, "object file is %d bytes, index says %d", size, info.StoredLen)
 	}
@@ -515,17 +646,59 @@ func (c *fscker) checkIndexed(ctx context.Context, id cas.ID, info cas.ChunkInfo
 	case isDelta:
 		c.deltaObjects = append(c.deltaObjects, deltaObject{id, base})
 	}
+	if err == nil && got.Codec != info.Codec && !pending {
+		// The object was read after the row: look at the row again.
+		now, indexed, queued, rerr := c.rowNow(id)
+		if rerr != nil {
+			return rerr
+		}
+		if !indexed {
+			return nil
+		}
+		info, pending = now, queued
+	}
 	switch {
+	case err != nil && c.baseFailed(id, err):
+		// Reported once, as its base's problem.
 	case err != nil:
 		c.chunkProblem("corrupt-chunk", id, "%v", unwrapCorrupt(err))
 	case got.Codec != info.Codec && pending:
 		if !lagging {
-			c.chunkNote("reencode-pending", id, "object is %v, index row still says %v: a re-encode was interrupted after its rename; the next one updates the row", got.Codec, info.Codec)
+			c.reencodeInFlight(id)
 		}
 	case got.Codec != info.Codec:
 		c.chunkProblem("object-codec", id, "object is %v, index says %v", got.Codec, info.Codec)
 	}
 	return nil
+}
+
+// rowNow reads chunk id's index row and whether it is queued for
+// re-encoding, in a transaction of its own.
+func (c *fscker) rowNow(id cas.ID) (info cas.ChunkInfo, indexed, queued bool, err error) {
+	err = c.s.View(func(tx *cas.Tx) error {
+		var err error
+		if info, indexed, err = tx.Chunk(id); err != nil {
+			return err
+		}
+		_, queued, err = tx.PendingReencode(id)
+		return err
+	})
+	if err != nil {
+		return info, false, false, fmt.Errorf("read index: %w", err)
+	}
+	return info, indexed, queued, nil
+}
+
+// reencodeInFlight counts chunk id among those a re-encode has begun and not
+// finished (FsckResult.ReencodeInFlight).
+func (c *fscker) reencodeInFlight(id cas.ID) {
+	if c.inFlight == nil {
+		c.inFlight = map[cas.ID]bool{}
+	}
+	if !c.inFlight[id] {
+		c.inFlight[id] = true
+		c.res.ReencodeInFlight++
+	}
 }
 
 // unwrapCorrupt keeps the part of a verification error after the chunk name,
@@ -559,11 +732,15 @@ func (c *fscker) namePaths(ctx context.Context) error {
 	for id := range c.chunkProblems {
 		wanted.add(id)
 	}
+	for id := range c.deltaBase {
+		wanted.add(id)
+	}
 	for id := range c.chunkNotes {
 		wanted.add(id)
 	}
 	wanted.seal()
 	users := map[cas.ID][]string{}
+	deltaFiles := map[cas.ID][]string{} // damaged base → the files of its deltas
 	first := map[uint64]string{}
 	err := c.s.View(func(tx *cas.Tx) error {
 		_, err := walkNamespace(ctx, tx, func(e entry) error {
@@ -580,7 +757,8 @@ func (c *fscker) namePaths(ctx context.Context) error {
 			if err != nil || !ok {
 				return err
 			}
-			var named map[cas.ID]bool // a chunk the file names twice is one use
+			var named map[cas.ID]bool   // a chunk the file names twice is one use
+			var viaBase map[cas.ID]bool // bases whose deltas the file uses
 			for _, ref := range m.Chunks {
 				if !wanted.has(ref.ID) || named[ref.ID] {
 					continue
@@ -590,6 +768,13 @@ func (c *fscker) namePaths(ctx context.Context) error {
 				}
 				named[ref.ID] = true
 				users[ref.ID] = append(users[ref.ID], e.path)
+				if b, ok := c.deltaBase[ref.ID]; ok && !viaBase[b] {
+					if viaBase == nil {
+						viaBase = map[cas.ID]bool{}
+					}
+					viaBase[b] = true
+					deltaFiles[b] = append(deltaFiles[b], e.path)
+				}
 			}
 			return nil
 		})
@@ -610,6 +795,9 @@ func (c *fscker) namePaths(ctx context.Context) error {
 			}
 		}
 	}
+	for b, i := range c.baseProblem {
+		c.res.Problems[i].DeltaFiles = deltaFiles[b]
+	}
 	for id, idx := range c.chunkProblems {
 		u := users[id]
 		if len(u) == 0 {
@@ -622,7 +810,7 @@ func (c *fscker) namePaths(ctx context.Context) error {
 			}
 			for _, p := range u[1:] {
 				pr := c.res.Problems[i]
-				pr.Path = p
+				pr.Path, pr.Deltas, pr.DeltaFiles = p, 0, nil // the base's deltas go with its first line
 				c.res.Problems = append(c.res.Problems, pr)
 			}
 		}
@@ -635,7 +823,7 @@ func (c *fscker) namePaths(ctx context.Context) error {
 // format are right, plans are for queued chunks; with the objects' headers
 // read (ReadData), that every delta object has its row and every row its
 // object.
-func (c *fscker) checkDeltas() error {
+func (c *fscker) checkDeltas(ctx context.Context) error {
 	c.unread.seal()
 	// The header of id's object, if ReadData read it: whether it is a delta,
 	// and against what.
@@ -646,7 +834,8 @@ func (c *fscker) checkDeltas() error {
 		}
 		return c.deltaObjects[i].base, true
 	}
-	return c.s.View(func(tx *cas.Tx) error {
+	var standalone []deltaObject // delta rows over standalone objects
+	err := c.s.View(func(tx *cas.Tx) error {
 		rows := 0
 		err := tx.ForEachDelta(func(id, base cas.ID, dist int) error {
 			rows++
@@ -676,9 +865,11 @@ func (c *fscker) checkDeltas() error {
 				case delta && objBase != base:
 					c.chunkProblem("delta-base", id, "object is a delta against %v, its row says %v", objBase, base)
 				case !delta && pending:
-					c.chunkNote("delta-pending", id, "delta row over a standalone object: a re-encode was interrupted; the next one settles it")
+					c.reencodeInFlight(id)
 				case !delta:
-					c.chunkProblem("delta-standalone", id, "delta row over a standalone object")
+					// The object may have been read before a re-encode
+					// renamed the delta into place: read again below.
+					standalone = append(standalone, deltaObject{id, base})
 				}
 			}
 			return nil
@@ -710,10 +901,30 @@ func (c *fscker) checkDeltas() error {
 			}
 		}
 		return tx.ForEachDeltaPlan(func(id, base cas.ID, _ int) error {
-			if !c.queued.has(id) {
+			// The queue row as of this transaction: a plan and its queue
+			// row are written and dropped together.
+			if _, queued, err := tx.PendingReencode(id); err != nil {
+				return err
+			} else if !queued {
 				c.chunkNote("delta-plan-stale", id, "delta plan of a chunk that is not queued for re-encoding")
 			}
 			return nil
 		})
 	})
+	if err != nil {
+		return err
+	}
+	for _, o := range standalone {
+		_, b, delta, err := c.s.VerifyObjectBase(ctx, o.id)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return ctx.Err()
+		case err == nil && delta && b == o.base:
+		case err == nil && delta:
+			c.chunkProblem("delta-base", o.id, "object is a delta against %v, its row says %v", b, o.base)
+		default:
+			c.chunkProblem("delta-standalone", o.id, "delta row over a standalone object")
+		}
+	}
+	return nil
 }

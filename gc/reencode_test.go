@@ -77,16 +77,19 @@ func TestFsckInterruptedReencode(t *testing.T) {
 		t.Fatalf("interrupted %v, want %v", got, id)
 	}
 
+	// Counted, not noted chunk by chunk: on a live mount every re-encode
+	// passes through this state (issue #26: ~55 notes of "a re-encode was
+	// interrupted" for re-encodes under way).
 	res := fsck(t, s)
 	if !res.OK() {
 		t.Fatalf("crash window reported as a fault: %+v", res.Problems)
 	}
-	if len(res.Notes) != 1 || res.Notes[0].Kind != "reencode-pending" || res.Notes[0].Chunk != id.String() || res.Notes[0].Path != "/f" {
-		t.Fatalf("notes %+v", res.Notes)
+	if res.ReencodeInFlight != 1 || res.ReencodePending < 1 || len(res.Notes) != 0 {
+		t.Fatalf("%d in flight, %d pending, notes %+v; want 1 of them and no notes", res.ReencodeInFlight, res.ReencodePending, res.Notes)
 	}
 
 	drainQueue(t, s)
-	if res := fsck(t, s); !res.OK() || len(res.Notes) != 0 || res.ReencodePending != 0 {
+	if res := fsck(t, s); !res.OK() || len(res.Notes) != 0 || res.ReencodePending != 0 || res.ReencodeInFlight != 0 {
 		t.Fatalf("after repair: %+v", res)
 	}
 
@@ -263,4 +266,49 @@ func itoa(i int) string {
 		return digits[i : i+1]
 	}
 	return itoa(i/10) + digits[i%10:i%10+1]
+}
+
+// TestFsckBesideReencoder: fsck of a store whose re-encoder is at work (a
+// live mount after a save) finds no problem and writes no note per chunk:
+// the re-encodes under way are counted (issue #26 saw ~55 notes saying "a
+// re-encode was interrupted").
+func TestFsckBesideReencoder(t *testing.T) {
+	s := newRawStore(t)
+	var prev *cas.ChunkRef
+	for i, v := range stepChain(3, 32<<10, 12) {
+		ref := commitVersion(t, s, "v"+itoa(i), v, prev)
+		prev = &ref
+		commitFile(t, s, "c"+itoa(i), compressible(uint64(100+i), 64<<10), compressible(uint64(200+i), 64<<10))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		for {
+			more, err := s.ReencodeOne(ctx)
+			if err != nil || !more {
+				done <- err
+				return
+			}
+		}
+	}()
+	runs := 0
+	for drained := false; !drained; runs++ {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			drained = true
+		default:
+		}
+		res, err := Fsck(context.Background(), s, FsckOptions{ReadData: runs%2 == 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.OK() || len(res.Notes) != 0 {
+			t.Fatalf("fsck %d beside the re-encoder: problems %v, notes %v", runs, res.Problems, res.Notes)
+		}
+	}
+	t.Logf("%d fsck runs", runs)
 }

@@ -79,7 +79,23 @@ func runDu(ctx context.Context, c command, args []string, stdout, stderr io.Writ
 	if len(paths) > 1 {
 		row(res.Total, "total (all paths together)")
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	// What deleting does not free though only these files use it.
+	kept := func(u duUsage, name string) {
+		if u.KeptChunks > 0 {
+			fmt.Fprintf(stdout, "%s: %s kept (%s on disk): bases of %d live deltas in other files (freed with the last of them)\n",
+				name, formatBytes(u.KeptBytes), formatBytes(u.KeptStoredBytes), u.KeptForDeltas)
+		}
+	}
+	for _, pu := range out.Paths {
+		kept(pu.duUsage, pu.Path)
+	}
+	if len(paths) > 1 {
+		kept(res.Total, "total")
+	}
+	return nil
 }
 
 // mountRootFor returns the root of the ckptfs mount holding p (p itself, or

@@ -69,10 +69,17 @@ func runFsck(ctx context.Context, c command, args []string, stdout, stderr io.Wr
 		for _, n := range res.Notes {
 			fmt.Fprintf(stdout, "note: %v\n", n)
 		}
-		if res.ReencodePending > 0 {
-			fmt.Fprintf(stdout, "note: %d chunks stored raw wait for re-encoding (the mounted daemon does it when idle)\n", res.ReencodePending)
+		if res.ReencodePending > 0 || res.ReencodeInFlight > 0 {
+			fmt.Fprintf(stdout, "note: %d chunks stored raw wait for re-encoding (the mounted daemon does it when idle)", res.ReencodePending)
+			if res.ReencodeInFlight > 0 {
+				fmt.Fprintf(stdout, "; %d of them are re-encoded and await their index update (a re-encode under way, or one a crash interrupted: the next one finishes it)", res.ReencodeInFlight)
+			}
+			fmt.Fprintln(stdout)
 		}
 		fmt.Fprintf(stdout, "checked %d files, %d directories, %d chunks", res.Files, res.Dirs, res.Chunks)
+		if res.Bases > 0 {
+			fmt.Fprintf(stdout, " and %d bases of their deltas", res.Bases)
+		}
 		if *readData {
 			fmt.Fprintf(stdout, " (%d objects read and verified)", res.ObjectsRead)
 		}

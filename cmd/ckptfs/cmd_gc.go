@@ -57,6 +57,10 @@ func runGC(ctx context.Context, c command, args []string, stdout, stderr io.Writ
 	fmt.Fprintf(stdout, "%s %d chunks, %s (%s raw)\n", verb, res.Chunks, formatBytes(res.FreedBytes), formatBytes(res.FreedRawBytes))
 	fmt.Fprintf(stdout, "objects %d, referenced %d, unreferenced %d (%d kept: younger than %v; %d in use by commits)\n",
 		res.Objects, res.Marked, res.Unreferenced, res.Young, time.Duration(grace), res.Skipped)
+	if res.BasesKept > 0 {
+		fmt.Fprintf(stdout, "kept %d chunks no file names, %s (%s raw): bases of %d live deltas (freed with the last of them)\n",
+			res.BasesKept, formatBytes(res.BasesKeptBytes), formatBytes(res.BasesKeptRawBytes), res.LiveDeltas)
+	}
 	if r := res.RemoteCollectResult; r != (cas.RemoteCollectResult{}) {
 		fmt.Fprintf(stdout, "remote: %s %d of %d chunk objects, %s (%d unreferenced kept: younger than %v)\n",
 			verb, r.Freed, r.Objects, formatBytes(r.FreedBytes), r.Young, time.Duration(grace))

@@ -11,15 +11,27 @@ import (
 // them). A chunk is freed by deleting the set when no file outside the set
 // uses it: no committed manifest of another file, and no open or staged file
 // of the mount (an open file keeps its chunks until it is closed, and gc keeps
-// them too). Freed chunks become garbage that the next `ckptfs gc` deletes.
+// them too), and, when it is the base of delta-coded chunks (cas: deltaplan.go),
+// none of those deltas is still used: a base is freed with the last of its
+// deltas, which may be a file outside the set (then it is kept, and counted
+// in Kept*), or a file of the set (then deleting the set frees it though the
+// set's files do not name it). Freed chunks become garbage that the next
+// `ckptfs gc` deletes: these are the figures it reports, as gc.Collect
+// marks every chunk a file names and the base of every such delta.
 type duUsage struct {
 	Files            int   `json:"files"`              // files with committed content
 	LogicalBytes     int64 `json:"logical_bytes"`      // sum of their sizes
 	UniqueBytes      int64 `json:"unique_bytes"`       // raw bytes of their distinct chunks
 	Chunks           int   `json:"chunks"`             // their distinct chunks
-	FreesBytes       int64 `json:"frees_bytes"`        // raw bytes of the chunks only they use
+	FreesBytes       int64 `json:"frees_bytes"`        // raw bytes of the chunks deleting them frees
 	FreesChunks      int   `json:"frees_chunks"`       // how many such chunks
 	FreesStoredBytes int64 `json:"frees_stored_bytes"` // bytes of those chunks' object files
+	// Chunks only the set's files use but that deleting them does not free:
+	// bases of delta-coded chunks that other files still use.
+	KeptBytes       int64 `json:"kept_bytes"`        // their raw bytes
+	KeptChunks      int   `json:"kept_chunks"`       // how many
+	KeptStoredBytes int64 `json:"kept_stored_bytes"` // bytes of their object files
+	KeptForDeltas   int   `json:"kept_for_deltas"`   // the deltas, still used, that keep them
 }
 
 // duResult answers the control op "du": one usage per group of inode numbers,
@@ -49,28 +61,132 @@ func (s *duSet) addFile(m *cas.Manifest) {
 	}
 }
 
+// duGraph is what du needs of the store beyond the sets' own chunks: every
+// file that uses each chunk of interest (the sets' chunks, the bases of
+// those that are deltas, and every delta of those bases), and the delta
+// rows between them. Deltas have depth 1 (a base is never a delta), so that
+// closure is one step.
+type duGraph struct {
+	users    map[cas.ID]int      // chunk of interest → files using it (committed or open)
+	deltasOf map[cas.ID][]cas.ID // base → its deltas
+	baseOf   map[cas.ID]cas.ID   // delta of interest → its base
+	info     map[cas.ID]cas.ChunkInfo
+}
+
+// newDuGraph reads the delta rows around chunks and the index rows of the
+// chunks it adds.
+func newDuGraph(tx *cas.Tx, chunks map[cas.ID]uint32) (*duGraph, error) {
+	g := &duGraph{users: make(map[cas.ID]int, len(chunks)), deltasOf: map[cas.ID][]cas.ID{}, baseOf: map[cas.ID]cas.ID{}, info: map[cas.ID]cas.ChunkInfo{}}
+	for id := range chunks {
+		g.users[id] = 0
+	}
+	for id := range chunks {
+		if base, _, ok, err := tx.Delta(id); err != nil {
+			return nil, err
+		} else if ok {
+			g.deltasOf[base] = nil
+			g.baseOf[id] = base
+		}
+		if tx.IsBase(id) {
+			g.deltasOf[id] = nil
+		}
+	}
+	for base := range g.deltasOf {
+		var ds []cas.ID
+		if err := tx.ForEachDeltaOf(base, func(d cas.ID) error {
+			ds = append(ds, d)
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+		g.deltasOf[base] = ds
+		for _, id := range append(ds, base) {
+			if _, ok := g.users[id]; !ok {
+				g.users[id] = 0
+			}
+		}
+	}
+	for id := range g.users {
+		info, ok, err := tx.Chunk(id)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			g.info[id] = info
+		}
+	}
+	return g, nil
+}
+
+// count adds m's uses of the chunks of interest.
+func (g *duGraph) count(m *cas.Manifest) {
+	for _, c := range distinctChunks(m) {
+		if _, ok := g.users[c.ID]; ok {
+			g.users[c.ID]++
+		}
+	}
+}
+
 // finish totals the set: a chunk is freed by deleting the set when every
-// file that uses it (users: all files of the store and the mount) is in the
-// set.
-func (s *duSet) finish(tx *cas.Tx, users map[cas.ID]int) (duUsage, error) {
+// file that uses it is in the set and, for a base, every delta of it is
+// freed too (or was garbage already).
+func (s *duSet) finish(g *duGraph) duUsage {
 	u := s.usage
+	gone := func(id cas.ID) bool { return g.users[id] <= s.refs[id] }
+	// liveDeltas counts the deltas of base that stay in use.
+	liveDeltas := func(base cas.ID) int {
+		n := 0
+		for _, d := range g.deltasOf[base] {
+			if !gone(d) {
+				n++
+			}
+		}
+		return n
+	}
+	frees := func(id cas.ID, raw int64) {
+		u.FreesChunks++
+		u.FreesBytes += raw
+		u.FreesStoredBytes += int64(g.info[id].StoredLen)
+	}
 	for id, n := range s.chunks {
 		u.Chunks++
 		u.UniqueBytes += int64(n)
-		if users[id] > s.refs[id] {
+		if !gone(id) {
 			continue
 		}
-		u.FreesChunks++
-		u.FreesBytes += int64(n)
-		info, ok, err := tx.Chunk(id)
-		if err != nil {
-			return u, err
+		if live := liveDeltas(id); live > 0 {
+			u.KeptChunks++
+			u.KeptBytes += int64(n)
+			u.KeptStoredBytes += int64(g.info[id].StoredLen)
+			u.KeptForDeltas += live
+			continue
 		}
-		if ok {
-			u.FreesStoredBytes += int64(info.StoredLen)
+		frees(id, int64(n))
+	}
+	// Bases no file names, kept now by deltas that the set's files are the
+	// last users of.
+	var done map[cas.ID]bool
+	for id := range s.chunks {
+		base, ok := g.baseOf[id]
+		if !ok || done[base] {
+			continue
+		}
+		if done == nil {
+			done = map[cas.ID]bool{}
+		}
+		done[base] = true
+		if _, own := s.chunks[base]; own || g.users[base] > 0 {
+			continue
+		}
+		used := false
+		for _, d := range g.deltasOf[base] {
+			used = used || g.users[d] > 0
+		}
+		if used && liveDeltas(base) == 0 {
+			frees(base, int64(g.info[base].RawLen))
 		}
 	}
-	return u, nil
+	return u
 }
 
 // distinctChunks returns m's chunks without repeats.
@@ -92,7 +208,8 @@ func distinctChunks(m *cas.Manifest) []cas.ChunkRef {
 // that use it, in the groups and in all: the work is linear in the chunk
 // references of the store plus those of the groups, whatever the number of
 // groups (du with one path per step). Memory is proportional to the chunks of
-// the groups' files, not to the store.
+// the groups' files and their delta relatives (bases, and the bases' other
+// deltas: a keyframe's few), not to the store.
 func diskUsage(store *cas.Store, live []*cas.Manifest, groups [][]uint64) (duResult, error) {
 	sets := make([]*duSet, len(groups))
 	member := map[uint64][]int{} // ino → the groups holding it
@@ -125,17 +242,14 @@ func diskUsage(store *cas.Store, live []*cas.Manifest, groups [][]uint64) (duRes
 			total.addFile(m)
 			own[manifestKey(m)] = true
 		}
-		// Every file, committed or live, that uses one of those chunks.
-		users := make(map[cas.ID]int, len(total.chunks))
-		count := func(m *cas.Manifest) {
-			for _, c := range distinctChunks(m) {
-				if _, ok := total.chunks[c.ID]; ok {
-					users[c.ID]++
-				}
-			}
+		// Every file, committed or live, that uses one of those chunks or
+		// of their delta relatives.
+		g, err := newDuGraph(tx, total.chunks)
+		if err != nil {
+			return err
 		}
-		err := tx.ForEachManifest(func(ino uint64, m *cas.Manifest) error {
-			count(m)
+		err = tx.ForEachManifest(func(ino uint64, m *cas.Manifest) error {
+			g.count(m)
 			return nil
 		})
 		if err != nil {
@@ -143,17 +257,15 @@ func diskUsage(store *cas.Store, live []*cas.Manifest, groups [][]uint64) (duRes
 		}
 		for _, m := range live {
 			if !own[manifestKey(m)] {
-				count(m)
+				g.count(m)
 			}
 		}
 		res.Groups = make([]duUsage, len(sets))
 		for gi, s := range sets {
-			if res.Groups[gi], err = s.finish(tx, users); err != nil {
-				return err
-			}
+			res.Groups[gi] = s.finish(g)
 		}
-		res.Total, err = total.finish(tx, users)
-		return err
+		res.Total = total.finish(g)
+		return nil
 	})
 	return res, err
 }

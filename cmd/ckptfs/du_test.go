@@ -2,13 +2,17 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/ckptfs/ckptfs/cas"
+	"github.com/ckptfs/ckptfs/gc"
 )
 
 // duStore makes a store of steps files: each has the shared backbone chunk
@@ -161,5 +165,131 @@ func BenchmarkDiskUsage4000(b *testing.B) {
 		if _, err := diskUsage(s, nil, groups); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// deltaStore makes a store of files v0..v3, one 256 KiB bf16 chunk each, each
+// a small step from the one before, v1..v3 stored as deltas against v0's
+// chunk (the re-encoder drained), and returns the files' inode numbers.
+func deltaStore(t *testing.T) (*cas.Store, []uint64) {
+	t.Helper()
+	ctx := context.Background()
+	s, err := cas.Open(filepath.Join(t.TempDir(), "store"), cas.Options{CacheSize: 8 << 20, InlineEncoders: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	rng := rand.New(rand.NewPCG(1, 2))
+	w := make([]float64, 128<<10)
+	for i := range w {
+		w[i] = rng.NormFloat64() * 0.02
+	}
+	var inos []uint64
+	var prev *cas.ChunkRef
+	for v := range 4 {
+		data := make([]byte, 2*len(w))
+		for i := range w {
+			if v > 0 {
+				w[i] += rng.NormFloat64() * 0.0002
+			}
+			binary.LittleEndian.PutUint16(data[2*i:], uint16(math.Float32bits(float32(w[i]))>>16))
+		}
+		ino, err := s.AllocIno()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := s.NewBatch()
+		ref, err := b.PutHinted(ctx, data, cas.Hint{ElemSize: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if prev != nil {
+			b.SuggestBase(ref.ID, prev.ID)
+		}
+		m := &cas.Manifest{Chunks: []cas.ChunkRef{ref}}
+		err = s.Commit(ctx, b, func(tx *cas.Tx) error {
+			if err := tx.PutManifest(ino, m); err != nil {
+				return err
+			}
+			if err := tx.PutNode(cas.Node{Ino: ino, Mode: 0o100644, Size: m.Size()}); err != nil {
+				return err
+			}
+			return tx.Link(cas.RootIno, fmt.Sprint("v", v), ino)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		inos, prev = append(inos, ino), &ref
+	}
+	for more := true; more; {
+		if more, err = s.ReencodeOne(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st, err := s.Stats(); err != nil || st.DeltaChunks != 3 {
+		t.Fatalf("%d deltas, want 3 (%v)", st.DeltaChunks, err)
+	}
+	return s, inos
+}
+
+// TestDiskUsageAgreesWithGC: with deltas, what du says deleting a set of
+// files frees is what gc then frees, and the bases it keeps for deltas
+// other files still use are reported as kept, not freed.
+func TestDiskUsageAgreesWithGC(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		files      []int // which of v0..v3 are deleted
+		frees      int   // chunks
+		kept       int   // bases kept
+		keptDeltas int   // for how many live deltas
+	}{
+		{"the base's file", []int{0}, 0, 1, 3},
+		{"a delta's file", []int{2}, 1, 0, 0},
+		{"the base's and a delta's", []int{0, 3}, 1, 1, 2},
+		{"the deltas' files", []int{1, 2, 3}, 3, 0, 0},
+		{"every file", []int{0, 1, 2, 3}, 4, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, inos := deltaStore(t)
+			var group []uint64
+			for _, f := range tc.files {
+				group = append(group, inos[f])
+			}
+			res, err := diskUsage(s, nil, [][]uint64{group})
+			if err != nil {
+				t.Fatal(err)
+			}
+			u := res.Groups[0]
+			if u.FreesChunks != tc.frees || u.KeptChunks != tc.kept || u.KeptForDeltas != tc.keptDeltas {
+				t.Errorf("du: frees %d chunks, keeps %d for %d deltas; want %d, %d for %d", u.FreesChunks, u.KeptChunks, u.KeptForDeltas, tc.frees, tc.kept, tc.keptDeltas)
+			}
+			if tc.kept > 0 && (u.KeptBytes != 256<<10 || u.KeptStoredBytes == 0) {
+				t.Errorf("du: kept %d bytes (%d on disk), want 256 KiB", u.KeptBytes, u.KeptStoredBytes)
+			}
+			err = s.Update(func(tx *cas.Tx) error {
+				for _, f := range tc.files {
+					if err := tx.Unlink(cas.RootIno, fmt.Sprint("v", f)); err != nil {
+						return err
+					}
+					if err := tx.DeleteNode(inos[f]); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := gc.Collect(context.Background(), s, gc.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Chunks != u.FreesChunks || r.FreedRawBytes != u.FreesBytes || r.FreedBytes != u.FreesStoredBytes {
+				t.Errorf("gc freed %d chunks, %d B (%d raw); du said %d, %d B (%d raw)", r.Chunks, r.FreedBytes, r.FreedRawBytes, u.FreesChunks, u.FreesStoredBytes, u.FreesBytes)
+			}
+			if r.BasesKept != u.KeptChunks || r.BasesKeptRawBytes != u.KeptBytes || r.BasesKeptBytes != u.KeptStoredBytes || r.LiveDeltas != u.KeptForDeltas {
+				t.Errorf("gc kept %d bases, %d B (%d raw) for %d deltas; du said %d, %d B (%d raw) for %d", r.BasesKept, r.BasesKeptBytes, r.BasesKeptRawBytes, r.LiveDeltas, u.KeptChunks, u.KeptStoredBytes, u.KeptBytes, u.KeptForDeltas)
+			}
+		})
 	}
 }

@@ -1,0 +1,198 @@
+package test
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestDeltaReportsAgree (issue #26, item 3): with delta coding, du, gc and
+// fsck tell one story through a mount. Deleting a step whose tensors are
+// the bases of later steps' deltas frees nothing, and du says so (the bases
+// are kept, for the live deltas); gc frees what du said and reports the
+// bases it kept; fsck counts them as referenced; a damaged base is one
+// problem naming the files of its deltas; deleting the rest frees what du
+// said, bases included.
+func TestDeltaReportsAgree(t *testing.T) {
+	store, mnt := filepath.Join(t.TempDir(), "store"), t.TempDir()
+	d := startDaemon(t, store, mnt)
+	defer d.stop(syscall.SIGTERM)
+
+	// Four saves of four 512 KiB bf16 tensors, each a small step from the
+	// last: the first save's tensors become the keyframes (bases).
+	const tensors, elems = 4, 256 << 10
+	rng := rand.New(rand.NewPCG(26, 3))
+	w := make([][]float64, tensors)
+	for i := range w {
+		w[i] = make([]float64, elems)
+		for j := range w[i] {
+			w[i][j] = rng.NormFloat64() * 0.02
+		}
+	}
+	steps := []string{"100", "110", "120", "130"}
+	for s, step := range steps {
+		var ts []stTensor
+		for i := range w {
+			b := make([]byte, 2*elems)
+			for j := range w[i] {
+				if s > 0 {
+					w[i][j] += rng.NormFloat64() * 0.0002
+				}
+				binary.LittleEndian.PutUint16(b[2*j:], uint16(math.Float32bits(float32(w[i][j]))>>16))
+			}
+			ts = append(ts, stTensor{name: fmt.Sprintf("layer.%d.weight", i), dtype: "BF16", shape: []int64{elems}, data: b})
+		}
+		writeSafetensors(t, filepath.Join(mnt, "runs/r", step, "model.safetensors"), ts)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for statsJSON(t, mnt)["reencode_pending"] != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the re-encode queue did not drain")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	deltas := statsJSON(t, mnt)["delta_chunks"]
+	if deltas != tensors*int64(len(steps)-1) {
+		t.Fatalf("%d delta chunks, want %d", deltas, tensors*(len(steps)-1))
+	}
+
+	// The first save's chunks: its tensors are the bases.
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(mnt, "runs/r/100/model.safetensors"), &st); err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		Chunks []struct {
+			ID  string `json:"id"`
+			Len int64  `json:"len"`
+		} `json:"chunks"`
+	}
+	raw, err := os.ReadFile(filepath.Join(mnt, ".ckptfs", "manifests", strconv.FormatUint(st.Ino, 10)))
+	if err != nil || json.Unmarshal(raw, &m) != nil {
+		t.Fatalf("manifest: %v %s", err, raw)
+	}
+
+	type usage struct {
+		FreesBytes       int64 `json:"frees_bytes"`
+		FreesChunks      int   `json:"frees_chunks"`
+		FreesStoredBytes int64 `json:"frees_stored_bytes"`
+		KeptBytes        int64 `json:"kept_bytes"`
+		KeptChunks       int   `json:"kept_chunks"`
+		KeptStoredBytes  int64 `json:"kept_stored_bytes"`
+		KeptForDeltas    int   `json:"kept_for_deltas"`
+	}
+	type gcResult struct {
+		Chunks            int   `json:"freed_chunks"`
+		FreedBytes        int64 `json:"freed_bytes"`
+		FreedRawBytes     int64 `json:"freed_raw_bytes"`
+		BasesKept         int   `json:"bases_kept"`
+		BasesKeptBytes    int64 `json:"bases_kept_bytes"`
+		BasesKeptRawBytes int64 `json:"bases_kept_raw_bytes"`
+		LiveDeltas        int   `json:"live_deltas"`
+	}
+	type problem struct {
+		Kind       string   `json:"kind"`
+		Chunk      string   `json:"chunk"`
+		Deltas     int      `json:"deltas"`
+		DeltaFiles []string `json:"delta_files"`
+	}
+	type fsckResult struct {
+		Bases        int       `json:"bases"`
+		Unreferenced int       `json:"unreferenced"`
+		Problems     []problem `json:"problems"`
+	}
+	du := func(paths ...string) usage {
+		var out struct {
+			Total usage `json:"total"`
+		}
+		ckptfsJSON(t, &out, append([]string{"du", "--json"}, paths...)...)
+		return out.Total
+	}
+	agree := func(what string, u usage, g gcResult) {
+		t.Helper()
+		if g.Chunks != u.FreesChunks || g.FreedRawBytes != u.FreesBytes || g.FreedBytes != u.FreesStoredBytes {
+			t.Errorf("%s: gc freed %d chunks, %d B (%d raw); du said %d, %d B (%d raw)", what, g.Chunks, g.FreedBytes, g.FreedRawBytes, u.FreesChunks, u.FreesStoredBytes, u.FreesBytes)
+		}
+		if g.BasesKept != u.KeptChunks || g.BasesKeptRawBytes != u.KeptBytes || g.BasesKeptBytes != u.KeptStoredBytes || g.LiveDeltas != u.KeptForDeltas {
+			t.Errorf("%s: gc kept %d bases, %d B (%d raw) for %d deltas; du said %d, %d B (%d raw) for %d", what, g.BasesKept, g.BasesKeptBytes, g.BasesKeptRawBytes, g.LiveDeltas, u.KeptChunks, u.KeptStoredBytes, u.KeptBytes, u.KeptForDeltas)
+		}
+	}
+
+	// Deleting the first save frees nothing but what only it holds (the
+	// header chunk, if its own), and keeps its tensors for the deltas.
+	first := filepath.Join(mnt, "runs/r/100")
+	u := du(first)
+	if u.KeptChunks != tensors || u.KeptBytes != tensors*2*elems || u.KeptForDeltas != int(deltas) || u.FreesBytes >= 2*elems {
+		t.Errorf("du of the first save: %+v; want %d bases kept for %d deltas, freeing less than a tensor", u, tensors, deltas)
+	}
+	if _, out, _ := ckptfs(t, "du", first); !strings.Contains(out, fmt.Sprintf("bases of %d live deltas", deltas)) {
+		t.Errorf("du does not say why it keeps the bases:\n%s", out)
+	}
+	if err := os.RemoveAll(first); err != nil {
+		t.Fatal(err)
+	}
+	var g gcResult
+	ckptfsJSON(t, &g, "gc", "--json", "--grace", "0", mnt)
+	agree("the first save", u, g)
+	var f fsckResult
+	ckptfsJSON(t, &f, "fsck", "--json", mnt)
+	if f.Unreferenced != 0 || f.Bases != tensors || len(f.Problems) != 0 {
+		t.Errorf("fsck after gc: %+v; want no unreferenced objects, %d bases", f, tensors)
+	}
+
+	// A damaged base is one problem, with its deltas' files.
+	base := m.Chunks[len(m.Chunks)-1].ID // the last tensor's (last) chunk
+	obj := filepath.Join(store, "objects", base[:2], base[2:4], base[4:])
+	good, err := os.ReadFile(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := slices.Clone(good)
+	bad[len(bad)/2] ^= 0x40
+	if err := os.WriteFile(obj, bad, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := ckptfs(t, "fsck", "--json", "--read-data", mnt)
+	if code != 1 || jsonUnmarshal(out, &f) != nil {
+		t.Fatalf("fsck --read-data of a damaged base: exit %d\n%s%s", code, out, errOut)
+	}
+	want := []string{"/runs/r/110/model.safetensors", "/runs/r/120/model.safetensors", "/runs/r/130/model.safetensors"}
+	if len(f.Problems) != 1 || f.Problems[0].Chunk != base || f.Problems[0].Kind != "corrupt-chunk" || f.Problems[0].Deltas != len(steps)-1 || !slices.Equal(f.Problems[0].DeltaFiles, want) {
+		t.Errorf("fsck --read-data of a damaged base: %+v; want one corrupt-chunk of %s with %d deltas in %v", f.Problems, base, len(steps)-1, want)
+	}
+	if err := os.WriteFile(obj, good, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	// Deleting the other saves frees their deltas and, with the last of
+	// them, the bases.
+	var rest []string
+	for _, s := range steps[1:] {
+		rest = append(rest, filepath.Join(mnt, "runs/r", s))
+	}
+	u = du(rest...)
+	if u.KeptChunks != 0 || u.FreesBytes < int64(len(steps))*tensors*2*elems {
+		t.Errorf("du of the other saves: %+v; want every tensor of every save freed, bases too", u)
+	}
+	for _, p := range rest {
+		if err := os.RemoveAll(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ckptfsJSON(t, &g, "gc", "--json", mnt)
+	agree("the other saves", u, g)
+	ckptfsJSON(t, &f, "fsck", "--json", mnt)
+	if st := statsJSON(t, mnt); st["chunks"] != 0 || f.Unreferenced != 0 || f.Bases != 0 {
+		t.Errorf("after deleting everything: %d chunks indexed, fsck %+v", st["chunks"], f)
+	}
+}
