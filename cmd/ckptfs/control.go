@@ -24,8 +24,15 @@ import (
 // only the daemon knows the manifests of open files and coordinates with its
 // commits.
 // The protocol is one JSON request line, answered by JSON lines: any number of
-// {"progress": …} and then one {"result": …} or {"error": "…"}.
+// {"progress": …} (a gc.Progress, at most one per progressEvery besides the
+// first and last of each phase) and then one {"result": …} or {"error": "…"}.
+// A client ignores what it does not know of a result, so a newer daemon's
+// answer decodes in an older client.
 const socketName = "daemon.sock"
+
+// progressEvery spaces the progress messages of one request: the client
+// redraws at most every redrawEvery, so more would only cost the socket.
+const progressEvery = 100 * time.Millisecond
 
 type controlRequest struct {
 	Op       string        `json:"op"` // "gc", "fsck" or "du"
@@ -87,7 +94,7 @@ func handleControl(ctx context.Context, conn net.Conn, store *cas.Store, fsys *f
 		return
 	}
 	enc := json.NewEncoder(conn)
-	progress := func(p gc.Progress) { enc.Encode(controlReply{Progress: &p}) }
+	progress := throttle(func(p gc.Progress) { enc.Encode(controlReply{Progress: &p}) })
 	var result any
 	var err error
 	switch req.Op {
@@ -128,6 +135,22 @@ func handleControl(ctx context.Context, conn net.Conn, store *cas.Store, fsys *f
 		return
 	}
 	enc.Encode(controlReply{Result: b})
+}
+
+// throttle passes on to send the first and the last progress of each phase,
+// and otherwise at most one every progressEvery. It is not safe for
+// concurrent use: each request's work reports from one goroutine.
+func throttle(send func(gc.Progress)) func(gc.Progress) {
+	var last time.Time
+	var phase string
+	return func(p gc.Progress) {
+		now := time.Now()
+		if p.Phase == phase && now.Sub(last) < progressEvery && (p.Total == 0 || p.Done < p.Total) {
+			return
+		}
+		phase, last = p.Phase, now
+		send(p)
+	}
 }
 
 // checkPeer accepts a connection from the daemon's own user or root.

@@ -1,0 +1,135 @@
+package test
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// Progress of the long commands (issue #26, item 10): on a terminal stderr
+// gets a line redrawn with bytes, rate and ETA; elsewhere one summary line;
+// --json stays as it was, with nothing on stderr.
+
+// inTerminal runs the CLI with a pseudo-terminal for stdin, stdout and
+// stderr (script(1) from util-linux) and returns everything it wrote there.
+func inTerminal(t testing.TB, args ...string) string {
+	t.Helper()
+	script, err := exec.LookPath("script")
+	if err != nil {
+		t.Fatalf("script(1) (util-linux) runs the CLI on a pseudo-terminal: %v", err)
+	}
+	line := ckptfsBin
+	for _, a := range args {
+		line += " '" + a + "'"
+	}
+	var out, errOut bytes.Buffer
+	cmd := exec.Command(script, "-qec", line, "/dev/null")
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("ckptfs %s on a terminal: %v\n%s%s", strings.Join(args, " "), err, out.String(), errOut.String())
+	}
+	return out.String()
+}
+
+// redraw matches one redraw of a bar: carriage return, erase the line, the
+// phase.
+func redraw(phase string) *regexp.Regexp {
+	return regexp.MustCompile(`\r\x1b\[K` + phase + ` +\[[#.]{30}\] [0-9.]+ [KMG]?i?B/[0-9.]+ [KMG]?i?B`)
+}
+
+// TestProgressSummaries: import, gc and fsck --read-data through a mount,
+// with stderr a pipe, write exactly one line there, naming the bytes copied,
+// freed or read, and the time; with --json, nothing. On a terminal they draw
+// their bars and clear them before the result.
+func TestProgressSummaries(t *testing.T) {
+	tmp := t.TempDir()
+	store, mnt := filepath.Join(tmp, "store"), filepath.Join(tmp, "mnt")
+	os.MkdirAll(mnt, 0o755)
+	src := filepath.Join(tmp, "src")
+	os.MkdirAll(src, 0o755)
+	for i, name := range []string{"a.bin", "b.bin"} {
+		if err := os.WriteFile(filepath.Join(src, name), randBytes(uint64(60+i), 16<<20), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	startDaemon(t, store, mnt)
+
+	num := `[0-9]+`
+	size := `[0-9.]+ [KMG]?i?B`
+	for _, tc := range []struct {
+		args   []string
+		stderr string // the one line, a regexp
+		stdout string // in stdout
+	}{
+		{[]string{"import", mnt, src, "runs/one"}, `import: copied 2 files, 32.0 MiB in [0-9.]+s \(` + size + `/s\); added 32.0 MiB to the store`, "imported"},
+		{[]string{"import", "--json", mnt, src, "runs/two"}, "", `"logical_bytes": 33554432`},
+		{[]string{"rm", filepath.Join(mnt, "runs/one")}, "", ""},
+		{[]string{"gc", "--grace", "0", mnt}, `gc: freed 0 B \(0 chunks\) of ` + num + ` objects in [0-9.]+s`, "freed 0 chunks"},
+		{[]string{"rm", filepath.Join(mnt, "runs/two/a.bin")}, "", ""},
+		{[]string{"gc", "--grace", "0", mnt}, `gc: freed 16.0 MiB \((` + num + `) chunks\) of ` + num + ` objects in [0-9.]+s`, "freed "},
+		{[]string{"gc", "--grace", "0", "--json", mnt}, "", `"freed_chunks": 0`},
+		{[]string{"fsck", "--read-data", mnt}, `fsck: checked 1 files, (` + num + `) chunks, read and verified ` + num + ` objects, 16.0 MiB in [0-9.]+s \(` + size + `/s\); 0 problems`, "0 problems"},
+		{[]string{"fsck", "--read-data", "--json", mnt}, "", `"files": 1`},
+	} {
+		name := strings.Join(tc.args, " ")
+		if tc.args[0] == "rm" {
+			if err := os.RemoveAll(tc.args[1]); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		code, out, errOut := ckptfs(t, tc.args...)
+		if code != 0 {
+			t.Fatalf("ckptfs %s: exit %d\n%s%s", name, code, out, errOut)
+		}
+		t.Logf("ckptfs %s: stderr %q", name, errOut)
+		if tc.stderr == "" && errOut != "" {
+			t.Errorf("ckptfs %s: stderr %q, want nothing", name, errOut)
+		}
+		if tc.stderr != "" && !regexp.MustCompile(`^`+tc.stderr+`\n$`).MatchString(errOut) {
+			t.Errorf("ckptfs %s: stderr %q, want one line matching %q", name, errOut, tc.stderr)
+		}
+		if !strings.Contains(out, tc.stdout) {
+			t.Errorf("ckptfs %s: stdout %q, want %q in it", name, out, tc.stdout)
+		}
+		// The chunk counts agree with the results on stdout.
+		if m := regexp.MustCompile(tc.stderr).FindStringSubmatch(errOut); len(m) > 1 {
+			var want string
+			switch tc.args[0] {
+			case "gc":
+				want = "freed " + m[1] + " chunks"
+			case "fsck":
+				want = m[1] + " chunks"
+			}
+			if !strings.Contains(out, want) {
+				t.Errorf("ckptfs %s: stderr says %q, stdout does not: %q", name, m[0], out)
+			}
+		}
+	}
+
+	// On a terminal: the bar, then its line cleared, then the result.
+	for _, tc := range []struct {
+		args  []string
+		phase string
+		last  string
+	}{
+		{[]string{"import", mnt, src, "runs/three"}, "import", "imported "},
+		{[]string{"fsck", "--read-data", mnt}, "read", "checked "},
+	} {
+		out := inTerminal(t, tc.args...)
+		name := strings.Join(tc.args, " ")
+		if !redraw(tc.phase).MatchString(out) {
+			t.Errorf("ckptfs %s on a terminal: no %s bar in %q", name, tc.phase, out)
+		}
+		if i, j := strings.LastIndex(out, "\r\x1b[K"), strings.Index(out, tc.last); i < 0 || j < i || strings.Contains(out[i:j], tc.phase) {
+			t.Errorf("ckptfs %s on a terminal: the bar is not cleared before the result: %q", name, out)
+		}
+		if strings.Contains(out, tc.args[0]+": ") {
+			t.Errorf("ckptfs %s on a terminal: a summary line besides the bar: %q", name, out)
+		}
+	}
+}
