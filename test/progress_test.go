@@ -6,8 +6,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/ckptfs/ckptfs/internal/s3test"
 )
 
 // Progress of the long commands (issue #26, item 10): on a terminal stderr
@@ -131,5 +135,59 @@ func TestProgressSummaries(t *testing.T) {
 		if strings.Contains(out, tc.args[0]+": ") {
 			t.Errorf("ckptfs %s on a terminal: a summary line besides the bar: %q", name, out)
 		}
+	}
+}
+
+// TestSyncProgress: ckptfs sync says what it uploaded, also when the round
+// it waited for was the daemon's (the upload starts at the commit); with
+// stderr a pipe, that line on stdout is all; on a terminal stderr shows the
+// upload with its rate and ETA. Every PUT is slowed by a proxy so that the
+// upload outlasts a few redraws.
+func TestSyncProgress(t *testing.T) {
+	srv := s3test.Start(t)
+	srv.SetEnv(t)
+	proxy := s3test.NewProxy(t, srv.Endpoint)
+	t.Setenv("AWS_ENDPOINT_URL", proxy.URL)
+	tmp := t.TempDir()
+	store, mnt := filepath.Join(tmp, "store"), filepath.Join(tmp, "mnt")
+	os.MkdirAll(mnt, 0o755)
+	startDaemon(t, store, mnt, remoteFlag, srv.URL("progress"))
+
+	line := regexp.MustCompile(`^uploaded ([0-9]+) chunks, ([0-9.]+ MiB) in [0-9.]+s \([0-9.]+ [KM]iB/s\) to s3://` + s3test.Bucket + `/progress( at \S+)?(; [0-9.]+ MiB sent)?\n$`)
+	proxy.Set(s3test.Fault{Match: s3test.IsPut, Delay: 200 * time.Millisecond})
+	if err := os.WriteFile(filepath.Join(mnt, "one.bin"), randBytes(70, 16<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := ckptfs(t, "sync", mnt)
+	t.Logf("sync: %q %q", out, errOut)
+	if code != 0 || errOut != "" {
+		t.Fatalf("sync: exit %d, stderr %q; want 0 and nothing", code, errOut)
+	}
+	m := line.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("sync: stdout %q, want one line matching %q", out, line)
+	}
+	if n, _ := strconv.Atoi(m[1]); n == 0 || m[2] == "0.0 MiB" {
+		t.Errorf("sync waited for the daemon's upload of one.bin, and says %q", out)
+	}
+	if p := statsJSON(t, mnt)[statPending]; p != 0 {
+		t.Errorf("%s = %d after sync", statPending, p)
+	}
+	code, out, errOut = ckptfs(t, "sync", mnt)
+	if want := "nothing to upload: everything committed is in s3://" + s3test.Bucket + "/progress"; code != 0 || !strings.HasPrefix(out, want) || strings.Count(out, "\n") != 1 || errOut != "" {
+		t.Errorf("sync again: exit %d, %q %q; want one line %q…", code, out, errOut, want)
+	}
+
+	if err := os.WriteFile(filepath.Join(mnt, "two.bin"), randBytes(71, 16<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	term := inTerminal(t, "sync", mnt)
+	t.Logf("sync on a terminal: %q", term)
+	withRate := regexp.MustCompile(redraw("upload").String() + `  [0-9.]+ [KM]iB/s  ETA [0-9]+s`)
+	if n := len(withRate.FindAllString(term, -1)); n == 0 {
+		t.Errorf("sync on a terminal: no redraw with a rate and an ETA in %q", term)
+	}
+	if !regexp.MustCompile(`\r\x1b\[Kuploaded [0-9]+ chunks`).MatchString(term) {
+		t.Errorf("sync on a terminal: the bar is not cleared before what it uploaded: %q", term)
 	}
 }

@@ -96,3 +96,24 @@ func TestThrottle(t *testing.T) {
 		}
 	}
 }
+
+func TestFormatSync(t *testing.T) {
+	for _, tc := range []struct {
+		r    syncResult
+		old  bool
+		want string
+	}{
+		{syncResult{Remote: "s3://b/p", Chunks: 3, RawBytes: 300 << 20, SentBytes: 120 << 20, Present: 2, Seconds: 3},
+			false, "uploaded 3 chunks, 300.0 MiB in 3.0s (100.0 MiB/s) to s3://b/p; 120.0 MiB sent; 2 chunks were there already"},
+		{syncResult{Remote: "s3://b/p", Chunks: 1, RawBytes: 1 << 20, SentBytes: 1<<20 + 40, Seconds: 0.5},
+			false, "uploaded 1 chunks, 1.0 MiB in 0.5s (2.0 MiB/s) to s3://b/p"},
+		{syncResult{Remote: "s3://b/p", Present: 4, Seconds: 0.1},
+			false, "uploaded 0 chunks, 0 B in 0.1s to s3://b/p; 4 chunks were there already"},
+		{syncResult{Remote: "s3://b/p", Seconds: 0.1}, false, "nothing to upload: everything committed is in s3://b/p"},
+		{syncResult{}, true, "synced: everything committed is in the bucket (the daemon, an older ckptfs, does not say what it uploaded)"},
+	} {
+		if got := formatSync(tc.r, tc.old); got != tc.want {
+			t.Errorf("formatSync(%+v, %v) = %q, want %q", tc.r, tc.old, got, tc.want)
+		}
+	}
+}
