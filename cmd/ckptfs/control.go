@@ -36,7 +36,7 @@ const socketName = "daemon.sock"
 const progressEvery = 100 * time.Millisecond
 
 type controlRequest struct {
-	Op       string        `json:"op"` // "gc", "fsck" or "du"
+	Op       string        `json:"op"` // "gc", "fsck", "du", "earliest" or "sync"
 	Grace    time.Duration `json:"grace"`
 	DryRun   bool          `json:"dry_run"`
 	ReadData bool          `json:"read_data"`
