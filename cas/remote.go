@@ -102,6 +102,7 @@ type remoteState struct {
 	pending  int64 // bytes of chunks the last round found not uploaded (under fetchMu)
 	uploaded int64
 	read     int64
+	up       UploadProgress // under fetchMu
 }
 
 type fetchedObj struct {
@@ -136,6 +137,34 @@ type RemoteStats struct {
 	PendingBytes  int64 `json:"remote_pending_bytes"`  // raw bytes of committed chunks not in the bucket yet (as of the last round)
 	UploadedBytes int64 `json:"remote_uploaded_bytes"` // object bytes this process uploaded
 	ReadBytes     int64 `json:"remote_read_bytes"`     // object bytes this process fetched
+}
+
+// UploadProgress counts what upload rounds have done since the store was
+// opened, whoever started them (the daemon's uploader or ckptfs sync): the
+// difference of two readings is what went up between them. A round's
+// chunks are settled once each is in the bucket, put by the round or found
+// there already (a dedup hit).
+type UploadProgress struct {
+	PendingBytes int64 // raw bytes of the current (or last, if it failed) round's chunks not settled yet
+	SettledBytes int64 // raw bytes of chunks settled
+	Chunks       int64 // chunks put into the bucket
+	RawBytes     int64 // their raw bytes
+	SentBytes    int64 // their object bytes (what went over the wire)
+	Present      int64 // chunks found in the bucket already
+}
+
+// UploadProgress returns the upload counters; the zero value for a store
+// without a remote.
+func (s *Store) UploadProgress() UploadProgress {
+	if s.remote == nil {
+		return UploadProgress{}
+	}
+	r := s.remote
+	r.fetchMu.Lock()
+	defer r.fetchMu.Unlock()
+	p := r.up
+	p.PendingBytes = r.pending
+	return p
 }
 
 func (s *Store) remoteStats() RemoteStats {
@@ -430,8 +459,14 @@ func (s *Store) uploadChunks(ctx context.Context, need map[ID]uint32) error {
 				}
 				r.fetchMu.Lock()
 				r.pending -= int64(need[id])
-				if !exists {
+				r.up.SettledBytes += int64(need[id])
+				if exists {
+					r.up.Present++
+				} else {
 					r.uploaded += int64(len(obj))
+					r.up.Chunks++
+					r.up.RawBytes += int64(need[id])
+					r.up.SentBytes += int64(len(obj))
 				}
 				r.fetchMu.Unlock()
 				mu.Lock()

@@ -304,3 +304,43 @@ func TestCollectRemote(t *testing.T) {
 		t.Fatalf("re-committed chunks not uploaded again: %d objects, want %d", count(), all)
 	}
 }
+
+// TestUploadProgress: the upload counters say what each round put into the
+// bucket, raw and sent, and what it found there already (a second store
+// uploading the same file), and nothing stays pending after a round.
+func TestUploadProgress(t *testing.T) {
+	ctx := context.Background()
+	remote := mem.New(backend.Properties{DurableOnPut: true, AtomicPut: true})
+	data := pseudoRandom(300000, 3)
+	var chunks int64 // distinct chunks of data, from the first store's index
+	for i, dir := range []string{"a", "b"} {
+		s, err := Open(filepath.Join(t.TempDir(), dir), Options{Remote: remote})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if got := s.UploadProgress(); got != (UploadProgress{}) {
+			t.Fatalf("store %s before any round: %+v", dir, got)
+		}
+		commitNamed(t, s, "one.bin", data)
+		if err := s.UploadRound(ctx); err != nil {
+			t.Fatal(err)
+		}
+		got := s.UploadProgress()
+		var counts Counts
+		if err := s.View(func(tx *Tx) error { counts = tx.Counts(); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if got.PendingBytes != 0 || got.SettledBytes != counts.UniqueBytes {
+			t.Errorf("store %s: %+v; want nothing pending and %d bytes settled", dir, got, counts.UniqueBytes)
+		}
+		if i == 0 {
+			chunks = counts.Chunks
+			if got.Chunks != chunks || got.RawBytes != counts.UniqueBytes || got.SentBytes <= 0 || got.Present != 0 {
+				t.Errorf("first upload: %+v; want %d chunks, %d raw bytes, none present", got, chunks, counts.UniqueBytes)
+			}
+		} else if got.Chunks != 0 || got.RawBytes != 0 || got.SentBytes != 0 || got.Present != chunks {
+			t.Errorf("second store, same file: %+v; want all %d chunks present, none put", got, chunks)
+		}
+	}
+}

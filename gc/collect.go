@@ -192,6 +192,9 @@ func Collect(ctx context.Context, s *cas.Store, opts Options) (Result, error) {
 		return collectRemote(ctx, s, opts, start, res)
 	}
 
+	if len(candidates) > 0 { // a batch may take seconds: say the phase began
+		report(opts, "sweep", 0, int64(len(candidates)))
+	}
 	for i := 0; i < len(candidates); i += sweepBatch {
 		step := candidates[i:min(i+sweepBatch, len(candidates))]
 		r, err := s.Sweep(ctx, step)

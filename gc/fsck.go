@@ -17,6 +17,8 @@ import (
 // FsckOptions configure Fsck.
 type FsckOptions struct {
 	ReadData bool // decode every object and check its hash, not only its presence
+	// Progress, when set, is called as ReadData's reading advances: phase
+	// "read", in raw bytes of the indexed chunks.
 	Progress func(Progress)
 }
 
@@ -432,12 +434,12 @@ func (c *fscker) checkObjects(ctx context.Context) error {
 		id   cas.ID
 		info cas.ChunkInfo
 	}
-	var total int64
-	if err := c.s.View(func(tx *cas.Tx) error { total = tx.Counts().Chunks; return nil }); err != nil {
+	var total int64 // raw bytes, for ReadData's progress
+	if err := c.s.View(func(tx *cas.Tx) error { total = tx.Counts().UniqueBytes; return nil }); err != nil {
 		return fmt.Errorf("read index: %w", err)
 	}
 	var start cas.ID
-	var done int64
+	var done, doneBytes int64
 	for more := true; more; {
 		var rows []row
 		err := c.s.View(func(tx *cas.Tx) error {
@@ -458,7 +460,7 @@ func (c *fscker) checkObjects(ctx context.Context) error {
 			start, overflow = nextID(rows[len(rows)-1].id)
 			more = !overflow
 		}
-		for _, r := range rows {
+		for i, r := range rows {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
@@ -466,8 +468,9 @@ func (c *fscker) checkObjects(ctx context.Context) error {
 				return err
 			}
 			done++
-			if c.opts.ReadData && c.opts.Progress != nil && done%256 == 0 {
-				c.opts.Progress(Progress{Phase: "read", Done: done, Total: total})
+			doneBytes += int64(r.info.RawLen)
+			if c.opts.ReadData && c.opts.Progress != nil && (done%16 == 0 || !more && i == len(rows)-1) {
+				c.opts.Progress(Progress{Phase: "read", Done: doneBytes, Total: max(total, doneBytes), Bytes: true})
 			}
 		}
 	}

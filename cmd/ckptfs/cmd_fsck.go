@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/ckptfs/ckptfs/cas"
 	"github.com/ckptfs/ckptfs/gc"
@@ -49,17 +50,19 @@ func runFsck(ctx context.Context, c command, args []string, stdout, stderr io.Wr
 		defer s.Close()
 		res, err = gc.Fsck(ctx, s, gc.FsckOptions{ReadData: *readData, Progress: bar.update})
 	}
-	bar.done()
 	if err != nil {
+		bar.finish("")
 		return err
 	}
 	if *asJSON {
+		bar.finish("")
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(res); err != nil {
 			return err
 		}
 	} else {
+		bar.finish(fsckSummary(res, *readData, bar.latest(), bar.elapsed()))
 		for _, p := range res.Problems {
 			fmt.Fprintln(stdout, p)
 		}
@@ -89,4 +92,20 @@ func runFsck(ctx context.Context, c command, args []string, stdout, stderr io.Wr
 		return fmt.Errorf("%w: %d problems", errFaults, len(res.Problems))
 	}
 	return nil
+}
+
+// fsckSummary is fsck's line on stderr when that is not a terminal: what it
+// checked, and with --read-data the bytes it read and verified and how fast
+// (from the last progress of the "read" phase, whose Done is bytes).
+func fsckSummary(res gc.FsckResult, readData bool, last gc.Progress, d time.Duration) string {
+	s := fmt.Sprintf("fsck: checked %d files, %d chunks", res.Files, res.Chunks)
+	if readData {
+		s += fmt.Sprintf(", read and verified %d objects", res.ObjectsRead)
+	}
+	if readData && last.Phase == "read" && last.Bytes {
+		s += ", " + formatRate(last.Done, d)
+	} else {
+		s += fmt.Sprintf(" in %.1fs", d.Seconds())
+	}
+	return s + fmt.Sprintf("; %d problems", len(res.Problems))
 }

@@ -41,19 +41,22 @@ func runGC(ctx context.Context, c command, args []string, stdout, stderr io.Writ
 		defer s.Close()
 		res, err = gc.Collect(ctx, s, gc.Options{Grace: time.Duration(grace), DryRun: *dryRun, Progress: bar.update})
 	}
-	bar.done()
 	if err != nil {
+		bar.finish("")
 		return err
-	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(res)
 	}
 	verb := "freed"
 	if res.DryRun {
 		verb = "would free"
 	}
+	if *asJSON {
+		bar.finish("")
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	bar.finish(fmt.Sprintf("gc: %s %s (%d chunks) of %d objects in %.1fs",
+		verb, formatBytes(res.FreedBytes+res.RemoteCollectResult.FreedBytes), res.Chunks+res.RemoteCollectResult.Freed, res.Objects, bar.elapsed().Seconds()))
 	fmt.Fprintf(stdout, "%s %d chunks, %s (%s raw)\n", verb, res.Chunks, formatBytes(res.FreedBytes), formatBytes(res.FreedRawBytes))
 	fmt.Fprintf(stdout, "objects %d, referenced %d, unreferenced %d (%d kept: younger than %v; %d in use by commits)\n",
 		res.Objects, res.Marked, res.Unreferenced, res.Young, time.Duration(grace), res.Skipped)

@@ -95,16 +95,18 @@ func runImport(ctx context.Context, c command, args []string, stdout, stderr io.
 		return err
 	}
 	start := time.Now()
-	sum, err := importInto(ctx, mnt, srcAbs, dest, entries, total, stderr)
+	bar := newProgressBar(stderr)
+	sum, err := importInto(ctx, mnt, srcAbs, dest, entries, total, bar)
 	if err != nil && ctx.Err() != nil {
 		err = fmt.Errorf("interrupted: %s is partial (%d of %d files imported; no file is truncated)", dest, sum.Files, countFiles(entries))
 	}
-	reencoded, uerr := unmount()
+	reencoded, uerr := unmount(bar.update)
 	if err == nil {
 		err = uerr
 	}
 	sum.ReencodedChunks = reencoded
 	if err != nil {
+		bar.finish("")
 		return err
 	}
 	sum.Target, _ = filepath.Abs(targetArg)
@@ -114,10 +116,13 @@ func runImport(ctx context.Context, c command, args []string, stdout, stderr io.
 		sum.Ratio = &r
 	}
 	if *asJSON {
+		bar.finish("")
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(sum)
 	}
+	bar.finish(fmt.Sprintf("import: copied %d files, %s; added %s to the store",
+		sum.Files, formatRate(sum.LogicalBytes, time.Duration(sum.Seconds*float64(time.Second))), formatBytes(sum.AddedBytes)))
 	fmt.Fprintf(stdout, "imported %s into %s at %s: %d files, %d directories, %d symlinks\n", sum.Source, sum.Target, sum.Dest, sum.Files, sum.Dirs, sum.Symlinks)
 	tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
 	fmt.Fprintf(tw, "logical\t%s\t(%d bytes)\n", formatBytes(sum.LogicalBytes), sum.LogicalBytes)
@@ -227,10 +232,11 @@ func modeType(m uint32) fs.FileMode {
 // importMount returns the mount root to copy into and what to call when done:
 // TARGET itself when it is a mountpoint, else a temporary mount of the store
 // TARGET (created when TARGET does not exist), whose unmount also encodes the
-// chunks the copy stored raw and says how many.
-func importMount(ctx context.Context, target string, encoders int, stderr io.Writer) (string, func() (int, error), error) {
+// chunks the copy stored raw, reporting that as phase "encode", and says how
+// many.
+func importMount(ctx context.Context, target string, encoders int, stderr io.Writer) (string, func(progress func(gc.Progress)) (int, error), error) {
 	if _, err := os.Stat(filepath.Join(target, ".ckptfs", "stats.json")); err == nil {
-		return target, func() (int, error) { return 0, nil }, nil
+		return target, func(func(gc.Progress)) (int, error) { return 0, nil }, nil
 	}
 	_, err := os.Stat(filepath.Join(target, "catalog.db"))
 	if err != nil {
@@ -264,7 +270,7 @@ func importMount(ctx context.Context, target string, encoders int, stderr io.Wri
 		os.Remove(tmp)
 		return "", nil, err
 	}
-	unmount := func() (reencoded int, err error) {
+	unmount := func(progress func(gc.Progress)) (reencoded int, err error) {
 		err = srv.Unmount()
 		if err != nil {
 			logger.Printf("unmount: %v; detaching lazily", err)
@@ -278,7 +284,7 @@ func importMount(ctx context.Context, target string, encoders int, stderr io.Wri
 		}
 		fsys.Close()
 		if err == nil {
-			reencoded = drainReencodes(ctx, store, logger)
+			reencoded = drainReencodes(ctx, store, logger, progress)
 		}
 		if cerr := store.Close(); err == nil {
 			err = cerr
@@ -302,8 +308,8 @@ func importMount(ctx context.Context, target string, encoders int, stderr io.Wri
 // import (the chunk is stored and verified, only larger): each is said on
 // stderr, and three in a row that are not about one damaged chunk (a full
 // disk, say) end the drain. So does ctx; what is left stays queued, and the
-// next mount re-encodes it.
-func drainReencodes(ctx context.Context, store *cas.Store, logger *log.Logger) int {
+// next mount re-encodes it. Progress is phase "encode", in chunks.
+func drainReencodes(ctx context.Context, store *cas.Store, logger *log.Logger, progress func(gc.Progress)) int {
 	var pending int64
 	if err := store.View(func(tx *cas.Tx) error {
 		pending = tx.Counts().ReencodePending
@@ -313,7 +319,8 @@ func drainReencodes(ctx context.Context, store *cas.Store, logger *log.Logger) i
 		return 0
 	}
 	done, failures := 0, 0
-	for range pending {
+	for i := range pending {
+		progress(gc.Progress{Phase: "encode", Done: i, Total: pending})
 		more, err := store.ReencodeOne(ctx)
 		switch {
 		case ctx.Err() != nil:
@@ -339,7 +346,9 @@ func drainReencodes(ctx context.Context, store *cas.Store, logger *log.Logger) i
 	return done
 }
 
-func importInto(ctx context.Context, mnt, src, dest string, entries []importEntry, total int64, stderr io.Writer) (importSummary, error) {
+// importInto copies entries from src to dest below mnt, reporting phase
+// "import" in bytes, and "commit" while it waits for a file's commit.
+func importInto(ctx context.Context, mnt, src, dest string, entries []importEntry, total int64, bar *progressBar) (importSummary, error) {
 	sum := importSummary{Source: src, Dest: dest}
 	base := filepath.Join(mnt, dest)
 	if err := checkDestFree(base, dest); err != nil {
@@ -352,12 +361,13 @@ func importInto(ctx context.Context, mnt, src, dest string, entries []importEntr
 	if err := mkdirBeneath(mnt, filepath.Dir(dest)); err != nil {
 		return sum, err
 	}
-	bar := newProgressBar(stderr)
-	defer bar.done()
 	var done int64
 	progress := func(n int64) {
 		done += n
 		bar.update(gc.Progress{Phase: "import", Done: done, Total: total, Bytes: true})
+	}
+	wait := func(rel string, size int64) func() {
+		return bar.waiting(ctx, "commit", fmt.Sprintf("%s (%s)", filepath.Join(dest, rel), formatBytes(size)))
 	}
 	buf := make([]byte, copyBlock)
 	var dirs []importEntry // set their modes and times last, deepest first
@@ -375,7 +385,7 @@ func importInto(ctx context.Context, mnt, src, dest string, entries []importEntr
 			dirs = append(dirs, e)
 			sum.Dirs++
 		case e.mode.IsRegular():
-			if err := copyFile(ctx, filepath.Join(src, e.rel), p, e, buf, progress); err != nil {
+			if err := copyFile(ctx, filepath.Join(src, e.rel), p, e, buf, progress, wait); err != nil {
 				return sum, err
 			}
 			sum.Files++
@@ -470,8 +480,10 @@ func checkDestFree(base, dest string) error {
 }
 
 // copyFile copies src to dst through a temporary name in dst's directory;
-// once committed it gets src's mode and times and its name.
-func copyFile(ctx context.Context, src, dst string, e importEntry, buf []byte, progress func(int64)) (err error) {
+// once committed it gets src's mode and times and its name. It calls
+// progress with the bytes of each write, and wait before the commit (whose
+// fsync may take seconds) and what that returns after it.
+func copyFile(ctx context.Context, src, dst string, e importEntry, buf []byte, progress func(int64), wait func(rel string, size int64) func()) (err error) {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
@@ -518,7 +530,10 @@ func copyFile(ctx context.Context, src, dst string, e importEntry, buf []byte, p
 	// fsync commits the file and waits for the commit, also on a mount with
 	// --commit async (where close alone may return first): the summary's
 	// store statistics must include it.
-	if err := out.Sync(); err != nil {
+	stop := wait(e.rel, e.size)
+	err = out.Sync()
+	stop()
+	if err != nil {
 		return fmt.Errorf("%s: %w", dst, err)
 	}
 	if err := out.Close(); err != nil {

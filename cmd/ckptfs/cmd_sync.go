@@ -2,14 +2,17 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
-
-	"github.com/ckptfs/ckptfs/gc"
+	"time"
 )
 
 // runSync asks the daemon of MOUNTPOINT for an upload round and waits for it:
-// exit 0 means every file committed before the call is in the bucket.
+// exit 0 means every file committed before the call is in the bucket. While
+// it waits, stderr shows the upload's progress on a terminal; at the end
+// stdout says what went up, whether or not it is a terminal (so no summary
+// on stderr: that line is it).
 func runSync(ctx context.Context, c command, args []string, stdout, stderr io.Writer) error {
 	fl := newFlags(c, stderr)
 	pos, err := parseArgs(fl, args, 1)
@@ -23,6 +26,37 @@ func runSync(ctx context.Context, c command, args []string, stdout, stderr io.Wr
 	if t.socket == "" {
 		return fmt.Errorf("%s is not mounted: sync talks to the daemon of a mountpoint", pos[0])
 	}
-	var res struct{}
-	return callDaemon(ctx, t.socket, controlRequest{Op: "sync"}, func(gc.Progress) {}, &res)
+	bar := newProgressBar(stderr)
+	var raw json.RawMessage
+	err = callDaemon(ctx, t.socket, controlRequest{Op: "sync"}, bar.update, &raw)
+	bar.finish("")
+	if err != nil {
+		return err
+	}
+	var res syncResult
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return fmt.Errorf("the daemon's answer: %w", err)
+	}
+	fmt.Fprintln(stdout, formatSync(res, string(raw) == "{}"))
+	return nil
+}
+
+// formatSync is sync's last line. old says the daemon runs a ckptfs from
+// before sync said what it uploaded (its answer is {}).
+func formatSync(r syncResult, old bool) string {
+	d := time.Duration(r.Seconds * float64(time.Second))
+	switch {
+	case old:
+		return "synced: everything committed is in the bucket (the daemon, an older ckptfs, does not say what it uploaded)"
+	case r.Chunks == 0 && r.Present == 0:
+		return fmt.Sprintf("nothing to upload: everything committed is in %s", r.Remote)
+	}
+	s := fmt.Sprintf("uploaded %d chunks, %s to %s", r.Chunks, formatRate(r.RawBytes, d), r.Remote)
+	if sent := formatBytes(r.SentBytes); sent != formatBytes(r.RawBytes) {
+		s += "; " + sent + " sent"
+	}
+	if r.Present > 0 {
+		s += fmt.Sprintf("; %d chunks were there already", r.Present)
+	}
+	return s
 }

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/ckptfs/ckptfs/cas"
@@ -24,11 +25,18 @@ import (
 // only the daemon knows the manifests of open files and coordinates with its
 // commits.
 // The protocol is one JSON request line, answered by JSON lines: any number of
-// {"progress": …} and then one {"result": …} or {"error": "…"}.
+// {"progress": …} (a gc.Progress, at most one per progressEvery besides the
+// first and last of each phase) and then one {"result": …} or {"error": "…"}.
+// A client ignores what it does not know of a result, so a newer daemon's
+// answer decodes in an older client.
 const socketName = "daemon.sock"
 
+// progressEvery spaces the progress messages of one request: the client
+// redraws at most every redrawEvery, so more would only cost the socket.
+const progressEvery = 100 * time.Millisecond
+
 type controlRequest struct {
-	Op       string        `json:"op"` // "gc", "fsck" or "du"
+	Op       string        `json:"op"` // "gc", "fsck", "du", "earliest" or "sync"
 	Grace    time.Duration `json:"grace"`
 	DryRun   bool          `json:"dry_run"`
 	ReadData bool          `json:"read_data"`
@@ -88,7 +96,7 @@ func handleControl(ctx context.Context, conn net.Conn, store *cas.Store, fsys *f
 		return
 	}
 	enc := json.NewEncoder(conn)
-	progress := func(p gc.Progress) { enc.Encode(controlReply{Progress: &p}) }
+	progress := throttle(func(p gc.Progress) { enc.Encode(controlReply{Progress: &p}) })
 	var result any
 	var err error
 	switch req.Op {
@@ -109,8 +117,9 @@ func handleControl(ctx context.Context, conn net.Conn, store *cas.Store, fsys *f
 		r, err = earliestUse(store, req.Groups, req.Chunks)
 		result = r
 	case "sync":
-		err = rc.sync(ctx)
-		result = struct{}{}
+		var r syncResult
+		r, err = syncWatched(ctx, store, rc.sync, progress)
+		result = r
 	case "du":
 		var r duResult
 		r, err = diskUsage(store, fsys.LiveManifests(), req.Groups)
@@ -129,6 +138,91 @@ func handleControl(ctx context.Context, conn net.Conn, store *cas.Store, fsys *f
 		return
 	}
 	enc.Encode(controlReply{Result: b})
+}
+
+// throttle passes on to send the first and the last progress of each phase,
+// and otherwise at most one every progressEvery. It is not safe for
+// concurrent use: each request's work reports from one goroutine.
+func throttle(send func(gc.Progress)) func(gc.Progress) {
+	var last time.Time
+	var phase string
+	return func(p gc.Progress) {
+		now := time.Now()
+		if p.Phase == phase && now.Sub(last) < progressEvery && (p.Total == 0 || p.Done < p.Total) {
+			return
+		}
+		phase, last = p.Phase, now
+		send(p)
+	}
+}
+
+// syncResult is the daemon's answer to sync: what upload rounds put into
+// the bucket while it ran. Rounds are serialised, and the uploader may be
+// in one when sync asks for its own, so this counts every round's work over
+// the call (the store's cas.UploadProgress before and after), not only the
+// one sync started: what the caller waited for.
+type syncResult struct {
+	Remote    string  `json:"remote"`     // the bucket's location
+	Chunks    int64   `json:"chunks"`     // chunks put into the bucket
+	RawBytes  int64   `json:"raw_bytes"`  // their raw bytes
+	SentBytes int64   `json:"sent_bytes"` // their object bytes, as sent
+	Present   int64   `json:"present"`    // chunks found in the bucket already
+	Seconds   float64 `json:"seconds"`
+}
+
+// syncPoll is how often syncWatched reads the upload counters.
+const syncPoll = 100 * time.Millisecond
+
+// syncWatched calls run (ckptfs sync: an upload round, after any in
+// progress) and, while it runs, reports the rounds' advance as the "upload"
+// phase in raw bytes: Done is what has been settled since the call began,
+// Total that plus what the current round has left. An upload round has no
+// progress callback of its own: a round sync waits for was started by the
+// uploader, so polling the store's counters is what sees both.
+func syncWatched(ctx context.Context, store *cas.Store, run func(context.Context) error, progress func(gc.Progress)) (syncResult, error) {
+	start := time.Now()
+	before := store.UploadProgress()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(syncPoll)
+		defer t.Stop()
+		var sent gc.Progress
+		for {
+			select {
+			case <-stop:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			now := store.UploadProgress()
+			p := gc.Progress{Phase: "upload", Done: now.SettledBytes - before.SettledBytes, Bytes: true}
+			p.Total = p.Done + now.PendingBytes
+			if p != sent && p.Total > 0 {
+				progress(p)
+				sent = p
+			}
+		}
+	})
+	err := run(ctx)
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		return syncResult{}, err
+	}
+	after := store.UploadProgress()
+	res := syncResult{
+		Chunks:    after.Chunks - before.Chunks,
+		RawBytes:  after.RawBytes - before.RawBytes,
+		SentBytes: after.SentBytes - before.SentBytes,
+		Present:   after.Present - before.Present,
+		Seconds:   time.Since(start).Seconds(),
+	}
+	if be := store.Remote(); be != nil {
+		res.Remote = be.Location()
+	}
+	return res, nil
 }
 
 // checkPeer accepts a connection from the daemon's own user or root.

@@ -22,6 +22,16 @@
 //   - Metrics: --metrics-addr serves Prometheus metrics (prometheus.go),
 //     updated through fusefs.Observer and cas.Observer with atomic
 //     instruments only.
+//
+// # Progress
+//
+// sync, import, gc and fsck report progress on stderr (progress.go): on a
+// terminal one line redrawn at most 4 times a second, cleared at the end;
+// elsewhere one summary line at the end (none with --json; sync's is its
+// result on stdout). Given a mountpoint, the work runs in the daemon, which
+// streams gc.Progress over the control socket (control.go); for sync it
+// polls the store's upload counters, since the round sync waits for is often
+// the uploader's.
 package main
 
 import (

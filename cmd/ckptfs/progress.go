@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -22,39 +23,85 @@ func isTerminal(w io.Writer) bool {
 	return err == nil
 }
 
-// progressBar draws one updating line on a terminal; on anything else it
-// draws nothing.
+// redrawEvery is the shortest time between two redraws of a progress bar.
+const redrawEvery = 250 * time.Millisecond
+
+// progressBar reports a long command's progress on w (stderr): on a
+// terminal, one line (formatProgress) redrawn at most every redrawEvery and
+// cleared by finish; on anything else (a log, a pipe) nothing until finish,
+// which writes one summary line. update may be called from any goroutine, as
+// often as the work likes.
 type progressBar struct {
 	w     io.Writer
-	on    bool
+	on    bool      // w is a terminal
+	began time.Time // for elapsed
+
 	mu    sync.Mutex
-	last  time.Time
-	drew  bool
-	phase string    // the phase being drawn
-	start time.Time // when it began, for its rate and ETA
+	last  time.Time   // of the last redraw
+	drew  bool        // the line holds a bar
+	start time.Time   // when the latest update's phase began, for its rate and ETA
+	final gc.Progress // the latest update, drawn or not
 }
 
 func newProgressBar(w io.Writer) *progressBar {
-	return &progressBar{w: w, on: isTerminal(w)}
+	return &progressBar{w: w, on: isTerminal(w), began: time.Now()}
 }
 
 func (p *progressBar) update(pr gc.Progress) {
-	if !p.on {
-		return
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if time.Since(p.last) < 100*time.Millisecond && pr.Done != pr.Total {
-		return
-	}
 	now := time.Now()
-	if pr.Phase != p.phase {
-		p.phase, p.start = pr.Phase, now
+	if pr.Phase != p.final.Phase {
+		p.start = now
+	}
+	p.final = pr
+	if !p.on || now.Sub(p.last) < redrawEvery {
+		return
 	}
 	p.last = now
 	fmt.Fprintf(p.w, "\r\033[K%s", formatProgress(pr, now.Sub(p.start)))
 	p.drew = true
 }
+
+// waiting draws, until stop is called or ctx ends, "PHASE WHAT ELAPSED"
+// redrawn every redrawEvery: for a call that blocks with no progress to
+// report (an fsync), so that the line does not sit still. Updates meanwhile
+// are kept but not drawn.
+func (p *progressBar) waiting(ctx context.Context, phase, what string) (stop func()) {
+	if !p.on {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		start := time.Now()
+		t := time.NewTicker(redrawEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			p.mu.Lock()
+			fmt.Fprintf(p.w, "\r\033[K%-6s %s  %s", phase, what, formatETA(time.Since(start)))
+			p.drew = true
+			p.last = time.Now()
+			p.mu.Unlock()
+		}
+	})
+	return func() { cancel(); wg.Wait() }
+}
+
+// latest returns the last update, drawn or not.
+func (p *progressBar) latest() gc.Progress {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.final
+}
+
+// elapsed is the time since the bar was made.
+func (p *progressBar) elapsed() time.Duration { return time.Since(p.began) }
 
 // formatProgress is one line of the bar: the phase, a bar when the total is
 // known, done/total in human units (bytes as KiB/MiB/GiB when pr.Bytes), the
@@ -115,11 +162,27 @@ func formatETA(d time.Duration) string {
 	}
 }
 
-// done clears the bar's line.
-func (p *progressBar) done() {
+// finish clears the bar's line on a terminal; elsewhere it writes summary,
+// when not empty, as one line: the record a log keeps of the command's
+// progress. Its callers leave summary empty with --json (whose output stays
+// as it was) and when the command's own output says the same.
+func (p *progressBar) finish(summary string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.drew {
 		fmt.Fprint(p.w, "\r\033[K")
+		p.drew = false
 	}
+	if !p.on && summary != "" {
+		fmt.Fprintln(p.w, summary)
+	}
+}
+
+// formatRate is n bytes over d as "768.0 MiB in 8.0s (96.0 MiB/s)".
+func formatRate(n int64, d time.Duration) string {
+	s := fmt.Sprintf("%s in %.1fs", formatBytes(n), d.Seconds())
+	if d > 0 && n > 0 {
+		s += fmt.Sprintf(" (%s/s)", formatBytes(int64(float64(n)/d.Seconds())))
+	}
+	return s
 }
