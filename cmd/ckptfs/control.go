@@ -227,6 +227,9 @@ func syncWatched(ctx context.Context, store *cas.Store, run func(context.Context
 
 // checkPeer accepts a connection from the daemon's own user or root.
 func checkPeer(conn net.Conn) error {
+	if w, ok := conn.(interface{ NetConn() net.Conn }); ok {
+		conn = w.NetConn() // a boundedConn
+	}
 	uc, ok := conn.(*net.UnixConn)
 	if !ok {
 		return errors.New("not a unix socket")

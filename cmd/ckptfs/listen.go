@@ -74,6 +74,10 @@ type boundedConn struct {
 	release func()
 }
 
+// NetConn returns the connection c wraps (as tls.Conn's does), for
+// SO_PEERCRED.
+func (c *boundedConn) NetConn() net.Conn { return c.Conn }
+
 func (c *boundedConn) Close() error {
 	err := c.Conn.Close()
 	c.release()
