@@ -21,6 +21,13 @@ const maxDescScan = 1 << 20
 // them.
 const minDataChunk = 4 << 10
 
+// MinDataChunk is the size from which a tensor that is a whole data segment
+// gets chunks of its own, cut by one rule in every format (see the package
+// doc). A smaller tensor shares its chunk with bytes around it that depend
+// on the container, so a tensor hash meant to match across formats must
+// hash such a tensor's bytes, not its chunks.
+const MinDataChunk = minDataChunk
+
 // headerStep bounds how many bytes a Chunker asks for beyond those it knows
 // to be metadata while it reads a header whose end it does not know yet (a
 // torch data.pkl, a GGUF header): it parses again every headerStep bytes, so
