@@ -3,6 +3,8 @@ package formats
 import (
 	"crypto/sha256"
 	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
 	"testing"
 )
@@ -136,6 +138,48 @@ func TestChunkerSameTensorsAcrossFormats(t *testing.T) {
 					}
 				}
 			})
+		}
+	}
+}
+
+// TestChunkerSameTensorsRealFiles: the same state dict saved by torch.save
+// (torch 2.15: 64-byte aligned records, data descriptors) and by
+// safetensors.save_file (testdata/gen_xformat.py) has the same tensors, by
+// name, and each tensor of at least MinDataChunk bytes has the same chunks.
+func TestChunkerSameTensorsRealFiles(t *testing.T) {
+	pt, err := os.ReadFile(filepath.Join("testdata", "xformat.pt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.ReadFile(filepath.Join("testdata", "xformat.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mc := range []int{4096, 16 << 10, 1 << 20} {
+		cpt, ixpt := chunk(pt, mc, 0)
+		cst, ixst := chunk(st, mc, 0)
+		if ixpt.Format != fmtTorch || ixst.Format != fmtSafetensors {
+			t.Fatalf("parsed as %q and %q", ixpt.Format, ixst.Format)
+		}
+		checkCuts(t, pt, cpt, ixpt, mc)
+		checkCuts(t, st, cst, ixst, mc)
+		hpt, hst := tensorChunks(pt, cpt, ixpt), tensorChunks(st, cst, ixst)
+		if len(hpt) != 8 || len(hst) != len(hpt) {
+			t.Fatalf("%d tensors in torch, %d in safetensors, want 8", len(hpt), len(hst))
+		}
+		own := 0
+		for _, tn := range ixpt.Tensors {
+			if tn.Length < MinDataChunk {
+				continue
+			}
+			own++
+			if hpt[tn.Name] == nil || !reflect.DeepEqual(hpt[tn.Name], hst[tn.Name]) {
+				t.Errorf("mc %d: tensor %s (%d bytes): %d chunks in torch, %d in safetensors, not the same",
+					mc, tn.Name, tn.Length, len(hpt[tn.Name]), len(hst[tn.Name]))
+			}
+		}
+		if own != 5 {
+			t.Fatalf("%d tensors of at least %d bytes, want 5", own, MinDataChunk)
 		}
 	}
 }
