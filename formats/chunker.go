@@ -124,9 +124,9 @@ type claimItem struct {
 // relative to its first byte, in every format: small edge chunks at both
 // ends, pieces of at most maxChunk between (see claimData). So the same
 // tensor at another file offset, or in another format, yields the same
-// chunks. All other bytes (headers,
-// unknown formats, input that stops parsing) are cut by content-defined
-// chunking (FastCDC; min 8 KiB, avg 32 KiB, max min(128 KiB, maxChunk)),
+// chunks. All other bytes (headers, unknown formats, input that stops
+// parsing) are cut by content-defined chunking (FastCDC; min 8 KiB, avg
+// 32 KiB, max min(128 KiB, maxChunk)),
 // so unchanged parts of unknown formats still deduplicate after
 // insertions. Data segments always start and end at a cut; runs of
 // non-data segments are CDC-cut as one stream.
