@@ -21,6 +21,13 @@ const maxDescScan = 1 << 20
 // them.
 const minDataChunk = 4 << 10
 
+// MinDataChunk is the size from which a tensor that is a whole data segment
+// gets chunks of its own, cut by one rule in every format (see the package
+// doc). A smaller tensor shares its chunk with bytes around it that depend
+// on the container, so a tensor hash meant to match across formats must
+// hash such a tensor's bytes, not its chunks.
+const MinDataChunk = minDataChunk
+
 // headerStep bounds how many bytes a Chunker asks for beyond those it knows
 // to be metadata while it reads a header whose end it does not know yet (a
 // torch data.pkl, a GGUF header): it parses again every headerStep bytes, so
@@ -113,12 +120,13 @@ type claimItem struct {
 // boundaries as bytes arrive (safetensors: the header first; torch zip:
 // data.pkl first, then each record's local header before its data;
 // gguf/npy: the header first; npz: each member's local and .npy headers
-// before its data). Each data segment is cut into pieces of at most
-// maxChunk starting at the segment's first byte, so the same tensor at
-// another file offset yields the same chunks (torch storage records also get
-// small edge chunks at both ends; see torchEdgeHead). All other bytes (headers,
-// unknown formats, input that stops parsing) are cut by content-defined
-// chunking (FastCDC; min 8 KiB, avg 32 KiB, max min(128 KiB, maxChunk)),
+// before its data). Each data segment of at least 4 KiB is cut by one rule
+// relative to its first byte, in every format: small edge chunks at both
+// ends, pieces of at most maxChunk between (see claimData). So the same
+// tensor at another file offset, or in another format, yields the same
+// chunks. All other bytes (headers, unknown formats, input that stops
+// parsing) are cut by content-defined chunking (FastCDC; min 8 KiB, avg
+// 32 KiB, max min(128 KiB, maxChunk)),
 // so unchanged parts of unknown formats still deduplicate after
 // insertions. Data segments always start and end at a cut; runs of
 // non-data segments are CDC-cut as one stream.
@@ -384,30 +392,32 @@ func (c *Chunker) claimRun(n int64, kind SegmentKind, then stepFunc) {
 	c.claim, c.isData = n, false
 }
 
-// claimData claims the next n bytes as one data segment, then runs then.
-func (c *Chunker) claimData(n int64, dtype string, then stepFunc) {
-	c.claimDataEdges(n, dtype, false, then)
-}
-
-// Edge chunks of torch zip records. torch.load reads each storage record's
+// Edge chunks of a data segment. torch.load reads each storage record's
 // local header (30 bytes, through a buffer of st_blksize bytes, 4 KiB on
 // ckptfs) before it maps the file, and the kernel reads whole pages: each
 // probe touches up to 4 KiB before the header (the previous record's last
 // bytes; the header is 16 or 24 bytes of data descriptor after them) and up
-// to 8 KiB after the record's data starts. Cutting those bytes into chunks
-// of their own keeps a probe from loading two 1 MiB chunks of tensor data.
-// The cuts are relative to the record's own start and end, so the same
-// tensor at another file offset still yields the same chunks.
+// to 8 KiB after the record's data starts (issue #13). Cutting those bytes
+// into chunks of their own keeps a probe from loading two 1 MiB chunks of
+// tensor data. Every format cuts its data segments the same way (issue #26):
+// the same tensor in a torch zip and in a safetensors file (an export) then
+// yields the same chunks, and a safetensors or GGUF reader that touches the
+// header's last page, or a page next to a tensor boundary, loads at most an
+// edge chunk of the tensor beside it.
 const (
-	torchEdgeHead = 8 << 10
-	torchEdgeTail = 4 << 10
+	edgeHead = 8 << 10
+	edgeTail = 4 << 10
 )
 
-// claimDataEdges is claimData; with edges (and a segment larger than both
-// edges) the segment's first torchEdgeHead and last torchEdgeTail bytes are
-// chunks of their own, and the bytes between are cut into maxChunk pieces
-// from the end of the head.
-func (c *Chunker) claimDataEdges(n int64, dtype string, edges bool, then stepFunc) {
+// claimData claims the next n bytes as one data segment, then runs then.
+// A segment of at least minDataChunk bytes starts and ends at a cut and is
+// cut by one rule, relative to its first byte, whatever the format: if it
+// is longer than both edges (and maxChunk above the head edge), its first
+// edgeHead and last edgeTail bytes are chunks of their own and the bytes
+// between are cut every maxChunk bytes from the end of the head; otherwise
+// it is cut every maxChunk bytes from its start. A smaller segment is
+// CDC-cut with its neighbours.
+func (c *Chunker) claimData(n int64, dtype string, then stepFunc) {
 	c.need, c.step = 0, then
 	if n <= 0 {
 		return
@@ -429,9 +439,9 @@ func (c *Chunker) claimDataEdges(n int64, dtype string, edges bool, then stepFun
 	c.dataEnd = c.done + n
 	c.dataNext = min(c.done+c.maxChunk, c.dataEnd)
 	c.dataTail = 0
-	if edges && c.maxChunk > torchEdgeHead && n > torchEdgeHead+torchEdgeTail {
-		c.dataNext = c.done + torchEdgeHead
-		c.dataTail = c.dataEnd - torchEdgeTail
+	if c.maxChunk > edgeHead && n > edgeHead+edgeTail {
+		c.dataNext = c.done + edgeHead
+		c.dataTail = c.dataEnd - edgeTail
 	}
 }
 
@@ -736,7 +746,7 @@ func stepZipLocal(c *Chunker, b []byte, eof bool) {
 		z.recs[key] = recInfo{c.done + int64(hl), n, true}
 		z.ents[len(z.ents)-1].csize, z.ents[len(z.ents)-1].usize = n, n
 		dtype := z.tp.dtypes[key]
-		then = func(c *Chunker, b []byte, eof bool) { c.claimDataEdges(n, dtype, true, entryEnd(n)) }
+		then = func(c *Chunker, b []byte, eof bool) { c.claimData(n, dtype, entryEnd(n)) }
 	case c.format == fmtNPZ && strings.HasSuffix(z.name, ".npy") && z.method == 0:
 		then = func(c *Chunker, b []byte, eof bool) { c.wait(12, stepNPZMember) }
 	case !z.hasDesc:

@@ -56,7 +56,7 @@ func checkCuts(t testing.TB, data []byte, cuts []int64, ix *Index, maxChunk int)
 		if s.Kind != KindData || s.Length < minDataChunk {
 			continue // small segments are CDC-cut with their neighbours
 		}
-		want := segmentCuts(ix.Format, s, int64(maxChunk))
+		want := segmentCuts(s, int64(maxChunk))
 		for _, p := range want {
 			if !isCut[p] {
 				t.Fatalf("data segment %+v: no cut at %d (want %v)", s, p, want)
@@ -75,16 +75,16 @@ func checkCuts(t testing.TB, data []byte, cuts []int64, ix *Index, maxChunk int)
 }
 
 // segmentCuts returns the cuts a data segment must have, its ends included:
-// every maxChunk bytes from its start; for a torch storage record longer than
-// both edges (and maxChunk above the head edge), its first torchEdgeHead and
-// last torchEdgeTail bytes are chunks of their own and the pieces between
+// every maxChunk bytes from its start; for a segment longer than both edges
+// (and maxChunk above the head edge), whatever the format, its first edgeHead
+// and last edgeTail bytes are chunks of their own and the pieces between
 // start after the head.
-func segmentCuts(format string, s Segment, maxChunk int64) []int64 {
+func segmentCuts(s Segment, maxChunk int64) []int64 {
 	start, end := s.Offset, s.Offset+s.Length
 	cuts := []int64{start}
 	p, tail := start, end
-	if format == fmtTorch && maxChunk > torchEdgeHead && s.Length > torchEdgeHead+torchEdgeTail {
-		p, tail = start+torchEdgeHead, end-torchEdgeTail
+	if maxChunk > edgeHead && s.Length > edgeHead+edgeTail {
+		p, tail = start+edgeHead, end-edgeTail
 		cuts = append(cuts, p)
 	}
 	for p < tail {
@@ -191,7 +191,7 @@ func TestChunkerShiftedTensor(t *testing.T) {
 		}
 		prev = c
 	}
-	if want := (len(big) + mc - 1) / mc; shared != want {
+	if want := len(segmentCuts(Segment{Length: int64(len(big))}, mc)) - 1; shared != want {
 		t.Fatalf("%d tensor chunks, want %d", shared, want)
 	}
 }
@@ -411,7 +411,7 @@ func TestChunkerTorchEdges(t *testing.T) {
 				continue
 			}
 			off, end := tn.Offset, tn.Offset+tn.Length
-			for _, p := range []int64{off, off + torchEdgeHead, end - torchEdgeTail, end} {
+			for _, p := range []int64{off, off + edgeHead, end - edgeTail, end} {
 				if !starts[p] {
 					t.Errorf("tensor %s [%d,%d): no cut at %d", tn.Name, off, end, p)
 				}
@@ -437,7 +437,7 @@ func TestChunkerTorchEdges(t *testing.T) {
 		}
 		prev = c
 	}
-	if want := 2 + (len(big)-torchEdgeHead-torchEdgeTail+mc-1)/mc; shared != want {
+	if want := 2 + (len(big)-edgeHead-edgeTail+mc-1)/mc; shared != want {
 		t.Fatalf("t0 has %d chunks, want %d", shared, want)
 	}
 }

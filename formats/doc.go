@@ -22,20 +22,35 @@
 // # Chunking invariants
 //
 //   - A data segment of at least 4 KiB always starts and ends at a cut and
-//     is cut every maxChunk bytes from its first byte. The same tensor bytes
-//     therefore give the same chunks at any file offset, and a change inside
-//     one tensor changes only that tensor's chunks. Data bytes cost O(1)
-//     work per chunk: offset arithmetic, never hashing.
-//   - Torch storage records are the exception: their first 8 KiB and last
-//     4 KiB are chunks of their own and the maxChunk pieces start after the
-//     first 8 KiB (still relative to the record, so the invariants above
-//     hold). torch.load reads every record's local header through a 4 KiB
-//     buffer, and the kernel reads the pages around it: with these edges a
-//     lazy torch.load(mmap=True) loads ~12 KiB per record instead of two
-//     1 MiB chunks of tensor data (issue #13). The same tensor saved by
-//     torch and by safetensors no longer shares its chunks.
+//     is cut by one rule relative to its first byte, in every format: if it
+//     is longer than 12 KiB (and maxChunk above 8 KiB), its first 8 KiB and
+//     last 4 KiB are chunks of their own and the bytes between are cut every
+//     maxChunk bytes from the end of the first 8 KiB; otherwise it is cut
+//     every maxChunk bytes from its start. The same tensor bytes therefore
+//     give the same chunks at any file offset and in any format (a torch
+//     storage record holding one whole tensor, a safetensors, GGUF, npy or
+//     npz tensor): exporting a torch.save checkpoint to safetensors stores
+//     almost nothing new (issue #26). A change inside one tensor changes
+//     only that tensor's chunks. Data bytes cost O(1) work per chunk: offset
+//     arithmetic, never hashing.
+//   - The edge chunks serve torch.load, which reads every record's local
+//     header through a 4 KiB buffer while the kernel reads the pages around
+//     it: a lazy torch.load(mmap=True) loads ~12 KiB per record instead of
+//     two 1 MiB chunks of tensor data (issue #13). Until issue #26 only
+//     torch records had them. That changed the cuts of every other format's
+//     data segments larger than 12 KiB: files written since then share no
+//     data chunks with the same tensors written before (one full copy of each
+//     such tensor after an upgrade). Stored files keep their chunks: reading
+//     never depends on the cutter.
 //   - Smaller data segments (a chunk is a store object: 10^6 scalars must
-//     not cost 10^6 of them) and all other bytes (headers, pickles, zip
+//     not cost 10^6 of them) are cut with the bytes around them, which
+//     differ between containers (zip headers in torch, neighbour tensors in
+//     safetensors), so a tensor under 4 KiB rarely shares its chunk across
+//     formats. That costs at most the small tensors' own bytes plus their
+//     neighbours, a small share of any checkpoint whose bytes are mostly
+//     in tensors of 4 KiB or more; consumers that compare tensors should
+//     hash such tensors' bytes rather than their chunks.
+//   - Those small segments and all other bytes (headers, pickles, zip
 //     records, padding, unknown formats, anything after the point where a
 //     stream stopped parsing) are cut by FastCDC (gear hash, normalized chunking, min 8 KiB, avg 32 KiB,
 //     max min(128 KiB, maxChunk)), so unchanged parts of unknown formats

@@ -306,20 +306,27 @@ func buildIndex(r io.ReaderAt, fix *formats.Index, refs []cas.ChunkRef, starts [
 // tensorHash identifies the bytes [off, off+length). Equal hashes mean equal
 // bytes, and the same tensor cut the same way hashes the same in every file:
 //
-//   - a range that is exactly a run of whole chunks (the usual case: chunks
-//     start at tensor starts) is the BLAKE3 of those chunks' IDs and lengths;
+//   - a range of at least formats.MinDataChunk bytes that is exactly a run
+//     of whole chunks (the usual case: chunks start at tensor starts, cut by
+//     one rule in every format) is the BLAKE3 of those chunks' IDs and
+//     lengths;
 //   - a range inside a data segment that is such a run (a view into a torch
 //     storage) is the BLAKE3 of the segment's hash, the offset in it and the
 //     length: equal storages and equal places mean equal bytes. segHash
 //     caches segment hashes across the tensors of one file;
-//   - anything else is hashed byte by byte. Each rule hashes under its own
+//   - anything else is hashed byte by byte, smaller tensors included: their
+//     chunks hold container bytes around them (zip headers, neighbouring
+//     tensors) and may happen to be a run in one file and not in another,
+//     so only their bytes name them alike in a torch.save and in its
+//     safetensors export (issue #26). Each rule hashes under its own
 //     domain, so the same bytes reached by two rules hash differently.
 func tensorHash(r io.ReaderAt, off, length int64, segs []formats.Segment, segHash map[int64][]byte,
 	refs []cas.ChunkRef, starts []int64) (string, error) {
-	if h := chunkRunHash(off, length, refs, starts); h != nil {
+	small := length < formats.MinDataChunk
+	if h := chunkRunHash(off, length, refs, starts); h != nil && !small {
 		return fmt.Sprintf("%x", h), nil
 	}
-	if seg, ok := dataSegment(segs, off, length); ok {
+	if seg, ok := dataSegment(segs, off, length); ok && !small {
 		sh, cached := segHash[seg.Offset]
 		if !cached {
 			sh = chunkRunHash(seg.Offset, seg.Length, refs, starts)

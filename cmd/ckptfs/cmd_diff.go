@@ -143,6 +143,14 @@ func loadDiffView(ctx context.Context, path string) (*fileView, error) {
 	return v, nil
 }
 
+// diffViews pairs A's and B's tensors by name, whatever the files' formats:
+// a torch.save and its safetensors export compare tensor by tensor (issue
+// #26), as ckptfs names torch tensors by their key path joined with ".". A
+// tensor is "same" when its hashes match, and they match across formats:
+// formats cuts a tensor's bytes by one rule in every container and fusefs
+// hashes tensors under 4 KiB by their bytes (see fusefs.TensorEntry). A
+// torch tensor that views part of a larger storage is named by the storage,
+// so it reads as "changed" against the same bytes stored on their own.
 func diffViews(a, b *fileView) diffResult {
 	res := diffResult{Counts: map[string]int{}, Bytes: map[string]int64{}, Tensors: []tensorDiff{}}
 	inA := map[string]fusefs.TensorEntry{}
