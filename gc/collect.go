@@ -96,16 +96,50 @@ func Collect(ctx context.Context, s *cas.Store, opts Options) (Result, error) {
 	res.Marked = marked.len()
 	report(opts, "mark", total, total)
 
-	// Candidates: unmarked objects past the grace period, and unmarked index
-	// rows that no object backs.
-	var seen idSet // every object, for the index rows below
-	var candidates []cas.ID
-	var candidateBytes int64
-	cutoff := start.Add(-opts.Grace)
+	c, err := findCandidates(ctx, s, opts, marked, start.Add(-opts.Grace), &res)
+	if err != nil {
+		return res, err
+	}
+	// Deltas before other chunks: a base whose deltas are garbage too is
+	// swept after them (Sweep keeps a base while a delta row names it).
+	sort.SliceStable(c.ids, func(i, j int) bool {
+		return isDelta.has(c.ids[i]) && !isDelta.has(c.ids[j])
+	})
+
+	if opts.DryRun {
+		if err := c.dryRun(s, &res); err != nil {
+			return res, err
+		}
+		return collectRemote(ctx, s, opts, start, res)
+	}
+	if err := c.sweep(ctx, s, opts, &res); err != nil {
+		return res, err
+	}
+	n, err := s.RemoveStale(ctx, start.Add(-tempMinAge))
+	res.TempFiles = n
+	if err != nil {
+		return res, fmt.Errorf("remove temporary files: %w", err)
+	}
+	return collectRemote(ctx, s, opts, start, res)
+}
+
+// candidates are what a collection deletes: unmarked objects past the grace
+// period, unmarked indexed objects of any age, and unmarked index rows that
+// no object backs.
+type candidates struct {
+	ids   []cas.ID
+	bytes int64  // their objects' bytes
+	seen  *idSet // every object the scan found, sealed
+}
+
+// findCandidates scans the objects and the index for candidates, counting
+// Objects, Unreferenced, Young and IndexRows in res.
+func findCandidates(ctx context.Context, s *cas.Store, opts Options, marked *idSet, cutoff time.Time, res *Result) (*candidates, error) {
+	c := &candidates{seen: &idSet{}}
 	var young []cas.ObjectInfo
-	err = s.WalkObjects(ctx, func(o cas.ObjectInfo) error {
+	err := s.WalkObjects(ctx, func(o cas.ObjectInfo) error {
 		res.Objects++
-		seen.add(o.ID)
+		c.seen.add(o.ID)
 		if res.Objects%4096 == 0 {
 			report(opts, "scan", int64(res.Objects), 0)
 		}
@@ -117,14 +151,14 @@ func Collect(ctx context.Context, s *cas.Store, opts Options) (Result, error) {
 			young = append(young, o)
 			return nil
 		}
-		candidates = append(candidates, o.ID)
-		candidateBytes += o.Size
+		c.ids = append(c.ids, o.ID)
+		c.bytes += o.Size
 		return nil
 	})
 	if err != nil {
-		return res, fmt.Errorf("scan objects: %w", err)
+		return nil, fmt.Errorf("scan objects: %w", err)
 	}
-	seen.seal()
+	c.seen.seal()
 	// The grace period is for objects no commit ever named (no index row):
 	// what a crashed or abandoned writer left. An indexed object was
 	// committed, and is unreferenced because its files were deleted or
@@ -141,78 +175,72 @@ func Collect(ctx context.Context, s *cas.Store, opts Options) (Result, error) {
 				res.Young++
 				continue
 			}
-			candidates = append(candidates, o.ID)
-			candidateBytes += o.Size
+			c.ids = append(c.ids, o.ID)
+			c.bytes += o.Size
 		}
 		return nil
 	})
 	if err != nil {
-		return res, fmt.Errorf("scan index: %w", err)
+		return nil, fmt.Errorf("scan index: %w", err)
 	}
 	err = s.View(func(tx *cas.Tx) error {
-		return tx.ForEachChunk(func(id cas.ID, c cas.ChunkInfo) error {
-			if !marked.has(id) && !seen.has(id) {
+		return tx.ForEachChunk(func(id cas.ID, _ cas.ChunkInfo) error {
+			if !marked.has(id) && !c.seen.has(id) {
 				res.Unreferenced++
 				res.IndexRows++
-				candidates = append(candidates, id)
+				c.ids = append(c.ids, id)
 			}
 			return nil
 		})
 	})
 	if err != nil {
-		return res, fmt.Errorf("scan index: %w", err)
+		return nil, fmt.Errorf("scan index: %w", err)
 	}
+	return c, nil
+}
 
-	// Deltas before other chunks: a base whose deltas are garbage too is
-	// swept after them (Sweep keeps a base while a delta row names it).
-	sort.SliceStable(candidates, func(i, j int) bool {
-		return isDelta.has(candidates[i]) && !isDelta.has(candidates[j])
-	})
-
-	if opts.DryRun {
-		res.Chunks = len(candidates) - res.IndexRows
-		res.FreedBytes = candidateBytes
-		// The raw bytes are the index rows' (an object no commit named has
-		// none: its raw size is not known without reading it).
-		err = s.View(func(tx *cas.Tx) error {
-			for _, id := range candidates {
-				info, ok, err := tx.Chunk(id)
-				if err != nil {
-					return err
-				}
-				if ok && seen.has(id) {
-					res.FreedRawBytes += int64(info.RawLen)
-				}
+// dryRun counts what sweep would free into res, deleting nothing.
+func (c *candidates) dryRun(s *cas.Store, res *Result) error {
+	res.Chunks = len(c.ids) - res.IndexRows
+	res.FreedBytes = c.bytes
+	// The raw bytes are the index rows' (an object no commit named has
+	// none: its raw size is not known without reading it).
+	err := s.View(func(tx *cas.Tx) error {
+		for _, id := range c.ids {
+			info, ok, err := tx.Chunk(id)
+			if err != nil {
+				return err
 			}
-			return nil
-		})
-		if err != nil {
-			return res, fmt.Errorf("dry run: %w", err)
+			if ok && c.seen.has(id) {
+				res.FreedRawBytes += int64(info.RawLen)
+			}
 		}
-		return collectRemote(ctx, s, opts, start, res)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("dry run: %w", err)
 	}
+	return nil
+}
 
-	if len(candidates) > 0 { // a batch may take seconds: say the phase began
-		report(opts, "sweep", 0, int64(len(candidates)))
+// sweep deletes the candidates, sweepBatch at a time, counting into res.
+func (c *candidates) sweep(ctx context.Context, s *cas.Store, opts Options, res *Result) error {
+	if len(c.ids) > 0 { // a batch may take seconds: say the phase began
+		report(opts, "sweep", 0, int64(len(c.ids)))
 	}
-	for i := 0; i < len(candidates); i += sweepBatch {
-		step := candidates[i:min(i+sweepBatch, len(candidates))]
+	for i := 0; i < len(c.ids); i += sweepBatch {
+		step := c.ids[i:min(i+sweepBatch, len(c.ids))]
 		r, err := s.Sweep(ctx, step)
 		res.Chunks += r.Chunks
 		res.FreedBytes += r.StoredBytes
 		res.FreedRawBytes += r.RawBytes
 		res.Skipped += r.Skipped + r.BasesKept
 		if err != nil {
-			return res, err
+			return err
 		}
-		report(opts, "sweep", int64(i+len(step)), int64(len(candidates)))
+		report(opts, "sweep", int64(i+len(step)), int64(len(c.ids)))
 	}
-	n, err := s.RemoveStale(ctx, start.Add(-tempMinAge))
-	res.TempFiles = n
-	if err != nil {
-		return res, fmt.Errorf("remove temporary files: %w", err)
-	}
-	return collectRemote(ctx, s, opts, start, res)
+	return nil
 }
 
 // mark returns the chunks a collection keeps, sealed: every chunk a
