@@ -176,106 +176,22 @@ func (c *ggufCursor) header() (h ggufHeader, err error) {
 	if nKV > maxHeaderSize/13 || nTensors > maxHeaderSize/28 {
 		return h, fmt.Errorf("%d tensors and %d KVs exceed the header limit", nTensors, nKV)
 	}
-	alignment := uint64(ggufDefaultAlignment)
-	for range nKV {
-		key, err := c.str(ggufMaxName)
-		if err != nil {
-			return h, err
-		}
-		t, err := c.u32()
-		if err != nil {
-			return h, err
-		}
-		if string(key) == "general.alignment" {
-			if t != ggufU32 {
-				return h, fmt.Errorf("general.alignment has type %d, want u32", t)
-			}
-			a, err := c.u32()
-			if err != nil {
-				return h, err
-			}
-			if a == 0 || a&(a-1) != 0 {
-				return h, fmt.Errorf("alignment %d is not a power of two", a)
-			}
-			alignment = uint64(a)
-			continue
-		}
-		if err := c.skipValue(t, 0); err != nil {
-			return h, err
-		}
+	alignment, err := c.metadata(nKV)
+	if err != nil {
+		return h, err
 	}
-	type info struct {
-		t      Tensor
-		offset uint64
-	}
-	infos := make([]info, 0, min(nTensors, 1024))
+	infos := make([]ggufInfo, 0, min(nTensors, 1024))
 	names := make(map[string]bool)
 	for range nTensors {
-		name, err := c.str(ggufMaxName)
+		in, err := c.tensorInfo(alignment)
 		if err != nil {
 			return h, err
 		}
-		nd, err := c.u32()
-		if err != nil {
-			return h, err
+		if names[in.t.Name] {
+			return h, fmt.Errorf("duplicate tensor %q", in.t.Name)
 		}
-		if nd > ggufMaxDims {
-			return h, fmt.Errorf("tensor %q has %d dims", name, nd)
-		}
-		ne := make([]int64, nd)
-		for j := range ne {
-			v, err := c.u64()
-			if err != nil {
-				return h, err
-			}
-			if v > maxInt64 {
-				return h, fmt.Errorf("tensor %q: dimension %d too large", name, v)
-			}
-			ne[j] = int64(v)
-		}
-		typ, err := c.u32()
-		if err != nil {
-			return h, err
-		}
-		off, err := c.u64()
-		if err != nil {
-			return h, err
-		}
-		gt, ok := ggmlTypes[typ]
-		if !ok {
-			return h, fmt.Errorf("tensor %q: unknown type %d", name, typ)
-		}
-		if names[string(name)] {
-			return h, fmt.Errorf("duplicate tensor %q", name)
-		}
-		names[string(name)] = true
-		if off%alignment != 0 {
-			return h, fmt.Errorf("tensor %q: offset %d not aligned to %d", name, off, alignment)
-		}
-		// nbytes = ne0/blk*bytes*ne1*...; ne0 must be a whole number of blocks.
-		nbytes := int64(1)
-		shape := make([]int64, nd)
-		for j, v := range ne {
-			shape[int(nd)-1-j] = v
-			if j == 0 {
-				if v%gt.blk != 0 {
-					return h, fmt.Errorf("tensor %q: ne0 %d not a multiple of block size %d", name, v, gt.blk)
-				}
-				if v, ok = mulCheck(v/gt.blk, gt.bytes); !ok {
-					return h, fmt.Errorf("tensor %q: size overflows", name)
-				}
-			}
-			if nbytes, ok = mulCheck(nbytes, v); !ok {
-				return h, fmt.Errorf("tensor %q: size overflows", name)
-			}
-		}
-		if nd == 0 {
-			nbytes = gt.bytes // a 0-dim tensor is one element; only block size 1 makes sense
-			if gt.blk != 1 {
-				return h, fmt.Errorf("tensor %q: scalar of block type %s", name, gt.name)
-			}
-		}
-		infos = append(infos, info{Tensor{Name: string(name), DType: gt.name, Shape: shape, Length: nbytes}, off})
+		names[in.t.Name] = true
+		infos = append(infos, in)
 	}
 	h.infoEnd = c.i
 	dataStart := (uint64(c.i) + alignment - 1) / alignment * alignment
@@ -294,6 +210,114 @@ func (c *ggufCursor) header() (h ggufHeader, err error) {
 		}
 	}
 	return h, nil
+}
+
+// metadata reads nKV key-value pairs and returns the data alignment
+// (general.alignment, a power of two, else the default); other values are
+// skipped.
+func (c *ggufCursor) metadata(nKV uint64) (uint64, error) {
+	alignment := uint64(ggufDefaultAlignment)
+	for range nKV {
+		key, err := c.str(ggufMaxName)
+		if err != nil {
+			return 0, err
+		}
+		t, err := c.u32()
+		if err != nil {
+			return 0, err
+		}
+		if string(key) == "general.alignment" {
+			if t != ggufU32 {
+				return 0, fmt.Errorf("general.alignment has type %d, want u32", t)
+			}
+			a, err := c.u32()
+			if err != nil {
+				return 0, err
+			}
+			if a == 0 || a&(a-1) != 0 {
+				return 0, fmt.Errorf("alignment %d is not a power of two", a)
+			}
+			alignment = uint64(a)
+			continue
+		}
+		if err := c.skipValue(t, 0); err != nil {
+			return 0, err
+		}
+	}
+	return alignment, nil
+}
+
+// ggufInfo is a tensor info of a GGUF header: the tensor (no Offset yet)
+// and its offset from the start of the data.
+type ggufInfo struct {
+	t      Tensor
+	offset uint64
+}
+
+// tensorInfo reads one tensor info: name, dims, type and offset, and works
+// out the tensor's shape (outermost first) and byte length.
+func (c *ggufCursor) tensorInfo(alignment uint64) (ggufInfo, error) {
+	name, err := c.str(ggufMaxName)
+	if err != nil {
+		return ggufInfo{}, err
+	}
+	nd, err := c.u32()
+	if err != nil {
+		return ggufInfo{}, err
+	}
+	if nd > ggufMaxDims {
+		return ggufInfo{}, fmt.Errorf("tensor %q has %d dims", name, nd)
+	}
+	ne := make([]int64, nd)
+	for j := range ne {
+		v, err := c.u64()
+		if err != nil {
+			return ggufInfo{}, err
+		}
+		if v > maxInt64 {
+			return ggufInfo{}, fmt.Errorf("tensor %q: dimension %d too large", name, v)
+		}
+		ne[j] = int64(v)
+	}
+	typ, err := c.u32()
+	if err != nil {
+		return ggufInfo{}, err
+	}
+	off, err := c.u64()
+	if err != nil {
+		return ggufInfo{}, err
+	}
+	gt, ok := ggmlTypes[typ]
+	if !ok {
+		return ggufInfo{}, fmt.Errorf("tensor %q: unknown type %d", name, typ)
+	}
+	if off%alignment != 0 {
+		return ggufInfo{}, fmt.Errorf("tensor %q: offset %d not aligned to %d", name, off, alignment)
+	}
+	// nbytes = ne0/blk*bytes*ne1*...; ne0 must be a whole number of blocks.
+	nbytes := int64(1)
+	shape := make([]int64, nd)
+	for j, v := range ne {
+		shape[int(nd)-1-j] = v
+		if j == 0 {
+			if v%gt.blk != 0 {
+				return ggufInfo{}, fmt.Errorf("tensor %q: ne0 %d not a multiple of block size %d", name, v, gt.blk)
+			}
+			if v, ok = mulCheck(v/gt.blk, gt.bytes); !ok {
+				return ggufInfo{}, fmt.Errorf("tensor %q: size overflows", name)
+			}
+		}
+		if nbytes, ok = mulCheck(nbytes, v); !ok {
+			return ggufInfo{}, fmt.Errorf("tensor %q: size overflows", name)
+		}
+	}
+	if nd == 0 {
+		nbytes = gt.bytes // a 0-dim tensor is one element; only block size 1 makes sense
+		if gt.blk != 1 {
+			return ggufInfo{}, fmt.Errorf("tensor %q: scalar of block type %s", name, gt.name)
+		}
+	}
+	return ggufInfo{Tensor{Name: string(name), DType: gt.name, Shape: shape, Length: nbytes}, off}, nil
 }
 
 // parseGGUF parses a whole GGUF file.

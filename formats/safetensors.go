@@ -82,99 +82,121 @@ func parseSafetensorsHeader(hdr []byte) ([]Tensor, int64, error) {
 	if !utf8.Valid(hdr) {
 		return nil, 0, errorf(fmtSafetensors, "header is not UTF-8")
 	}
-	base := 8 + int64(len(hdr))
 	d := json.NewDecoder(bytes.NewReader(hdr))
 	d.UseNumber()
-	bad := func(what string, err error) error {
-		if err != nil {
-			return errorf(fmtSafetensors, "header: %s: %v", what, err)
-		}
-		return errorf(fmtSafetensors, "header: %s", what)
-	}
 	if err := expectDelim(d, '{'); err != nil {
-		return nil, 0, bad("top level", err)
+		return nil, 0, badHeader("top level", err)
 	}
-	type entry struct {
-		t          Tensor
-		begin, end int64
-	}
-	var entries []entry
+	var entries []stEntry
 	seen := make(map[string]bool)
 	for d.More() {
 		tok, err := d.Token()
 		if err != nil {
-			return nil, 0, bad("key", err)
+			return nil, 0, badHeader("key", err)
 		}
 		name, ok := tok.(string)
 		if !ok {
-			return nil, 0, bad("key is not a string", nil)
+			return nil, 0, badHeader("key is not a string", nil)
 		}
 		if seen[name] {
-			return nil, 0, bad("duplicate key "+strconv.Quote(name), nil)
+			return nil, 0, badHeader("duplicate key "+strconv.Quote(name), nil)
 		}
 		seen[name] = true
 		if name == "__metadata__" {
 			if err := skipStringMap(d); err != nil {
-				return nil, 0, bad("__metadata__", err)
+				return nil, 0, badHeader("__metadata__", err)
 			}
 			continue
 		}
-		e := entry{t: Tensor{Name: name}}
-		var haveDType, haveShape, haveOffsets bool
-		if err := expectDelim(d, '{'); err != nil {
-			return nil, 0, bad("tensor "+strconv.Quote(name), err)
-		}
-		for d.More() {
-			tok, err := d.Token()
-			if err != nil {
-				return nil, 0, bad("tensor field", err)
-			}
-			field, _ := tok.(string)
-			switch field {
-			case "dtype":
-				tok, err := d.Token()
-				s, ok := tok.(string)
-				if err != nil || !ok {
-					return nil, 0, bad("dtype of "+strconv.Quote(name), err)
-				}
-				c, ok := safetensorsDTypes[s]
-				if !ok {
-					return nil, 0, bad("unknown dtype "+strconv.Quote(s), nil)
-				}
-				e.t.DType, haveDType = c, true
-			case "shape":
-				dims, err := readIntArray(d, maxDims)
-				if err != nil {
-					return nil, 0, bad("shape of "+strconv.Quote(name), err)
-				}
-				e.t.Shape, haveShape = dims, true
-			case "data_offsets":
-				offs, err := readIntArray(d, 2)
-				if err != nil || len(offs) != 2 {
-					return nil, 0, bad("data_offsets of "+strconv.Quote(name), err)
-				}
-				e.begin, e.end, haveOffsets = offs[0], offs[1], true
-			default:
-				var skip json.RawMessage
-				if err := d.Decode(&skip); err != nil {
-					return nil, 0, bad("field "+strconv.Quote(field), err)
-				}
-			}
-		}
-		if err := expectDelim(d, '}'); err != nil {
-			return nil, 0, bad("tensor "+strconv.Quote(name), err)
-		}
-		if !haveDType || !haveShape || !haveOffsets {
-			return nil, 0, bad("tensor "+strconv.Quote(name)+" lacks dtype, shape or data_offsets", nil)
+		e, err := readSTEntry(d, name)
+		if err != nil {
+			return nil, 0, err
 		}
 		entries = append(entries, e)
 	}
 	if err := expectDelim(d, '}'); err != nil {
-		return nil, 0, bad("top level", err)
+		return nil, 0, badHeader("top level", err)
 	}
 	if _, err := d.Token(); err != io.EOF {
-		return nil, 0, bad("trailing bytes after the header object", nil)
+		return nil, 0, badHeader("trailing bytes after the header object", nil)
 	}
+	return layoutSTEntries(entries, 8+int64(len(hdr)))
+}
+
+// stEntry is one tensor of a safetensors header, its data_offsets relative
+// to the end of the header.
+type stEntry struct {
+	t          Tensor
+	begin, end int64
+}
+
+// badHeader is the error of a safetensors header that fails at what.
+func badHeader(what string, err error) error {
+	if err != nil {
+		return errorf(fmtSafetensors, "header: %s: %v", what, err)
+	}
+	return errorf(fmtSafetensors, "header: %s", what)
+}
+
+// readSTEntry reads the object of tensor name: dtype, shape and
+// data_offsets, all three required; other fields are skipped.
+func readSTEntry(d *json.Decoder, name string) (stEntry, error) {
+	e := stEntry{t: Tensor{Name: name}}
+	var haveDType, haveShape, haveOffsets bool
+	if err := expectDelim(d, '{'); err != nil {
+		return e, badHeader("tensor "+strconv.Quote(name), err)
+	}
+	for d.More() {
+		tok, err := d.Token()
+		if err != nil {
+			return e, badHeader("tensor field", err)
+		}
+		field, _ := tok.(string)
+		switch field {
+		case "dtype":
+			tok, err := d.Token()
+			s, ok := tok.(string)
+			if err != nil || !ok {
+				return e, badHeader("dtype of "+strconv.Quote(name), err)
+			}
+			c, ok := safetensorsDTypes[s]
+			if !ok {
+				return e, badHeader("unknown dtype "+strconv.Quote(s), nil)
+			}
+			e.t.DType, haveDType = c, true
+		case "shape":
+			dims, err := readIntArray(d, maxDims)
+			if err != nil {
+				return e, badHeader("shape of "+strconv.Quote(name), err)
+			}
+			e.t.Shape, haveShape = dims, true
+		case "data_offsets":
+			offs, err := readIntArray(d, 2)
+			if err != nil || len(offs) != 2 {
+				return e, badHeader("data_offsets of "+strconv.Quote(name), err)
+			}
+			e.begin, e.end, haveOffsets = offs[0], offs[1], true
+		default:
+			var skip json.RawMessage
+			if err := d.Decode(&skip); err != nil {
+				return e, badHeader("field "+strconv.Quote(field), err)
+			}
+		}
+	}
+	if err := expectDelim(d, '}'); err != nil {
+		return e, badHeader("tensor "+strconv.Quote(name), err)
+	}
+	if !haveDType || !haveShape || !haveOffsets {
+		return e, badHeader("tensor "+strconv.Quote(name)+" lacks dtype, shape or data_offsets", nil)
+	}
+	return e, nil
+}
+
+// layoutSTEntries orders the entries by offset and checks that they tile
+// the data from its start, each as long as its shape and dtype say; it
+// returns the tensors at file offsets (base is the data's first byte) and
+// the data's length.
+func layoutSTEntries(entries []stEntry, base int64) ([]Tensor, int64, error) {
 	sort.SliceStable(entries, func(i, j int) bool {
 		if entries[i].begin != entries[j].begin {
 			return entries[i].begin < entries[j].begin
