@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ckptfs/ckptfs/internal/s3test"
+	"github.com/ckptfs/ckptfs/test/s3test"
 )
 
 // Progress of the long commands (issue #26, item 10): on a terminal stderr

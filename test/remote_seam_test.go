@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ckptfs/ckptfs/internal/s3test"
+	"github.com/ckptfs/ckptfs/test/s3test"
 )
 
 // TestRemoteCommitReadOnlyGC: with --commit=remote a close returns once the

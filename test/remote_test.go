@@ -23,7 +23,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ckptfs/ckptfs/internal/s3test"
+	"github.com/ckptfs/ckptfs/test/s3test"
 )
 
 // The CLI the issue specifies; change here if the integration names differ.

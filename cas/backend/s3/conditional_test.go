@@ -9,7 +9,7 @@ import (
 
 	"github.com/ckptfs/ckptfs/cas/backend"
 	"github.com/ckptfs/ckptfs/cas/backend/s3"
-	"github.com/ckptfs/ckptfs/internal/s3test"
+	"github.com/ckptfs/ckptfs/test/s3test"
 )
 
 // TestCompareAndSwap: PutIfMatch and DeleteIfMatch act only on the version

@@ -8,7 +8,7 @@ import (
 	"github.com/ckptfs/ckptfs/cas/backend"
 	"github.com/ckptfs/ckptfs/cas/backend/backendtest"
 	"github.com/ckptfs/ckptfs/cas/backend/s3"
-	"github.com/ckptfs/ckptfs/internal/s3test"
+	"github.com/ckptfs/ckptfs/test/s3test"
 )
 
 var prefixes atomic.Int64
