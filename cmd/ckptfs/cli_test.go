@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"math"
 	"os"
 	"os/exec"
@@ -39,6 +40,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"report", "-o"}, "flag -o needs a value"},
 		{[]string{"stats"}, "want 1 argument(s), got 0"},
 		{[]string{"mount", "--commit", "later", "a", "b"}, "--commit must be sync, async or remote"},
+		{[]string{"mount", "--readahead-kb", "999999999", "a", "b"}, "--readahead-kb must be 0 (the kernel's default) to 65536 (64.0 MiB), not 999999999"},
+		{[]string{"mount", "--readahead-kb=-1", "a", "b"}, "--readahead-kb must be 0"},
 		{[]string{"best", "x"}, "--metric is required"},
 		{[]string{"nosuch"}, `unknown command "nosuch"`},
 	} {
@@ -161,8 +164,13 @@ func TestHelperArgs(t *testing.T) {
 	if strings.Join(args, " ") != want || logFile != "/tmp/l" {
 		t.Errorf("got %q log %q, want %q", strings.Join(args, " "), logFile, want)
 	}
+	args, _, err = helperArgs([]string{"/s", "/m", "-o", "nonempty"})
+	if err != nil || strings.Join(args, " ") != "mount --nonempty /s /m" {
+		t.Errorf("-o nonempty: %q %v", args, err)
+	}
 	for _, bad := range [][]string{
 		{"/s"},
+		{"/s", "/m", "-o", "log="},
 		{"/s", "/m", "-o", "ro"},
 		{"/s", "/m", "-o", "cache_size"},
 		{"/s", "/m", "-o", "frobnicate=1"},
@@ -387,4 +395,21 @@ func TestReportFormatsNumbersAsTheCLI(t *testing.T) {
 // metric and to 3 significant digits, in the order the test expects.
 func sj2loop(vals string) string {
 	return vals + ".forEach(function (v) { s.push(fmtNum(v), fmtSig(v, 3)); });\n"
+}
+
+// TestDaemonFailed: the error a helper reports for a daemon that died before
+// its mount was live is the daemon's own message, not the pointer to --help
+// or the flags' help that follow a usage error.
+func TestDaemonFailed(t *testing.T) {
+	for _, tc := range []struct{ log, want string }{
+		{"ckptfs mount: invalid value \"lots\" for --cache-size: bad size\nRun 'ckptfs mount --help' for usage.", `invalid value "lots" for --cache-size: bad size`},
+		{"ckptfs mount: want 2 argument(s), got 1\n\nUsage: ckptfs mount [flags] STORE MOUNTPOINT\n\nFlags:\n  --allow-other\n    \tlet other users", "want 2 argument(s), got 1"},
+		{"ckptfs: 2026/11/26 19:00:00 chunk cache 256 MiB\nckptfs mount: mountpoint /m is busy", "mountpoint /m is busy"},
+		{"panic: something odd", "panic: something odd"},
+		{"", "the daemon exited (exit status 2) before the mount was live"},
+	} {
+		if got := daemonFailed(errors.New("exit status 2"), tc.log); got.Error() != tc.want {
+			t.Errorf("daemonFailed(%q) = %q, want %q", tc.log, got, tc.want)
+		}
+	}
 }

@@ -10,15 +10,26 @@
 //     setuid fusermount3 (fusefs.Mount). What fusermount3 would refuse is
 //     checked first (preflight.go), before the store is created, and a store
 //     that a failed mount created is removed: a refused mount changes nothing.
+//   - What a mount refuses, before it creates anything: a mountpoint that
+//     is a store (STORE and MOUNTPOINT swapped), and one with files in it
+//     unless --nonempty (the mount would hide them), beside what
+//     fusermount3 and the store refuse.
 //   - Privacy: the mount is the mounter's alone (no allow_other unless
 //     --allow-other); a new store is 0700 with a 0600 catalog and objects, and
-//     its root directory belongs to its creator. The control socket
+//     its root directory belongs to its creator. A store directory found
+//     open to other users (made with mkdir) is made 0700 once the mount is
+//     live, saying so in the log and to the user. The control socket
 //     (control.go) is 0600 and checks each peer's uid (SO_PEERCRED): the
 //     daemon's own user or root.
 //   - mount(8): installed as /sbin/mount.fuse.ckptfs, the binary is mount's
-//     helper (mounthelper.go): it starts `ckptfs mount` in a new session and
-//     returns once the daemon reports the mount live on a pipe. `mount
-//     --background` is the same from a shell.
+//     helper (mounthelper.go): it starts `ckptfs mount` in a new session, in
+//     /, and returns once the daemon reports the mount live on a pipe (which
+//     also carries notes for the user's terminal); a daemon that fails first
+//     has its error printed by the helper. `mount --background` is the same
+//     from a shell, with STORE, MOUNTPOINT and --log taken relative to the
+//     working directory.
+//   - Output: numbers have one format everywhere, the HTML report included
+//     (formatSig); help writes flags --name.
 //   - Metrics: --metrics-addr serves Prometheus metrics (prometheus.go),
 //     updated through fusefs.Observer and cas.Observer with atomic
 //     instruments only.
@@ -231,16 +242,23 @@ func isZeroFlagValue(f *flag.Flag) bool {
 // parseArgs parses args (flags may come before or after the positional
 // arguments) and checks that there are want positional arguments.
 func parseArgs(fl *flag.FlagSet, args []string, want int) ([]string, error) {
-	pos, err := splitArgs(fl, args)
+	_, pos, err := parseFlagArgs(fl, args, want)
+	return pos, err
+}
+
+// parseFlagArgs is parseArgs that also returns the arguments that were flags
+// (splitFlagArgs).
+func parseFlagArgs(fl *flag.FlagSet, args []string, want int) (flagArgs, pos []string, err error) {
+	flagArgs, pos, err = splitFlagArgs(fl, args)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(pos) != want {
 		fmt.Fprintf(fl.Output(), "ckptfs %s: want %d argument(s), got %d\n\n", fl.Name(), want, len(pos))
 		fl.Usage()
-		return nil, errUsage
+		return nil, nil, errUsage
 	}
-	return pos, nil
+	return flagArgs, pos, nil
 }
 
 // parseArgsMin is parseArgs for commands that take min or more arguments.
@@ -261,7 +279,13 @@ func parseArgsMin(fl *flag.FlagSet, args []string, min int) ([]string, error) {
 // A bad flag is reported in one line in ckptfs's words (--name), not the
 // flag package's, with a pointer to --help (exit status 2).
 func splitArgs(fl *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
+	_, pos, err := splitFlagArgs(fl, args)
+	return pos, err
+}
+
+// splitFlagArgs is splitArgs that also returns the arguments that were
+// flags and their values, in order ("--" dropped).
+func splitFlagArgs(fl *flag.FlagSet, args []string) (flagArgs, pos []string, err error) {
 	for {
 		out, usage := fl.Output(), fl.Usage
 		fl.SetOutput(io.Discard)
@@ -272,14 +296,19 @@ func splitArgs(fl *flag.FlagSet, args []string) ([]string, error) {
 		if err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				fl.Usage()
-				return nil, err
+				return nil, nil, err
 			}
 			fmt.Fprintf(out, "ckptfs %s: %s\nRun 'ckptfs %s --help' for usage.\n", fl.Name(), flagError(err), fl.Name())
-			return nil, errUsage
+			return nil, nil, errUsage
+		}
+		for _, a := range args[:len(args)-len(fl.Args())] {
+			if a != "--" {
+				flagArgs = append(flagArgs, a)
+			}
 		}
 		args = fl.Args()
 		if len(args) == 0 {
-			return pos, nil
+			return flagArgs, pos, nil
 		}
 		pos = append(pos, args[0])
 		args = args[1:]
