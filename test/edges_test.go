@@ -310,3 +310,41 @@ func TestStoreMadeWithMkdirIsMadePrivate(t *testing.T) {
 		}
 	}
 }
+
+// TestMakeInstallStaysInPrefix: make install writes mount(8)'s helpers in
+// /sbin for the system prefixes, and under PREFIX for any other one unless
+// SBINDIR says otherwise (make -n: what it would run).
+func TestMakeInstallStaysInPrefix(t *testing.T) {
+	for _, tc := range []struct {
+		vars   []string
+		sbin   string
+		prefix string
+	}{
+		{nil, "/sbin", "/usr/local"},
+		{[]string{"PREFIX=/usr"}, "/sbin", "/usr"},
+		{[]string{"PREFIX=/x"}, "/x/sbin", "/x"},
+		{[]string{"PREFIX=/x", "SBINDIR=/sbin"}, "/sbin", "/x"},
+		{[]string{"PREFIX=/x", "DESTDIR=/stage"}, "/stage/x/sbin", "/x"},
+	} {
+		out, err := exec.Command("make", append([]string{"-n", "-C", "..", "install"}, tc.vars...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("make -n install %v: %v\n%s", tc.vars, err, out)
+		}
+		want := []string{"/bin/ckptfs " + tc.sbin + "/mount.fuse.ckptfs", "/bin/ckptfs " + tc.sbin + "/mount.ckptfs", tc.prefix + "/bin/ckptfs"}
+		for _, w := range want {
+			if !strings.Contains(string(out), w) {
+				t.Errorf("make -n install %v lacks %q:\n%s", tc.vars, w, out)
+			}
+		}
+		for _, l := range strings.Split(string(out), "\n") {
+			if !strings.HasPrefix(l, "install ") && !strings.HasPrefix(l, "ln ") {
+				continue
+			}
+			for _, f := range strings.Fields(l)[1:] {
+				if strings.HasPrefix(f, "/") && !strings.HasPrefix(f, "/stage/") && !strings.HasPrefix(f, tc.prefix+"/") && !strings.HasPrefix(f, tc.sbin+"/") && f != tc.sbin {
+					t.Errorf("make install %v writes %s, outside PREFIX and SBINDIR: %q", tc.vars, f, l)
+				}
+			}
+		}
+	}
+}
