@@ -193,8 +193,12 @@ func TestMountRefusesSwappedArgsAndNonEmptyMountpoint(t *testing.T) {
 	if got, err := os.ReadFile(filepath.Join(full, "a.txt")); err != nil || string(got) != "mine" {
 		t.Fatalf("after the --nonempty mount: %q %v", got, err)
 	}
-	// mount(8)'s helper: -o nonempty.
+	// mount(8)'s helper: refused in its words, then -o nonempty.
 	helper := helperLink(t)
+	code, _, errOut := runBounded(t, exec.Command(helper, filepath.Join(tmp, "new-store"), full, "-o", "log="+logFile))
+	if code != 32 || !strings.Contains(errOut, "is not empty (a.txt, b-dir)") || !strings.Contains(errOut, "give -o nonempty") {
+		t.Errorf("mount.fuse.ckptfs over a non-empty directory: exit %d %q", code, errOut)
+	}
 	out, err := exec.Command(helper, filepath.Join(tmp, "new-store"), full, "-o", "nonempty,log="+logFile).CombinedOutput()
 	defer unmountNow(t, full, logFile)
 	if err != nil || !mounted(t, full) {
@@ -347,4 +351,52 @@ func TestMakeInstallStaysInPrefix(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestOrdinaryUserQuickStart: the README's quick start as an ordinary
+// user, from her home directory with relative paths: a store she made with
+// mkdir is made private and she is told so; the mount is hers, through
+// fusermount3; the daemon's log tells her how to unmount it.
+func TestOrdinaryUserQuickStart(t *testing.T) {
+	if _, err := exec.LookPath("fusermount3"); err != nil {
+		t.Fatal("fusermount3 is not installed (Debian: apt install fuse3; .ci/run installs it)")
+	}
+	carol := newTestUser(t, "q")
+	home, bin := sharedDir(t, carol)
+	for _, dir := range []string{"store", "mnt"} {
+		if code, _, errOut := carol.run(t, "mkdir", "-m", "0755", filepath.Join(home, dir)); code != 0 {
+			t.Fatal(errOut)
+		}
+	}
+	cmd := carol.command(bin, "mount", "--background", "--log", "mount.log", "store", "mnt")
+	cmd.Dir = home
+	code, _, errOut := runBounded(t, cmd)
+	mnt, logFile := filepath.Join(home, "mnt"), filepath.Join(home, "mount.log")
+	defer func() {
+		if mounted(t, mnt) {
+			exec.Command("fusermount3", "-u", "-z", mnt).Run()
+		}
+	}()
+	if code != 0 {
+		log, _ := os.ReadFile(logFile)
+		t.Fatalf("carol's mount --background: exit %d %q\n%s", code, errOut, log)
+	}
+	if want := "store " + filepath.Join(home, "store") + " was mode 0755, open to other users: made it 0700"; !strings.Contains(errOut, want) {
+		t.Errorf("carol is not told her store was made private: %q", errOut)
+	}
+	if m := mode(t, filepath.Join(home, "store")).Perm(); m != 0o700 {
+		t.Errorf("carol's store: mode %04o, want 0700", m)
+	}
+	info, _ := os.ReadFile("/proc/self/mountinfo")
+	if !strings.Contains(string(info), mnt+" ") || !strings.Contains(string(info), fmt.Sprintf("user_id=%d", carol.uid)) {
+		t.Fatalf("no FUSE mount of carol's at %s", mnt)
+	}
+	log, _ := os.ReadFile(logFile)
+	if !strings.Contains(string(log), "unmount: fusermount3 -u "+mnt) || strings.Contains(string(log), "Ctrl-C") {
+		t.Errorf("the daemon's log should tell carol to run fusermount3 -u:\n%s", log)
+	}
+	if code, _, errOut := carol.run(t, "fusermount3", "-u", mnt); code != 0 {
+		t.Fatalf("fusermount3 -u: %s", errOut)
+	}
+	waitUnmounted(t, logFile)
 }

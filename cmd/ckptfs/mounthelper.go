@@ -214,7 +214,7 @@ func helperWords(msg string) string {
 	for _, k := range valueOptions() {
 		msg = strings.ReplaceAll(msg, "--"+strings.ReplaceAll(k, "_", "-"), k)
 	}
-	return strings.ReplaceAll(msg, "--nonempty", "nonempty")
+	return strings.ReplaceAll(msg, "--nonempty", "-o nonempty")
 }
 
 // valueOptions are the helper's -o options that take a value, each the
