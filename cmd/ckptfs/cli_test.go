@@ -413,3 +413,29 @@ func TestDaemonFailed(t *testing.T) {
 		}
 	}
 }
+
+// TestBackgroundUsageErrors: mount --background refuses bad flags itself,
+// as a usage error (exit 2), before it starts a daemon.
+func TestBackgroundUsageErrors(t *testing.T) {
+	dir := t.TempDir()
+	logFile := filepath.Join(dir, "bg.log")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--readahead-kb", "-1"}, "--readahead-kb must be 0"},
+		{[]string{"--commit", "later"}, "--commit must be sync, async or remote"},
+		{[]string{"--delta-keyframe", "0"}, "--delta-keyframe must be 1"},
+		{[]string{"--inline-encoders", "-3"}, "--inline-encoders must be -1"},
+		{[]string{"--cache-size", "0"}, "--cache-size must be more than 0"},
+	} {
+		args := append(append([]string{"mount", "--background", "--log", logFile}, tc.args...), filepath.Join(dir, "s"), filepath.Join(dir, "m"))
+		code, _, errOut := runCLI(args...)
+		if code != 2 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("mount --background %v: exit %d %q; want 2 and %q", tc.args, code, errOut, tc.want)
+		}
+	}
+	if _, err := os.Stat(logFile); !os.IsNotExist(err) {
+		t.Errorf("a daemon was started (its log exists): %v", err)
+	}
+}

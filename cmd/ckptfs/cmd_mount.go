@@ -44,9 +44,6 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 	if err != nil {
 		return err
 	}
-	if *background {
-		return mountInBackground(flagArgs, pos, *logFile, stderr)
-	}
 	storeDir, mnt := pos[0], pos[1]
 	if err := checkInlineEncoders(*encoders, c, stderr); err != nil {
 		return err
@@ -79,13 +76,20 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 		// (fusefs/prefetch.go). A writing mount reads its own local chunks.
 		*readAhead = remoteReadAheadKB
 	}
-	ready := readyNotifier() // started by mount.fuse.ckptfs
 	cacheSet := false
 	fl.Visit(func(f *flag.Flag) { cacheSet = cacheSet || f.Name == "cache-size" })
 	if cacheSet && cacheSize <= 0 {
 		fmt.Fprintf(stderr, "ckptfs mount: --cache-size must be more than 0\n")
 		return errUsage
 	}
+	if *keyframe < 1 {
+		fmt.Fprintf(stderr, "ckptfs mount: --delta-keyframe must be 1 (no deltas) or more, not %d\n", *keyframe)
+		return errUsage
+	}
+	if *background { // the usage checked here, the rest by the daemon
+		return mountInBackground(flagArgs, pos, *logFile, stderr)
+	}
+	ready := readyNotifier() // started by mount.fuse.ckptfs or mount --background
 	mem := planMemory(int64(cacheSize), cgroupFS{root: "/"}.memoryBudget(physicalMemory()))
 	setMemoryLimit(mem.goLimit)
 	fsOpts = append(fsOpts, fusefs.WithWriteMemory(mem.write))
@@ -114,10 +118,6 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 	}
 	removeNew := newStoreCleanup(storeDir)
 	mounted := false
-	if *keyframe < 1 {
-		fmt.Fprintf(stderr, "ckptfs mount: --delta-keyframe must be 1 (no deltas) or more, not %d\n", *keyframe)
-		return errUsage
-	}
 	storeOpts := storeOptions(cores, *encoders, cas.Options{CacheSize: mem.cache, DeltaKeyframe: *keyframe})
 	if metrics != nil {
 		storeOpts.Observer = metrics
