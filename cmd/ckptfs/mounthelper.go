@@ -28,12 +28,12 @@ import (
 // commit=sync|async, inline_encoders=N, metrics_addr=HOST:PORT, allow_other,
 // nonempty (mount over a directory that has files, hiding them), log=FILE
 // (the daemon's log, in a directory that exists; default
-// /var/log/ckptfs.log for root, ~/.cache/ckptfs/mount.log otherwise). The
-// daemon's error, if it fails before its mount is live, is the helper's,
-// in the options' words (cache_size, not --cache-size). mount(8)'s generic options (rw,
-// defaults, auto, noauto, user, nofail, _netdev, x-systemd.*, nosuid, nodev,
-// noatime, ...) are accepted and left to mount(8); ro is refused (a read-only
-// mount is not supported).
+// /var/log/ckptfs.log for root, ~/.cache/ckptfs/mount.log otherwise).
+// mount(8)'s generic options (rw, defaults, auto, noauto, user, nofail,
+// _netdev, x-systemd.*, nosuid, nodev, noatime, ...) are accepted and left to
+// mount(8); ro is refused (a read-only mount is not supported). A daemon that
+// fails before its mount is live has its error printed by the helper, in the
+// options' words (cache_size, not --cache-size).
 
 // readyEnv names the descriptor on which a daemon started by the helper
 // reports that its mount is live.
@@ -283,6 +283,10 @@ func startDaemon(self string, mountArgs []string, logFile string, timeout time.D
 		err := <-exited
 		return daemonFailed(err, tail())
 	case err := <-exited:
+		select { // its last notes, before the caller prints the error
+		case <-got:
+		case <-time.After(time.Second):
+		}
 		return daemonFailed(err, tail())
 	case <-time.After(timeout):
 		cmd.Process.Signal(syscall.SIGTERM)
