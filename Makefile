@@ -7,8 +7,12 @@ BIN     := bin/ckptfs
 # make install: the binary in $(PREFIX)/bin, and mount(8)'s helper names
 # (mount.fuse.ckptfs for `mount -t fuse.ckptfs` and fstab, mount.ckptfs for
 # `-t ckptfs`) in $(SBINDIR), as links to it. DESTDIR stages a package.
+# SBINDIR is /sbin, where mount(8) looks for helpers, for the system
+# prefixes (/usr/local, /usr); for any other PREFIX it is $(PREFIX)/sbin,
+# so that nothing is written outside PREFIX (give SBINDIR=/sbin as well for
+# mount(8) to find the helpers).
 PREFIX  ?= /usr/local
-SBINDIR ?= /sbin
+SBINDIR ?= $(if $(filter /usr/local /usr,$(PREFIX)),/sbin,$(PREFIX)/sbin)
 DESTDIR ?=
 
 .PHONY: build run test test-go test-fuzz test-e2e bench bench-delta lint clean install uninstall

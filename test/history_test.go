@@ -349,7 +349,7 @@ func TestHistorySweep(t *testing.T) {
 		if n := strings.Count(dom, `<div class="chart">`); n != 3 {
 			t.Errorf("%d metric charts, want 3", n)
 		}
-		for _, want := range []string{"head.weight", "backbone.7.weight", "val_loss", "lowest 0.3 at step " + fmt.Sprint(runs[0].steps[runs[0].bestIdx])} {
+		for _, want := range []string{"head.weight", "backbone.7.weight", "val_loss", "lowest 0.3000 at step " + fmt.Sprint(runs[0].steps[runs[0].bestIdx])} {
 			if !strings.Contains(dom, want) {
 				t.Errorf("rendered page lacks %q", want)
 			}

@@ -435,7 +435,7 @@ func TestGCFreesDeletedFilesByDefault(t *testing.T) {
 	os.WriteFile(filepath.Join(mnt, "runs", "drop"), drop, 0o644)
 	os.Remove(filepath.Join(mnt, "runs", "drop"))
 	code, out, errOut := ckptfs(t, "gc", "--dry-run", mnt)
-	if code != 0 || !strings.Contains(out, "(3.0 MiB raw)") {
+	if code != 0 || !strings.Contains(out, "(3.00 MiB raw)") {
 		t.Fatalf("gc --dry-run: %d %q %q", code, out, errOut)
 	}
 	code, out, errOut = ckptfs(t, "gc", "--json", mnt)

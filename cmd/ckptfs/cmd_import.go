@@ -128,7 +128,7 @@ func runImport(ctx context.Context, c command, args []string, stdout, stderr io.
 	fmt.Fprintf(tw, "logical\t%s\t(%d bytes)\n", formatBytes(sum.LogicalBytes), sum.LogicalBytes)
 	fmt.Fprintf(tw, "added to the store\t%s\t(%d bytes of new chunks)\n", formatBytes(sum.AddedBytes), sum.AddedBytes)
 	if sum.Ratio != nil {
-		fmt.Fprintf(tw, "ratio\t%.2fx\t(logical / added; saved %s)\n", *sum.Ratio, formatBytes(sum.LogicalBytes-sum.AddedBytes))
+		fmt.Fprintf(tw, "ratio\t%s\t(logical / added; saved %s)\n", formatRatio(*sum.Ratio), formatBytes(sum.LogicalBytes-sum.AddedBytes))
 	} else {
 		fmt.Fprintf(tw, "ratio\t-\t(every chunk was in the store already)\n")
 	}

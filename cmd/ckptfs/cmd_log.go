@@ -88,9 +88,10 @@ func errNoSteps(runDir string, skipped []string) error {
 	return fmt.Errorf("%s", msg)
 }
 
-// formatMetric prints a metric with up to 6 significant digits.
+// formatMetric prints a metric to 4 significant digits (formatSig), as the
+// report does.
 func formatMetric(v float64) string {
-	return strconv.FormatFloat(v, 'g', 6, 64)
+	return formatSig(v, 4)
 }
 
 // ratioString is logical/unique as "6.50x".
@@ -98,5 +99,5 @@ func ratioString(logical, unique int64) string {
 	if unique == 0 {
 		return "no new bytes"
 	}
-	return fmt.Sprintf("%.2fx", float64(logical)/float64(unique))
+	return formatRatio(float64(logical) / float64(unique))
 }

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -37,17 +38,18 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 	allowOther := fl.Bool("allow-other", false, "let other users use the mount (FUSE allow_other; an ordinary user needs user_allow_other in /etc/fuse.conf); by default only you can")
 	metricsAddr := fl.String("metrics-addr", "", "serve Prometheus metrics at http://HOST:PORT/metrics (e.g. 127.0.0.1:9477)")
 	background := fl.Bool("background", false, "return once the mount is live, leaving the daemon running (its log: --log); unmount with fusermount3 -u or umount")
-	logFile := fl.String("log", "", "with --background: the daemon's log (default ~/.cache/ckptfs/mount.log)")
-	pos, err := parseArgs(fl, args, 2)
+	logFile := fl.String("log", "", "with --background: the daemon's log, in a directory that exists (default ~/.cache/ckptfs/mount.log)")
+	nonEmpty := fl.Bool("nonempty", false, "mount over a MOUNTPOINT that has files in it (hiding them until the unmount); refused by default")
+	flagArgs, pos, err := parseFlagArgs(fl, args, 2)
 	if err != nil {
 		return err
-	}
-	if *background {
-		return mountInBackground(args, *logFile)
 	}
 	storeDir, mnt := pos[0], pos[1]
 	if err := checkInlineEncoders(*encoders, c, stderr); err != nil {
 		return err
+	}
+	if *readAhead < 0 || *readAhead > maxReadAheadKB {
+		return usageError(c, stderr, "--readahead-kb must be 0 (the kernel's default) to %d (%s), not %d", maxReadAheadKB, formatBytes(maxReadAheadKB<<10), *readAhead)
 	}
 	var fsOpts []fusefs.Option
 	switch *commitMode {
@@ -74,13 +76,20 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 		// (fusefs/prefetch.go). A writing mount reads its own local chunks.
 		*readAhead = remoteReadAheadKB
 	}
-	ready := readyNotifier() // started by mount.fuse.ckptfs
 	cacheSet := false
 	fl.Visit(func(f *flag.Flag) { cacheSet = cacheSet || f.Name == "cache-size" })
 	if cacheSet && cacheSize <= 0 {
 		fmt.Fprintf(stderr, "ckptfs mount: --cache-size must be more than 0\n")
 		return errUsage
 	}
+	if *keyframe < 1 {
+		fmt.Fprintf(stderr, "ckptfs mount: --delta-keyframe must be 1 (no deltas) or more, not %d\n", *keyframe)
+		return errUsage
+	}
+	if *background { // the usage checked here, the rest by the daemon
+		return mountInBackground(flagArgs, pos, *logFile, stderr)
+	}
+	ready := readyNotifier() // started by mount.fuse.ckptfs or mount --background
 	mem := planMemory(int64(cacheSize), cgroupFS{root: "/"}.memoryBudget(physicalMemory()))
 	setMemoryLimit(mem.goLimit)
 	fsOpts = append(fsOpts, fusefs.WithWriteMemory(mem.write))
@@ -89,7 +98,7 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 	// Check the mountpoint and what mounting needs before touching the
 	// store, and remove a store this call created if the mount still fails:
 	// a refused mount changes nothing.
-	mnt, err = checkMountpoint(mnt)
+	mnt, err = checkMountpoint(mnt, *nonEmpty)
 	if err != nil {
 		return err
 	}
@@ -109,10 +118,6 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 	}
 	removeNew := newStoreCleanup(storeDir)
 	mounted := false
-	if *keyframe < 1 {
-		fmt.Fprintf(stderr, "ckptfs mount: --delta-keyframe must be 1 (no deltas) or more, not %d\n", *keyframe)
-		return errUsage
-	}
 	storeOpts := storeOptions(cores, *encoders, cas.Options{CacheSize: mem.cache, DeltaKeyframe: *keyframe})
 	if metrics != nil {
 		storeOpts.Observer = metrics
@@ -211,9 +216,19 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 		stopMetrics := metrics.serve(metricsLn, fsys, logger)
 		defer stopMetrics()
 	}
-	fmt.Fprintf(stdout, "ckptfs: serving %s at %s (Ctrl-C to unmount)\n", store.Dir(), mnt)
-	if ready != nil {
-		ready()
+	if msg, err := tightenStore(store.Dir()); err != nil {
+		logger.Printf("%v", err)
+	} else if msg != "" {
+		logger.Print(msg) // the foreground's stderr, or the background daemon's log
+		if ready != nil {
+			ready.note(msg) // and the terminal that started it
+		}
+	}
+	if ready != nil { // a daemon in the background: no terminal to press Ctrl-C in
+		fmt.Fprintf(stdout, "ckptfs: serving %s at %s (unmount: %s)\n", store.Dir(), mnt, unmountCommand(mnt))
+		ready.ready()
+	} else {
+		fmt.Fprintf(stdout, "ckptfs: serving %s at %s (Ctrl-C to unmount)\n", store.Dir(), mnt)
 	}
 
 	served := make(chan struct{})
@@ -242,11 +257,14 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 }
 
 // checkMountpoint returns the absolute mountpoint after checking that it is a
-// directory nobody has mounted on. A stale FUSE mount left by a dead daemon
-// ("transport endpoint is not connected") is detached first. stat(2) alone
-// cannot tell a dead mount (the kernel may answer it from its attribute cache);
-// statfs(2) always asks the daemon.
-func checkMountpoint(mnt string) (string, error) {
+// directory nobody has mounted on, that it is not a store (STORE and
+// MOUNTPOINT swapped: the mount would create a new store in the mountpoint
+// and hide the old one under it), and, unless nonEmpty, that it is empty
+// (a mount hides what is in its mountpoint). A stale FUSE mount left by a
+// dead daemon ("transport endpoint is not connected") is detached first.
+// stat(2) alone cannot tell a dead mount (the kernel may answer it from its
+// attribute cache); statfs(2) always asks the daemon.
+func checkMountpoint(mnt string, nonEmpty bool) (string, error) {
 	abs, err := filepath.Abs(mnt)
 	if err != nil {
 		return "", err
@@ -274,7 +292,53 @@ func checkMountpoint(mnt string) (string, error) {
 	if mounted {
 		return "", fmt.Errorf("mountpoint %s is busy: something is already mounted there", abs)
 	}
+	if _, err := os.Stat(filepath.Join(abs, "catalog.db")); err == nil {
+		return "", fmt.Errorf("mountpoint %s is a ckptfs store: did you swap STORE and MOUNTPOINT? (ckptfs mount STORE MOUNTPOINT)", abs)
+	}
+	if nonEmpty {
+		return abs, nil
+	}
+	f, err := os.Open(abs)
+	if errors.Is(err, os.ErrPermission) {
+		return abs, nil // what cannot be listed cannot be named; fusermount3 decides
+	}
+	if err != nil {
+		return "", fmt.Errorf("mountpoint %s: %w", abs, err)
+	}
+	defer f.Close()
+	names, err := f.Readdirnames(4)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return "", fmt.Errorf("mountpoint %s: %w", abs, err)
+	}
+	if len(names) > 0 {
+		sort.Strings(names)
+		what := strings.Join(names[:min(3, len(names))], ", ")
+		if len(names) > 3 {
+			what += ", ..."
+		}
+		return "", fmt.Errorf("mountpoint %s is not empty (%s): the mount would hide what is there; give --nonempty to mount over it anyway", abs, what)
+	}
 	return abs, nil
+}
+
+// tightenStore takes the group's and others' permissions off the store
+// directory dir (a store is its owner's alone: cas creates it 0700, but a
+// user may have made it with mkdir first) and returns what it did, for the
+// log and the user, or "" when nothing needed doing. Called once the mount
+// is live, so that a refused mount changes nothing.
+func tightenStore(dir string) (string, error) {
+	st, err := os.Stat(dir)
+	if err != nil {
+		return "", fmt.Errorf("store %s: %w", dir, err)
+	}
+	perm := st.Mode().Perm()
+	if perm&0o077 == 0 {
+		return "", nil
+	}
+	if err := os.Chmod(dir, perm&^0o077); err != nil {
+		return "", fmt.Errorf("store %s is mode %04o, open to other users, and could not be made private: %w", dir, perm, err)
+	}
+	return fmt.Sprintf("store %s was mode %04o, open to other users: made it %04o", dir, perm, perm&^0o077), nil
 }
 
 // isMountpoint reports whether path is the mount point of a mount in this
@@ -386,6 +450,10 @@ func storeOptions(cores, encoders int, opts cas.Options) cas.Options {
 	}
 	return opts
 }
+
+// maxReadAheadKB bounds --readahead-kb: 64 chunks. The kernel takes any
+// number (a window of gigabytes), and every lazy reader would pay for it.
+const maxReadAheadKB = 64 << 10
 
 // remoteReadAheadKB is the kernel readahead of a reading mount. At the
 // local default (1 MiB), a safe_open of one 4 MiB tensor on a fresh reading

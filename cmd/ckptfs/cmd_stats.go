@@ -45,10 +45,10 @@ func runStats(ctx context.Context, c command, args []string, stdout, stderr io.W
 	}
 	if u, ok := stats["unique_bytes"].(float64); ok && u > 0 {
 		if l, ok := stats["logical_bytes"].(float64); ok {
-			fmt.Fprintf(tw, "dedup ratio\t%.2fx\t(logical / unique)\n", l/u)
+			fmt.Fprintf(tw, "dedup ratio\t%s\t(logical / unique)\n", formatRatio(l/u))
 		}
 		if s, ok := stats["stored_bytes"].(float64); ok {
-			fmt.Fprintf(tw, "compression\t%.3f\t(stored / unique)\n", s/u)
+			fmt.Fprintf(tw, "compression\t%s\t(stored / unique)\n", formatSig(s/u, 3))
 		}
 	}
 	return tw.Flush()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -25,11 +26,14 @@ import (
 //
 // Options (-o, comma-separated): cache_size=SIZE, readahead_kb=N,
 // commit=sync|async, inline_encoders=N, metrics_addr=HOST:PORT, allow_other,
-// log=FILE (the daemon's log; default /var/log/ckptfs.log for root,
-// ~/.cache/ckptfs/mount.log otherwise). mount(8)'s generic options (rw,
-// defaults, auto, noauto, user, nofail, _netdev, x-systemd.*, nosuid, nodev,
-// noatime, ...) are accepted and left to mount(8); ro is refused (a read-only
-// mount is not supported).
+// nonempty (mount over a directory that has files, hiding them), log=FILE
+// (the daemon's log, in a directory that exists; default
+// /var/log/ckptfs.log for root, ~/.cache/ckptfs/mount.log otherwise).
+// mount(8)'s generic options (rw, defaults, auto, noauto, user, nofail,
+// _netdev, x-systemd.*, nosuid, nodev, noatime, ...) are accepted and left to
+// mount(8); ro is refused (a read-only mount is not supported). A daemon that
+// fails before its mount is live has its error printed by the helper, in the
+// options' words (cache_size, not --cache-size).
 
 // readyEnv names the descriptor on which a daemon started by the helper
 // reports that its mount is live.
@@ -42,7 +46,7 @@ func isMountHelper(argv0 string) bool {
 }
 
 // helperArgs turns the helper's arguments into `ckptfs mount` arguments and
-// the log file.
+// the log file ("" when no log= option names one).
 func helperArgs(args []string) (mountArgs []string, logFile string, err error) {
 	var pos, opts []string
 	for i := 0; i < len(args); i++ {
@@ -81,7 +85,12 @@ func helperArgs(args []string) (mountArgs []string, logFile string, err error) {
 			flags = append(flags, "--"+strings.ReplaceAll(k, "_", "-")+"="+v)
 		case "allow_other":
 			flags = append(flags, "--allow-other")
+		case "nonempty": // fuse2's name for it
+			flags = append(flags, "--nonempty")
 		case "log":
+			if !hasV || v == "" {
+				return nil, "", errors.New("option log needs a value (log=FILE)")
+			}
 			logFile = v
 		case "ro":
 			return nil, "", errors.New("ckptfs mounts read-write only: drop the ro option")
@@ -93,12 +102,7 @@ func helperArgs(args []string) (mountArgs []string, logFile string, err error) {
 			if strings.HasPrefix(k, "x-") || strings.HasPrefix(k, "comment") {
 				continue
 			}
-			return nil, "", fmt.Errorf("unknown option %q (ckptfs knows cache_size, readahead_kb, commit, inline_encoders, metrics_addr, allow_other, log)", o)
-		}
-	}
-	if logFile == "" {
-		if logFile, err = defaultLogFile(); err != nil {
-			return nil, "", fmt.Errorf("%w (give -o log=FILE)", err)
+			return nil, "", fmt.Errorf("unknown option %q (ckptfs knows cache_size, readahead_kb, commit, inline_encoders, metrics_addr, allow_other, nonempty, log)", o)
 		}
 	}
 	return append(append([]string{"mount"}, flags...), pos...), logFile, nil
@@ -117,12 +121,15 @@ func defaultLogFile() (string, error) {
 	return filepath.Join(dir, "ckptfs", "mount.log"), nil
 }
 
-// mountInBackground is `ckptfs mount --background ARGS`: the same mount in a
-// daemon of its own, returning once the mount is live.
-func mountInBackground(args []string, logFile string) error {
+// mountInBackground is `ckptfs mount --background`: the same mount (the
+// command line's flags but --background and --log) in a daemon of its own,
+// returning once the mount is live. The daemon runs in / (so that it keeps
+// no directory busy), so STORE, MOUNTPOINT and the log are made absolute
+// here, against the caller's working directory.
+func mountInBackground(flagArgs, pos []string, logFile string, stderr io.Writer) error {
 	var rest []string
-	for i := 0; i < len(args); i++ {
-		a := args[i]
+	for i := 0; i < len(flagArgs); i++ {
+		a := flagArgs[i]
 		switch {
 		case a == "--background" || a == "-background" || strings.HasPrefix(a, "--background=") || strings.HasPrefix(a, "-background="):
 		case a == "--log" || a == "-log":
@@ -132,18 +139,40 @@ func mountInBackground(args []string, logFile string) error {
 			rest = append(rest, a)
 		}
 	}
+	for _, p := range pos {
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			return err
+		}
+		rest = append(rest, abs)
+	}
+	var err error
 	if logFile == "" {
 		dir, err := os.UserCacheDir() // root's too: a command line has a HOME
 		if err != nil {
 			return fmt.Errorf("no place for the daemon's log (give --log FILE): %w", err)
 		}
-		logFile = filepath.Join(dir, "ckptfs", "mount.log")
+		if logFile, err = defaultLog(filepath.Join(dir, "ckptfs", "mount.log")); err != nil {
+			return err
+		}
+	} else if logFile, err = filepath.Abs(logFile); err != nil {
+		return err
 	}
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	return startDaemon(self, append([]string{"mount"}, rest...), logFile, 2*time.Minute)
+	return startDaemon(self, append([]string{"mount"}, rest...), logFile, 2*time.Minute, stderr)
+}
+
+// defaultLog creates the directory of a default log file (the user's cache
+// directory may not have one yet) and returns the file. A log the user
+// named must be in a directory that exists (startDaemon says so).
+func defaultLog(file string) (string, error) {
+	if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
+		return "", fmt.Errorf("the daemon's log %s: %w", file, err)
+	}
+	return file, nil
 }
 
 // runMountHelper is main for mount.fuse.ckptfs. Exit status as mount(8)'s
@@ -154,28 +183,53 @@ func runMountHelper(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mount.fuse.ckptfs: %v\nusage: mount -t fuse.ckptfs STORE MOUNTPOINT [-o cache_size=SIZE,allow_other,metrics_addr=HOST:PORT,log=FILE,...]\n", err)
 		return 1
 	}
+	if logFile == "" {
+		logFile, err = defaultLogFile()
+		if err == nil {
+			logFile, err = defaultLog(logFile)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "mount.fuse.ckptfs: %v (give -o log=FILE)\n", err)
+			return 32
+		}
+	} else if logFile, err = filepath.Abs(logFile); err != nil {
+		fmt.Fprintf(stderr, "mount.fuse.ckptfs: %v\n", err)
+		return 32
+	}
 	self, err := os.Executable()
 	if err != nil {
 		fmt.Fprintf(stderr, "mount.fuse.ckptfs: %v\n", err)
 		return 32
 	}
-	if err := startDaemon(self, mountArgs, logFile, 2*time.Minute); err != nil {
-		fmt.Fprintf(stderr, "mount.fuse.ckptfs: %v\n", err)
+	if err := startDaemon(self, mountArgs, logFile, 2*time.Minute, stderr); err != nil {
+		fmt.Fprintf(stderr, "mount.fuse.ckptfs: %s\n", helperWords(err.Error()))
 		return 32
 	}
 	return 0
 }
 
+// helperWords rewrites the daemon's flag names in msg as the -o options
+// the user wrote (--cache-size as cache_size).
+func helperWords(msg string) string {
+	for _, k := range valueOptions() {
+		msg = strings.ReplaceAll(msg, "--"+strings.ReplaceAll(k, "_", "-"), k)
+	}
+	return strings.ReplaceAll(msg, "--nonempty", "-o nonempty")
+}
+
+// valueOptions are the helper's -o options that take a value, each the
+// `ckptfs mount` flag of the same name with dashes.
+func valueOptions() []string {
+	return []string{"cache_size", "readahead_kb", "commit", "inline_encoders", "metrics_addr"}
+}
+
 // startDaemon runs `self mountArgs...` detached (new session, no terminal,
 // output appended to logFile) and returns once it reports its mount live, or
 // with its error if it exits first.
-func startDaemon(self string, mountArgs []string, logFile string, timeout time.Duration) error {
-	if err := os.MkdirAll(filepath.Dir(logFile), 0o700); err != nil {
-		return fmt.Errorf("daemon log: %w", err)
-	}
-	logf, err := os.OpenFile(logFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+func startDaemon(self string, mountArgs []string, logFile string, timeout time.Duration, stderr io.Writer) error {
+	logf, err := openDaemonLog(logFile)
 	if err != nil {
-		return fmt.Errorf("daemon log: %w", err)
+		return err
 	}
 	defer logf.Close()
 	start, _ := logf.Seek(0, io.SeekEnd)
@@ -198,11 +252,21 @@ func startDaemon(self string, mountArgs []string, logFile string, timeout time.D
 	pw.Close()
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
+	// The daemon writes "note MSG" lines, for the user at the terminal, then
+	// "ok" once the mount is live (readyPipe).
 	got := make(chan bool, 1)
 	go func() {
-		b := make([]byte, 3)
-		n, _ := io.ReadFull(pr, b)
-		got <- n == 3 && string(b) == "ok\n"
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			line := sc.Text()
+			if msg, ok := strings.CutPrefix(line, "note "); ok {
+				fmt.Fprintf(stderr, "ckptfs: %s\n", msg)
+				continue
+			}
+			got <- line == "ok"
+			return
+		}
+		got <- false
 	}()
 	tail := func() string {
 		data, _ := os.ReadFile(logFile)
@@ -219,6 +283,10 @@ func startDaemon(self string, mountArgs []string, logFile string, timeout time.D
 		err := <-exited
 		return daemonFailed(err, tail())
 	case err := <-exited:
+		select { // its last notes, before the caller prints the error
+		case <-got:
+		case <-time.After(time.Second):
+		}
 		return daemonFailed(err, tail())
 	case <-time.After(timeout):
 		cmd.Process.Signal(syscall.SIGTERM)
@@ -226,19 +294,61 @@ func startDaemon(self string, mountArgs []string, logFile string, timeout time.D
 	}
 }
 
+// openDaemonLog opens the daemon's log for appending, creating the file
+// (0600) but not its directory: a log named in a directory that does not
+// exist is an error, not a mount without a log.
+func openDaemonLog(logFile string) (*os.File, error) {
+	f, err := os.OpenFile(logFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err == nil {
+		return f, nil
+	}
+	dir := filepath.Dir(logFile)
+	if st, serr := os.Stat(dir); errors.Is(serr, os.ErrNotExist) {
+		return nil, fmt.Errorf("the daemon's log %s: directory %s does not exist", logFile, dir)
+	} else if serr == nil && !st.IsDir() {
+		return nil, fmt.Errorf("the daemon's log %s: %s is not a directory", logFile, dir)
+	}
+	return nil, fmt.Errorf("the daemon's log: %w", err)
+}
+
 // daemonFailed is the error of a daemon that exited before its mount was
-// live: its own message (the last line it logged), else its exit status.
+// live: its own message, else its exit status. The message is the last line
+// that `ckptfs mount` wrote as its error ("ckptfs mount: ..."), not simply
+// the log's last line: a usage error ends with a pointer to --help, or with
+// the flags' help.
 func daemonFailed(exit error, log string) error {
 	lines := strings.Split(strings.TrimSpace(log), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if msg, ok := strings.CutPrefix(strings.TrimSpace(lines[i]), "ckptfs mount: "); ok && msg != "" {
+			return errors.New(msg)
+		}
+	}
 	if last := strings.TrimSpace(lines[len(lines)-1]); last != "" {
-		return errors.New(strings.TrimPrefix(last, "ckptfs mount: "))
+		return errors.New(last)
 	}
 	return fmt.Errorf("the daemon exited (%v) before the mount was live", exit)
 }
 
-// readyNotifier returns the function the daemon calls once its mount is
-// live, when a helper started it ($CKPTFS_READY_FD), else nil.
-func readyNotifier() func() {
+// readyPipe is how a daemon started in the background (by the mount(8)
+// helper or `mount --background`) talks to the process that started it,
+// which waits at the terminal: notes to show the user, then "ok" once the
+// mount is live.
+type readyPipe struct{ f *os.File }
+
+// note passes msg (one line) to the user's terminal.
+func (r *readyPipe) note(msg string) {
+	fmt.Fprintf(r.f, "note %s\n", strings.ReplaceAll(msg, "\n", " "))
+}
+
+// ready reports the mount live and closes the pipe.
+func (r *readyPipe) ready() {
+	r.f.Write([]byte("ok\n"))
+	r.f.Close()
+}
+
+// readyNotifier returns the pipe to the process that started the daemon in
+// the background ($CKPTFS_READY_FD), else nil.
+func readyNotifier() *readyPipe {
 	v := os.Getenv(readyEnv)
 	if v == "" {
 		return nil
@@ -248,10 +358,6 @@ func readyNotifier() func() {
 	if err != nil || fd < 3 {
 		return nil
 	}
-	f := os.NewFile(uintptr(fd), "ready")
 	syscall.CloseOnExec(fd)
-	return func() {
-		f.Write([]byte("ok\n"))
-		f.Close()
-	}
+	return &readyPipe{f: os.NewFile(uintptr(fd), "ready")}
 }

@@ -119,6 +119,15 @@ func detach(mnt string) error {
 	return nil
 }
 
+// unmountCommand is what the mounter types to unmount mnt: umount as root,
+// fusermount3 -u otherwise.
+func unmountCommand(mnt string) string {
+	if os.Geteuid() == 0 {
+		return "umount " + mnt
+	}
+	return "fusermount3 -u " + mnt
+}
+
 // newStoreCleanup is called before a mount opens its store. When the store
 // does not exist yet, the returned function removes what opening it created
 // (the directory, or its contents if the directory was there and empty), for

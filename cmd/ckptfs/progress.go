@@ -138,13 +138,14 @@ func formatProgress(pr gc.Progress, elapsed time.Duration) string {
 	return b.String()
 }
 
-// humanCount is n with a k or M suffix past ten thousand.
+// humanCount is n with a k or M suffix past ten thousand, in formatSig's
+// three significant digits (25.0k, 100k, 12.3M).
 func humanCount(n float64) string {
 	switch {
 	case n >= 10e6:
-		return fmt.Sprintf("%.1fM", n/1e6)
+		return formatSig(n/1e6, 3) + "M"
 	case n >= 10e3:
-		return fmt.Sprintf("%.1fk", n/1e3)
+		return formatSig(n/1e3, 3) + "k"
 	default:
 		return fmt.Sprintf("%.0f", n)
 	}
