@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/ckptfs/ckptfs/cas/backend"
+	"github.com/ckptfs/ckptfs/cas/object"
 )
 
 // Batch collects the chunks of one commit. Put writes each chunk's object
@@ -365,7 +366,7 @@ func (s *Store) writeObject(ctx context.Context, id ID, data []byte, h Hint) (in
 		// A delta object is not reused: no row records its base (it was
 		// swept, or its commit never happened), so nothing would keep the
 		// base from being swept. It is replaced by a standalone one.
-		if info, h, err := s.verifyObject(ctx, id); err == nil && !h.delta {
+		if info, h, err := s.verifyObject(ctx, id); err == nil && !h.Delta {
 			return info, info.Codec == CodecRaw && info.RawLen > 0, nil
 		} else if ctx.Err() != nil {
 			return ChunkInfo{}, false, ctx.Err()
@@ -386,10 +387,10 @@ func (s *Store) writeObject(ctx context.Context, id ID, data []byte, h Hint) (in
 		}
 	}
 	if ok {
-		obj, codec = s.codecs.encodeObject(data, h)
+		obj, codec = s.coder.Encode(data, h)
 		release()
 	} else {
-		obj, pending = rawObject(data), true
+		obj, pending = object.EncodeRaw(data), true
 	}
 	if err := s.objects.Put(ctx, chunkHandle(id), obj, backend.PutOptions{}); err != nil {
 		return ChunkInfo{}, false, fmt.Errorf("write chunk %v: %w", id, err)

@@ -2,6 +2,15 @@
 // their codecs, the bbolt catalog that names everything, and the cache of decoded
 // chunks that serves reads.
 //
+// # Packages
+//
+//	cas                 Store: the one entry for writes, reads and maintenance
+//	cas/object          pure: raw bytes ⇄ object bytes (IDs, header, codecs,
+//	                    byte grouping, delta kernels); no I/O
+//	cas/backend         where objects live: Backend, and local, mem, s3
+//	cas/internal/faults fault injection points for the power-loss tests
+//	cas/internal/tensortest  synthetic tensors for the tests of cas and object
+//
 // # Layout
 //
 //	STORE/

@@ -2,7 +2,8 @@ package cas
 
 import (
 	"errors"
-	"fmt"
+
+	"github.com/ckptfs/ckptfs/cas/object"
 )
 
 // Errors returned when opening a store.
@@ -19,21 +20,11 @@ var (
 var (
 	// ErrCorrupt means a chunk object failed verification: a bad header, a payload
 	// checksum mismatch, a decode error, a wrong length, or a hash that is not its name.
-	ErrCorrupt = errors.New("chunk object is corrupt")
+	ErrCorrupt = object.ErrCorrupt
 	// ErrMissing means a chunk the catalog names has no object file.
 	ErrMissing = errors.New("chunk object is missing")
 )
 
 // BaseError is the error of reading delta chunk Chunk when its base chunk Base
-// could not be read or did not verify: the base is at fault. The delta's own
-// object passed its header and payload checks (they come first). It wraps the
-// base's error (ErrCorrupt, ErrMissing, or an I/O error), so errors.Is finds
-// the kind.
-type BaseError struct {
-	Chunk, Base ID
-	Err         error
-}
-
-func (e *BaseError) Error() string { return fmt.Sprintf("chunk %v: base: %v", e.Chunk, e.Err) }
-
-func (e *BaseError) Unwrap() error { return e.Err }
+// could not be read or did not verify (object.BaseError).
+type BaseError = object.BaseError

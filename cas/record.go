@@ -27,6 +27,8 @@ import (
 // damaged counter misstates statistics, never file content.
 const recordVersion = 2
 
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
 // sealRecord returns 0x02 ‖ rec ‖ CRC-32C(key ‖ 0x02 ‖ rec).
 func sealRecord(key, rec []byte) []byte {
 	v := make([]byte, 0, 1+len(rec)+4)

@@ -12,6 +12,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/ckptfs/ckptfs/cas/backend"
+	"github.com/ckptfs/ckptfs/cas/object"
 )
 
 // Deferred encoding. Encoding a new chunk costs more CPU than hashing it (the
@@ -491,13 +492,13 @@ func (s *Store) decide(ctx context.Context, id ID) (*reencodeItem, *ID, error) {
 		return nil, nil, err
 	}
 	it.mtime = st.ModTime
-	hdr, _ := parseObjectHeader(obj) // decodeObject parsed it already
-	onDisk := ChunkInfo{RawLen: info.RawLen, StoredLen: uint32(len(obj)), Codec: hdr.codec}
-	if onDisk != info || hdr.delta {
+	hdr, _ := object.ParseHeader(obj) // Decode parsed it already
+	onDisk := ChunkInfo{RawLen: info.RawLen, StoredLen: uint32(len(obj)), Codec: hdr.Codec}
+	if onDisk != info || hdr.Delta {
 		// An earlier run replaced the object and stopped before its
 		// transaction: the object header is the truth. (A delta object's
 		// rows were committed before its rename.)
-		it.stored, it.delta = &onDisk, hdr.delta
+		it.stored, it.delta = &onDisk, hdr.Delta
 		return it, nil, nil
 	}
 	if err := ctx.Err(); err != nil {
@@ -505,9 +506,9 @@ func (s *Store) decide(ctx context.Context, id ID) (*reencodeItem, *ID, error) {
 	}
 	// Candidates: the standalone encoding of a raw object, and the planned
 	// delta; the smallest wins, the object as it is if neither pays.
-	best, bestCodec := obj, hdr.codec
-	if hdr.codec == CodecRaw {
-		if enc, codec := s.codecs.encodeObject(raw, p.Hint); codec != CodecRaw && len(enc) < len(best) {
+	best, bestCodec := obj, hdr.Codec
+	if hdr.Codec == CodecRaw {
+		if enc, codec := s.coder.Encode(raw, p.Hint); codec != CodecRaw && len(enc) < len(best) {
 			best, bestCodec = enc, codec
 			it.alt, it.altC = enc, codec
 		}
@@ -519,8 +520,8 @@ func (s *Store) decide(ctx context.Context, id ID) (*reencodeItem, *ID, error) {
 		}
 		pinned = &plan.Base
 		if dobj := s.deltaObject(ctx, raw, plan.Base, p.Hint); dobj != nil && len(dobj) < len(best)-len(best)/deltaMinGain {
-			dh, _ := parseObjectHeader(dobj)
-			best, bestCodec, it.delta, it.link = dobj, dh.codec, true, plan
+			dh, _ := object.ParseHeader(dobj)
+			best, bestCodec, it.delta, it.link = dobj, dh.Codec, true, plan
 		}
 	}
 	if len(best) < len(obj) || it.delta {
@@ -545,7 +546,7 @@ func (s *Store) deltaObject(ctx context.Context, raw []byte, base ID, h Hint) []
 		if err != nil {
 			return nil
 		}
-		if bd, err = s.codecs.decodeObject(base, obj); err != nil {
+		if bd, err = s.coder.Decode(base, obj); err != nil {
 			return nil // a delta, or damaged: fsck names it
 		}
 	}
@@ -556,7 +557,7 @@ func (s *Store) deltaObject(ctx context.Context, raw []byte, base ID, h Hint) []
 	if elem < 0 || elem > 255 {
 		elem = 0
 	}
-	return s.codecs.encodeDeltaObject(raw, bd, base, elem, &s.deltaScratch)
+	return s.coder.EncodeDelta(raw, bd, base, elem, &s.deltaScratch)
 }
 
 // finishReencode records a group in one transaction: for each chunk, its

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ckptfs/ckptfs/cas/backend"
+	"github.com/ckptfs/ckptfs/cas/object"
 )
 
 // The remote tier: a store may have a second backend, a bucket
@@ -194,7 +195,7 @@ func (s *Store) fetchRemote(ctx context.Context, id ID, buf []byte, alloc func(i
 	r.read += int64(len(obj))
 	r.fetchMu.Unlock()
 	if standalone {
-		raw, err = s.codecs.decodeObjectInto(id, obj, alloc, nil)
+		raw, err = s.coder.DecodeInto(id, obj, alloc, nil)
 	} else {
 		var baseErr error
 		if raw, baseErr, err = s.decodeChunk(ctx, id, obj, alloc); baseErr != nil {
@@ -489,15 +490,15 @@ func (s *Store) uploadChunks(ctx context.Context, need map[ID]uint32) error {
 // snapshots and knows nothing of bases, and a reader elsewhere would need
 // two fetches. (Deltas in the bucket are left for later.)
 func (s *Store) standaloneObject(ctx context.Context, id ID, obj []byte) ([]byte, error) {
-	h, err := parseObjectHeader(obj)
-	if err != nil || !h.delta {
+	h, err := object.ParseHeader(obj)
+	if err != nil || !h.Delta {
 		return obj, nil // a damaged object fails the reader's checks, as before
 	}
-	raw, err := s.ReadChunk(ctx, ChunkRef{ID: id, Len: h.rawLen})
+	raw, err := s.ReadChunk(ctx, ChunkRef{ID: id, Len: h.RawLen})
 	if err != nil {
 		return nil, err
 	}
-	enc, _ := s.codecs.encodeObject(raw, Hint{ElemSize: h.elem})
+	enc, _ := s.coder.Encode(raw, Hint{ElemSize: h.Elem})
 	return enc, nil
 }
 
@@ -559,7 +560,7 @@ func (s *Store) VerifyRemoteObject(ctx context.Context, id ID) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.codecs.decodeObjectInto(id, obj, nil, s.bases(ctx))
+	_, err = s.coder.DecodeInto(id, obj, nil, s.bases(ctx))
 	return err
 }
 

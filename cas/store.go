@@ -20,6 +20,7 @@ import (
 	"github.com/ckptfs/ckptfs/cas/backend"
 	"github.com/ckptfs/ckptfs/cas/backend/local"
 	"github.com/ckptfs/ckptfs/cas/internal/faults"
+	"github.com/ckptfs/ckptfs/cas/object"
 )
 
 // DefaultChunkSize is the largest chunk a new store cuts files into.
@@ -106,7 +107,7 @@ type Observer interface {
 type Store struct {
 	dir       string
 	db        *bolt.DB
-	codecs    *codecs
+	coder     *object.Coder
 	cache     *cache
 	chunkSize int
 	format    uint32 // the catalog's format version (catalog.go)
@@ -129,10 +130,13 @@ type Store struct {
 	// deltaKeyframe is Options.DeltaKeyframe; deltaScratch is the re-encoder's
 	// (reencodeSem held).
 	deltaKeyframe int
-	deltaScratch  deltaScratch
-	maxBacklog    int64 // Options.MaxReencodeBacklog
-	reencodeSem   chan struct{}
-	reencodeNext  []byte
+	deltaScratch  object.DeltaScratch
+	// baseBufs holds *[]byte buffers for the decoded bases of deltas being
+	// read (readBase): fresh memory costs a page fault per 4 KiB.
+	baseBufs     sync.Pool
+	maxBacklog   int64 // Options.MaxReencodeBacklog
+	reencodeSem  chan struct{}
+	reencodeNext []byte
 
 	// Coordination with garbage collection (see sweep.go): chunks named by
 	// batches not committed yet are pinned; chunks being swept are deleting.
@@ -235,7 +239,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		db.Close()
 		return nil, err
 	}
-	if s.codecs, err = newCodecs(); err != nil {
+	if s.coder, err = object.NewCoder(); err != nil {
 		db.Close()
 		return nil, err
 	}
@@ -433,8 +437,8 @@ func (s *Store) resetSpool() error {
 
 // Close releases the store. Reads and writes in flight must have finished.
 func (s *Store) Close() error {
-	if s.codecs != nil {
-		s.codecs.close()
+	if s.coder != nil {
+		s.coder.Close()
 	}
 	var rerr error
 	if s.remote != nil {
@@ -629,16 +633,16 @@ func (s *Store) VerifyObject(ctx context.Context, id ID) (ChunkInfo, error) {
 // delta, and against which base.
 func (s *Store) VerifyObjectBase(ctx context.Context, id ID) (info ChunkInfo, base ID, delta bool, err error) {
 	info, h, err := s.verifyObject(ctx, id)
-	return info, h.base, h.delta, err
+	return info, h.Base, h.Delta, err
 }
 
-func (s *Store) verifyObject(ctx context.Context, id ID) (ChunkInfo, objectHeader, error) {
+func (s *Store) verifyObject(ctx context.Context, id ID) (ChunkInfo, object.Header, error) {
 	raw, obj, err := s.readObject(ctx, id, nil, nil)
 	if err != nil {
-		return ChunkInfo{}, objectHeader{}, err
+		return ChunkInfo{}, object.Header{}, err
 	}
-	h, _ := parseObjectHeader(obj) // decodeObject parsed it already
-	return ChunkInfo{RawLen: uint32(len(raw)), StoredLen: uint32(len(obj)), Codec: h.codec}, h, nil
+	h, _ := object.ParseHeader(obj) // Decode parsed it already
+	return ChunkInfo{RawLen: uint32(len(raw)), StoredLen: uint32(len(obj)), Codec: h.Codec}, h, nil
 }
 
 // readObject returns chunk id's decoded, verified bytes and its object, read
@@ -677,7 +681,7 @@ func (s *Store) readObject(ctx context.Context, id ID, buf []byte, alloc func(in
 // blame, and its error is baseErr too. Otherwise err is the object's.
 func (s *Store) decodeChunk(ctx context.Context, id ID, obj []byte, alloc func(int) []byte) (raw []byte, baseErr, err error) {
 	baseFailed := false
-	raw, err = s.codecs.decodeObjectInto(id, obj, alloc, func(b ID) ([]byte, func(), error) {
+	raw, err = s.coder.DecodeInto(id, obj, alloc, func(b ID) ([]byte, func(), error) {
 		data, release, err := s.loadBase(ctx, b)
 		baseFailed = err != nil
 		return data, release, err
@@ -685,9 +689,8 @@ func (s *Store) decodeChunk(ctx context.Context, id ID, obj []byte, alloc func(i
 	if baseFailed {
 		return nil, err, nil
 	}
-	var dm *deltaFailed
-	if errors.As(err, &dm) {
-		return s.retryDelta(ctx, id, obj, alloc, dm.base)
+	if base, ok := object.FailedDelta(err); ok {
+		return s.retryDelta(ctx, id, obj, alloc, base)
 	}
 	return raw, nil, err
 }
@@ -699,7 +702,7 @@ func (s *Store) retryDelta(ctx context.Context, id ID, obj []byte, alloc func(in
 		return nil, &BaseError{Chunk: id, Base: base, Err: err}, nil
 	}
 	defer release()
-	raw, err = s.codecs.decodeObjectInto(id, obj, alloc, func(b ID) ([]byte, func(), error) {
+	raw, err = s.coder.DecodeInto(id, obj, alloc, func(b ID) ([]byte, func(), error) {
 		if b != base {
 			return nil, nil, fmt.Errorf("chunk %v: %w: its base changed", id, ErrCorrupt)
 		}
@@ -709,7 +712,7 @@ func (s *Store) retryDelta(ctx context.Context, id ID, obj []byte, alloc func(in
 }
 
 // bases is the base loader that decoding a delta object uses under ctx.
-func (s *Store) bases(ctx context.Context) baseFunc {
+func (s *Store) bases(ctx context.Context) object.BaseFunc {
 	return func(b ID) ([]byte, func(), error) { return s.loadBase(ctx, b) }
 }
 
@@ -720,7 +723,7 @@ func (s *Store) bases(ctx context.Context) baseFunc {
 // objects). It never waits for a load in flight: with a damaged store naming
 // bases in a cycle, waiting could deadlock two loads on each other.
 //
-// A base read from its object is not hashed (decodeBaseInto): the delta's
+// A base read from its object is not hashed (object.Coder.DecodeBase): the delta's
 // result is, so a damaged base can only fail the read, and decodeChunk then
 // verifies the base to tell which of the two is damaged. Such bytes are
 // therefore never put in the cache; they live in a pooled buffer until the
@@ -743,7 +746,7 @@ func (s *Store) readBase(ctx context.Context, id ID, verify bool) (raw []byte, r
 		buf = new([]byte)
 	}
 	defer s.objBufs.Put(buf)
-	rb, _ := s.codecs.baseBufs.Get().(*[]byte)
+	rb, _ := s.baseBufs.Get().(*[]byte)
 	if rb == nil {
 		rb = new([]byte)
 	}
@@ -753,7 +756,7 @@ func (s *Store) readBase(ctx context.Context, id ID, verify bool) (raw []byte, r
 	}
 	defer func() {
 		if err != nil {
-			s.codecs.baseBufs.Put(rb)
+			s.baseBufs.Put(rb)
 		}
 	}()
 	keep := func(obj []byte) {
@@ -773,9 +776,9 @@ func (s *Store) readBase(ctx context.Context, id ID, verify bool) (raw []byte, r
 	default:
 		keep(obj)
 		if verify {
-			raw, err = s.codecs.decodeObjectInto(id, obj, alloc, nil)
+			raw, err = s.coder.DecodeInto(id, obj, alloc, nil)
 		} else {
-			raw, err = s.codecs.decodeBaseInto(id, obj, alloc)
+			raw, err = s.coder.DecodeBase(id, obj, alloc)
 		}
 		if errors.Is(err, ErrCorrupt) && s.remote != nil && s.fetchedCopy(id) {
 			raw, obj, err = s.fetchRemote(ctx, id, obj, alloc, true)
@@ -786,7 +789,15 @@ func (s *Store) readBase(ctx context.Context, id ID, verify bool) (raw []byte, r
 		return nil, nil, err
 	}
 	s.storeReadBytes.Add(int64(len(raw)))
-	return raw, func() { s.codecs.baseBufs.Put(rb) }, nil
+	return raw, func() { s.baseBufs.Put(rb) }, nil
+}
+
+// growBuf returns b resized to n bytes, reallocated if its capacity is short.
+func growBuf(b []byte, n int) []byte {
+	if cap(b) < n {
+		return make([]byte, n)
+	}
+	return b[:n]
 }
 
 // chunkHandle names chunk id's object in the backend.

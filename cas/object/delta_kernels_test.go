@@ -1,9 +1,11 @@
-package cas
+package object
 
 import (
 	"bytes"
 	"fmt"
 	"testing"
+
+	"github.com/ckptfs/ckptfs/cas/internal/tensortest"
 )
 
 // TestDeltaKernels: the kernels in use (assembly and SSE2 on amd64) agree
@@ -11,7 +13,7 @@ import (
 // place too, and undo what the transforms did.
 func TestDeltaKernels(t *testing.T) {
 	for _, elem := range []int{2, 4} {
-		base, next := syntheticStep(9, (1<<16+37)/elem*elem, elem, 0.05)
+		base, next := tensortest.SyntheticStep(9, (1<<16+37)/elem*elem, elem, 0.05)
 		for _, n := range []int{0, 1, 2, 3, 4, 5, 15, 16, 17, 31, 32, 33, 48, 100, 1 << 16, 1<<16 + 37} {
 			n = min(n, len(base))
 			t.Run(fmt.Sprintf("elem%d/len%d", elem, n), func(t *testing.T) {
@@ -53,7 +55,7 @@ func TestDeltaKernels(t *testing.T) {
 // them.
 func TestGatherClassed(t *testing.T) {
 	for _, elem := range []int{2, 4} {
-		base, next := syntheticStep(10, 6*deltaMinClass+13, elem, 0.05)
+		base, next := tensortest.SyntheticStep(10, 6*deltaMinClass+13, elem, 0.05)
 		n := len(base) / elem
 		cl := classesOf(base, elem, n)
 		if len(cl.counts) < 3 {
@@ -106,7 +108,7 @@ func TestGatherClassed(t *testing.T) {
 // plane's size (decodeHuffman picks by size), and a damaged section fails
 // either way.
 func TestHuffmanSingleAndMulti(t *testing.T) {
-	base, next := syntheticStep(4, 64<<10, 2, 0.01)
+	base, next := tensortest.SyntheticStep(4, 64<<10, 2, 0.01)
 	z := make([]byte, len(base))
 	makeDelta(deltaSub, 2, z, next, base)
 	for _, plane := range []int{0, 1} {

@@ -1,4 +1,4 @@
-package cas
+package object
 
 import (
 	"encoding/hex"

@@ -1,4 +1,4 @@
-package cas
+package object
 
 import (
 	"encoding/binary"
@@ -91,7 +91,7 @@ func growBuf(b []byte, n int) []byte {
 	return b[:n]
 }
 
-// bgPools holds the scratch of one codecs instance.
+// bgPools holds the scratch of one Coder.
 type bgPools struct {
 	enc sync.Pool // *bgEnc
 	dec sync.Pool // *bgDec
@@ -121,7 +121,7 @@ func bgPlanes(e int, transform byte) int {
 
 // appendByteGroup appends the byte-grouped payload of raw (elements of e
 // bytes) to dst. It returns dst unchanged and false when raw is too short.
-func (c *codecs) appendByteGroup(dst, raw []byte, e int) ([]byte, bool) {
+func (c *Coder) appendByteGroup(dst, raw []byte, e int) ([]byte, bool) {
 	n := len(raw) / e
 	if n < bgMinElems || (e != 2 && e != 4) {
 		return dst, false
@@ -187,7 +187,7 @@ func (c *codecs) appendByteGroup(dst, raw []byte, e int) ([]byte, bool) {
 // appendPlane appends plane p by the cheapest method it finds. Large planes
 // get their Huffman code from a sample (see sampleHistogram); when the sample
 // missed a byte value the plane holds, the plane is counted in full.
-func (c *codecs) appendPlane(dst []byte, s *bgEnc, p []byte) (byte, []byte) {
+func (c *Coder) appendPlane(dst []byte, s *bgEnc, p []byte) (byte, []byte) {
 	n := len(p)
 	if n >= hufSampleMin {
 		distinct, lo, hi, maxCount, size := s.huf.sampleHistogram(p)
@@ -286,7 +286,7 @@ func sampleEntropies(raw []byte, e int, rot bool, hist *[4][256]uint32) (h [bgMa
 
 // decodeByteGroup decodes a byte-grouped payload into out, whose length is the
 // raw length from the object header.
-func (c *codecs) decodeByteGroup(out, payload []byte) error {
+func (c *Coder) decodeByteGroup(out, payload []byte) error {
 	if len(payload) < 2 {
 		return errBGCorrupt
 	}

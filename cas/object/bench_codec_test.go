@@ -1,4 +1,4 @@
-package cas
+package object
 
 import (
 	"fmt"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckptfs/ckptfs/cas/internal/tensortest"
 	"github.com/ckptfs/ckptfs/formats"
 )
 
@@ -35,10 +36,10 @@ import (
 // PutHinted picks; it falls back to zstd or raw), "zstd" the encoder without a
 // hint (zstd with literal entropy coding, or raw).
 func BenchmarkCodec(b *testing.B) {
-	const chunk = DefaultChunkSize
+	const chunk = 1 << 20 // the store's default chunk size
 	sets := []benchSet{
-		{name: "bf16", load: func(s *benchSet) { s.synthetic(2, gaussBF16(32*chunk/2, 0.02, 1), chunk) }},
-		{name: "fp32", load: func(s *benchSet) { s.synthetic(4, gaussF32(32*chunk/4, 0.02, 1), chunk) }},
+		{name: "bf16", load: func(s *benchSet) { s.synthetic(2, tensortest.GaussBF16(32*chunk/2, 0.02, 1), chunk) }},
+		{name: "fp32", load: func(s *benchSet) { s.synthetic(4, tensortest.GaussF32(32*chunk/4, 0.02, 1), chunk) }},
 	}
 	if env := os.Getenv("CKPTFS_BENCH_FILES"); env != "" {
 		for _, path := range strings.Split(env, ",") {
@@ -49,11 +50,11 @@ func BenchmarkCodec(b *testing.B) {
 			sets = append(sets, fs...)
 		}
 	}
-	c, err := newCodecs()
+	c, err := NewCoder()
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer c.close()
+	defer c.Close()
 	for i := range sets {
 		set := &sets[i]
 		for _, codec := range []string{"bytegroup", "zstd"} {
@@ -145,7 +146,7 @@ func fileSets(path string, chunk int) ([]benchSet, error) {
 	return sets, nil
 }
 
-func benchCodec(b *testing.B, c *codecs, chunks [][]byte, hints []Hint) {
+func benchCodec(b *testing.B, c *Coder, chunks [][]byte, hints []Hint) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	raw := 0
@@ -159,21 +160,21 @@ func benchCodec(b *testing.B, c *codecs, chunks [][]byte, hints []Hint) {
 	stored := 0
 	for b.Loop() {
 		stored = 0
-		t0, c0 := time.Now(), threadCPU()
+		t0, c0 := time.Now(), tensortest.ThreadCPU()
 		for i, ch := range chunks {
-			objs[i], _ = c.encodeObject(ch, hints[i])
+			objs[i], _ = c.Encode(ch, hints[i])
 			stored += len(objs[i])
 		}
-		t1, c1 := time.Now(), threadCPU()
+		t1, c1 := time.Now(), tensortest.ThreadCPU()
 		for _, obj := range objs {
-			h, _ := parseObjectHeader(obj)
-			if _, err := c.decode(h.codec, obj[objectHeaderSize:], int(h.rawLen)); err != nil {
+			h, _ := ParseHeader(obj)
+			if _, err := c.decode(h.Codec, obj[HeaderSize:], int(h.RawLen)); err != nil {
 				b.Fatal(err)
 			}
 		}
-		t2, c2 := time.Now(), threadCPU()
+		t2, c2 := time.Now(), tensortest.ThreadCPU()
 		for i, obj := range objs {
-			if _, err := c.decodeObject(ids[i], obj); err != nil {
+			if _, err := c.Decode(ids[i], obj); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -1,14 +1,16 @@
-package cas
+package object
 
 import (
 	"bytes"
 	"testing"
+
+	"github.com/ckptfs/ckptfs/cas/internal/tensortest"
 )
 
 // TestSplit2Kernels: the split2/merge2 in use (SSE2 on amd64) agree with the
 // Go versions on every length around the 16-element blocks.
 func TestSplit2Kernels(t *testing.T) {
-	raw := pseudoRandom(2*(1<<16+37), 5)
+	raw := tensortest.PseudoRandom(2*(1<<16+37), 5)
 	for _, n := range []int{0, 1, 15, 16, 17, 31, 32, 33, 100, 1 << 16, 1<<16 + 37} {
 		for _, rot := range []bool{false, true} {
 			a0, a1 := make([]byte, n), make([]byte, n)
@@ -30,7 +32,7 @@ func TestSplit2Kernels(t *testing.T) {
 // TestMerge4Kernel: merge4 in use (SSE2 on amd64) agrees with merge4Go on
 // every length around the 16-element blocks and does not write past.
 func TestMerge4Kernel(t *testing.T) {
-	raw := pseudoRandom(4*(1<<12+37), 6)
+	raw := tensortest.PseudoRandom(4*(1<<12+37), 6)
 	for _, n := range []int{0, 1, 15, 16, 17, 31, 32, 33, 100, 1 << 12, 1<<12 + 37} {
 		for _, rot := range []bool{false, true} {
 			var p [4][]byte

@@ -1,4 +1,4 @@
-package cas
+package object
 
 import (
 	"bytes"
@@ -9,6 +9,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/ckptfs/ckptfs/cas/internal/tensortest"
 )
 
 func TestDeltaTransformsRoundTrip(t *testing.T) {
@@ -60,37 +62,17 @@ func TestDeltaSubSmallSteps(t *testing.T) {
 	}
 }
 
-// syntheticStep returns a chunk of n float elements (elem 2: bf16, 4: fp32)
-// drawn around zero and the same chunk after an Adam-like step: every element
-// moved by about rel of the typical magnitude.
-func syntheticStep(seed uint64, n, elem int, rel float64) (base, next []byte) {
-	rng := rand.New(rand.NewPCG(seed, 7))
-	base, next = make([]byte, n*elem), make([]byte, n*elem)
-	for i := range n {
-		w := rng.NormFloat64() * 0.02
-		v := w + rng.NormFloat64()*0.02*rel
-		if elem == 2 {
-			binary.LittleEndian.PutUint16(base[2*i:], uint16(math.Float32bits(float32(w))>>16))
-			binary.LittleEndian.PutUint16(next[2*i:], uint16(math.Float32bits(float32(v))>>16))
-		} else {
-			binary.LittleEndian.PutUint32(base[4*i:], math.Float32bits(float32(w)))
-			binary.LittleEndian.PutUint32(next[4*i:], math.Float32bits(float32(v)))
-		}
-	}
-	return base, next
-}
-
 func BenchmarkDeltaDecode(b *testing.B) {
-	c, err := newCodecs()
+	c, err := NewCoder()
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer c.close()
+	defer c.Close()
 	for _, elem := range []int{2, 4} {
-		base, next := syntheticStep(1, (1<<20)/elem, elem, 0.01)
+		base, next := tensortest.SyntheticStep(1, (1<<20)/elem, elem, 0.01)
 		id, bid := Sum(next), Sum(base)
-		obj := c.encodeDeltaObject(next, base, bid, elem, new(deltaScratch))
-		std, _ := c.encodeObject(next, Hint{ElemSize: elem})
+		obj := c.EncodeDelta(next, base, bid, elem, new(DeltaScratch))
+		std, _ := c.Encode(next, Hint{ElemSize: elem})
 		bf := func(ID) ([]byte, func(), error) { return base, func() {}, nil }
 		buf := make([]byte, len(next))
 		alloc := func(int) []byte { return buf }
@@ -98,7 +80,7 @@ func BenchmarkDeltaDecode(b *testing.B) {
 			b.SetBytes(int64(len(next)))
 			b.ReportMetric(float64(len(obj))/float64(len(next)), "ratio")
 			for b.Loop() {
-				if _, err := c.decodeObjectInto(id, obj, alloc, bf); err != nil {
+				if _, err := c.DecodeInto(id, obj, alloc, bf); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -107,7 +89,7 @@ func BenchmarkDeltaDecode(b *testing.B) {
 			b.SetBytes(int64(len(next)))
 			b.ReportMetric(float64(len(std))/float64(len(next)), "ratio")
 			for b.Loop() {
-				if _, err := c.decodeObjectInto(id, std, alloc, nil); err != nil {
+				if _, err := c.DecodeInto(id, std, alloc, nil); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -116,12 +98,12 @@ func BenchmarkDeltaDecode(b *testing.B) {
 }
 
 func TestDeltaObjectRoundTrip(t *testing.T) {
-	c, err := newCodecs()
+	c, err := NewCoder()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.close()
-	s := new(deltaScratch)
+	defer c.Close()
+	s := new(DeltaScratch)
 	for _, elem := range []int{0, 2, 4} {
 		for _, n := range []int{0, 1, 5, 100, 4097, 3 * deltaMinClass * 4, 256 << 10} {
 			for _, rel := range []float64{0, 1e-3, 1e-2, 1} {
@@ -129,7 +111,7 @@ func TestDeltaObjectRoundTrip(t *testing.T) {
 					continue // the large chunk once: -race makes it slow
 				}
 				e := max(elem, 2)
-				base, next := syntheticStep(uint64(n), n/e, e, rel)
+				base, next := tensortest.SyntheticStep(uint64(n), n/e, e, rel)
 				base = append(base, make([]byte, n%e)...) // a tail shorter than an element
 				for i := range n % e {
 					next = append(next, byte(i+1))
@@ -141,12 +123,12 @@ func TestDeltaObjectRoundTrip(t *testing.T) {
 				if id == bid {
 					continue // the same chunk: deduplicated, never a delta
 				}
-				obj := c.encodeDeltaObject(next, base, bid, elem, s)
-				h, err := parseObjectHeader(obj)
-				if err != nil || !h.delta || h.base != bid {
+				obj := c.EncodeDelta(next, base, bid, elem, s)
+				h, err := ParseHeader(obj)
+				if err != nil || !h.Delta || h.Base != bid {
 					t.Fatalf("elem %d n %d: header %+v, %v", elem, n, h, err)
 				}
-				got, err := c.decodeObjectInto(id, obj, nil, func(b ID) ([]byte, func(), error) {
+				got, err := c.DecodeInto(id, obj, nil, func(b ID) ([]byte, func(), error) {
 					if b != bid {
 						t.Fatalf("asked for base %v, want %v", b, bid)
 					}
@@ -156,7 +138,7 @@ func TestDeltaObjectRoundTrip(t *testing.T) {
 					t.Fatalf("elem %d n %d rel %g (%v): round trip: %v", elem, n, rel, h.transform, err)
 				}
 				if n == 256<<10 && elem != 0 {
-					std, _ := c.encodeObject(next, Hint{ElemSize: elem})
+					std, _ := c.Encode(next, Hint{ElemSize: elem})
 					if len(obj) >= len(std) {
 						t.Errorf("elem %d: delta %d bytes, standalone %d: a 0.1%% step should code smaller as a delta", elem, len(obj), len(std))
 					}
@@ -168,41 +150,44 @@ func TestDeltaObjectRoundTrip(t *testing.T) {
 
 // TestDeltaObjectRefusals: a delta decodes only against its own base, and
 // never where a standalone chunk is required (a base's loader).
+// errMissing stands for the error of a base that cannot be read.
+var errMissing = errors.New("base chunk is missing")
+
 func TestDeltaObjectRefusals(t *testing.T) {
-	c, err := newCodecs()
+	c, err := NewCoder()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.close()
-	base, next := syntheticStep(3, 64<<10, 2, 0.01)
+	defer c.Close()
+	base, next := tensortest.SyntheticStep(3, 64<<10, 2, 0.01)
 	id, bid := Sum(next), Sum(base)
-	obj := c.encodeDeltaObject(next, base, bid, 2, new(deltaScratch))
+	obj := c.EncodeDelta(next, base, bid, 2, new(DeltaScratch))
 	other := bytes.Clone(base)
 	other[100] ^= 1
 	cases := []struct {
 		name string
 		obj  []byte
-		base baseFunc
+		base BaseFunc
 	}{
 		{"no base loader", obj, nil},
 		{"wrong base bytes", obj, func(ID) ([]byte, func(), error) { return other, func() {}, nil }},
 		{"short base", obj, func(ID) ([]byte, func(), error) { return base[:100], func() {}, nil }},
-		{"base missing", obj, func(ID) ([]byte, func(), error) { return nil, nil, ErrMissing }},
+		{"base missing", obj, func(ID) ([]byte, func(), error) { return nil, nil, errMissing }},
 		{"flags set", func() []byte { o := bytes.Clone(obj); o[6] = 1; return o }(), func(ID) ([]byte, func(), error) { return base, func() {}, nil }},
-		{"bad transform", func() []byte { o := bytes.Clone(obj); o[objectHeaderSize+32] = 9; return o }(), func(ID) ([]byte, func(), error) { return base, func() {}, nil }},
+		{"bad transform", func() []byte { o := bytes.Clone(obj); o[HeaderSize+32] = 9; return o }(), func(ID) ([]byte, func(), error) { return base, func() {}, nil }},
 		{"payload bit flip", func() []byte { o := bytes.Clone(obj); o[len(o)-1] ^= 4; return o }(), func(ID) ([]byte, func(), error) { return base, func() {}, nil }},
 	}
 	for _, tc := range cases {
-		if _, err := c.decodeObjectInto(id, tc.obj, nil, tc.base); !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrMissing) {
-			t.Errorf("%s: err %v, want ErrCorrupt or ErrMissing", tc.name, err)
+		if _, err := c.DecodeInto(id, tc.obj, nil, tc.base); !errors.Is(err, ErrCorrupt) && !errors.Is(err, errMissing) {
+			t.Errorf("%s: err %v, want ErrCorrupt or errMissing", tc.name, err)
 		}
 	}
 	// The payload bit flip with a re-computed CRC reaches the decoder and the
 	// hash check: still never wrong bytes.
 	o := bytes.Clone(obj)
 	o[len(o)-1] ^= 4
-	binary.LittleEndian.PutUint32(o[16:], crc32.Checksum(o[objectHeaderSize:], castagnoli))
-	if got, err := c.decodeObjectInto(id, o, nil, func(ID) ([]byte, func(), error) { return base, func() {}, nil }); err == nil && !bytes.Equal(got, next) {
+	binary.LittleEndian.PutUint32(o[16:], crc32.Checksum(o[HeaderSize:], castagnoli))
+	if got, err := c.DecodeInto(id, o, nil, func(ID) ([]byte, func(), error) { return base, func() {}, nil }); err == nil && !bytes.Equal(got, next) {
 		t.Fatal("wrong bytes returned without an error")
 	} else if err != nil && !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("err %v, want ErrCorrupt", err)
@@ -212,32 +197,60 @@ func TestDeltaObjectRefusals(t *testing.T) {
 // FuzzDeltaDecode: whatever the object and the base, decoding a delta
 // object returns an error or the bytes that hash to the ID, never panics.
 func FuzzDeltaDecode(f *testing.F) {
-	c, err := newCodecs()
+	c, err := NewCoder()
 	if err != nil {
 		f.Fatal(err)
 	}
-	s := new(deltaScratch)
+	s := new(DeltaScratch)
 	for _, elem := range []int{0, 2, 4} {
-		base, next := syntheticStep(uint64(elem), 3*deltaMinClass, max(elem, 2), 0.01)
-		f.Add(c.encodeDeltaObject(next, base, Sum(base), elem, s), base, true)
-		f.Add(c.encodeDeltaObject(next[:300], base[:300], Sum(base[:300]), elem, s), base[:300], false)
+		base, next := tensortest.SyntheticStep(uint64(elem), 3*deltaMinClass, max(elem, 2), 0.01)
+		f.Add(c.EncodeDelta(next, base, Sum(base), elem, s), base, true)
+		f.Add(c.EncodeDelta(next[:300], base[:300], Sum(base[:300]), elem, s), base[:300], false)
 	}
 	f.Fuzz(func(t *testing.T, obj, base []byte, fixCRC bool) {
-		if len(obj) > objectHeaderSize && fixCRC {
-			binary.LittleEndian.PutUint32(obj[12:], uint32(len(obj)-objectHeaderSize))
-			binary.LittleEndian.PutUint32(obj[16:], crc32.Checksum(obj[objectHeaderSize:], castagnoli))
+		if len(obj) > HeaderSize && fixCRC {
+			binary.LittleEndian.PutUint32(obj[12:], uint32(len(obj)-HeaderSize))
+			binary.LittleEndian.PutUint32(obj[16:], crc32.Checksum(obj[HeaderSize:], castagnoli))
 		}
-		h, err := parseObjectHeader(obj)
+		h, err := ParseHeader(obj)
 		if err != nil {
 			return
 		}
 		var id ID // what the decode is checked against: the hash of what it should give
-		if len(base) == int(h.rawLen) {
+		if len(base) == int(h.RawLen) {
 			id = Sum(base)
 		}
-		got, err := c.decodeObjectInto(id, obj, nil, func(ID) ([]byte, func(), error) { return base, func() {}, nil })
+		got, err := c.DecodeInto(id, obj, nil, func(ID) ([]byte, func(), error) { return base, func() {}, nil })
 		if err == nil && Sum(got) != id {
 			t.Fatal("decoded bytes do not hash to the ID")
 		}
 	})
+}
+
+// TestDeltaClassGain: the encoder keeps a classed delta only when it codes
+// smaller than the best plain one by more than classGain.
+func TestDeltaClassGain(t *testing.T) {
+	c, err := NewCoder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	base, next := tensortest.SyntheticStep(31, 64<<10, 2, 0.01)
+	for _, tc := range []struct {
+		gain    float64
+		classed bool
+	}{{-1, true}, {1, false}} {
+		c.classGain = tc.gain
+		obj := c.EncodeDelta(next, base, Sum(base), 2, new(DeltaScratch))
+		h, err := ParseHeader(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := h.transform&deltaClassed != 0; got != tc.classed {
+			t.Errorf("gain %v: transform %v", tc.gain, h.transform)
+		}
+		if raw, err := c.DecodeInto(Sum(next), obj, nil, func(ID) ([]byte, func(), error) { return base, func() {}, nil }); err != nil || !bytes.Equal(raw, next) {
+			t.Errorf("gain %v: round trip: %v", tc.gain, err)
+		}
+	}
 }

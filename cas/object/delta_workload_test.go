@@ -1,4 +1,4 @@
-package cas
+package object
 
 import (
 	"fmt"
@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ckptfs/ckptfs/formats"
+	"github.com/ckptfs/ckptfs/cas/internal/tensortest"
 )
 
 // BenchmarkDeltaWorkload measures delta coding on the checkpoints of
@@ -33,11 +33,11 @@ func BenchmarkDeltaWorkload(b *testing.B) {
 	if len(steps) < 2 {
 		b.Fatalf("%s: fewer than two step directories", dir)
 	}
-	c, err := newCodecs()
+	c, err := NewCoder()
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer c.close()
+	defer c.Close()
 	kinds := []string{"bf16/model.safetensors", "fp32/model.safetensors", "full.pt"}
 	if k := os.Getenv("CKPTFS_DELTA_KINDS"); k != "" {
 		kinds = strings.Split(k, ",")
@@ -46,9 +46,9 @@ func BenchmarkDeltaWorkload(b *testing.B) {
 		if _, err := os.Stat(filepath.Join(steps[0], kind)); err != nil {
 			continue
 		}
-		files := make([][]cutChunk, len(steps))
+		files := make([][]tensortest.CutChunk, len(steps))
 		for i, st := range steps {
-			if files[i], err = cutFile(filepath.Join(st, kind)); err != nil {
+			if files[i], err = tensortest.CutFile(filepath.Join(st, kind), 1<<20); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -110,10 +110,10 @@ func keyframe(k int) func(int) int {
 
 // schemeRatio is the stored ÷ logical bytes of files (one kind of file, in
 // save order) under a base choice.
-func schemeRatio(c *codecs, files [][]cutChunk, base func(int) int) (float64, error) {
+func schemeRatio(c *Coder, files [][]tensortest.CutChunk, base func(int) int) (float64, error) {
 	var tot deltaTotals
 	for i := range files {
-		var b []cutChunk
+		var b []tensortest.CutChunk
 		if bi := base(i); bi >= 0 {
 			b = files[bi]
 		}
@@ -141,11 +141,11 @@ func TestDeltaWorkloadRatios(t *testing.T) {
 	if len(steps) < 10 {
 		t.Fatalf("%s: %d step directories, want at least 10", dir, len(steps))
 	}
-	c, err := newCodecs()
+	c, err := NewCoder()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.close()
+	defer c.Close()
 	for _, tc := range []struct {
 		kind     string
 		none     float64 // the ratio without deltas must be about this
@@ -154,9 +154,9 @@ func TestDeltaWorkloadRatios(t *testing.T) {
 		{"bf16/model.safetensors", 0.66, 0.45},
 		{"fp32/model.safetensors", 0.83, 0.75},
 	} {
-		files := make([][]cutChunk, len(steps))
+		files := make([][]tensortest.CutChunk, len(steps))
 		for i, st := range steps {
-			if files[i], err = cutFile(filepath.Join(st, tc.kind)); err != nil {
+			if files[i], err = tensortest.CutFile(filepath.Join(st, tc.kind), 1<<20); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -192,100 +192,62 @@ type deltaTotals struct {
 	encStd, encDelta, decStd, decDelta time.Duration
 }
 
-type cutChunk struct {
-	seg, ord int // data segment ordinal (-1: not data), chunk ordinal in it
-	elem     int
-	data     []byte
-}
-
-// cutFile cuts a checkpoint as the commit path does: each data segment in
-// 1 MiB chunks from its start, the rest in 1 MiB chunks unhinted.
-func cutFile(path string) ([]cutChunk, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	ix, err := formats.Parse(f, int64(len(data)))
-	if err != nil {
-		return nil, err
-	}
-	var out []cutChunk
-	seg := 0
-	for _, s := range ix.Segments {
-		e, si := 0, -1
-		if s.Kind == formats.KindData {
-			e = formats.DTypeBits(s.DType) / 8
-			si = seg
-			seg++
-		}
-		for off, ord := s.Offset, 0; off < s.Offset+s.Length; off, ord = off+DefaultChunkSize, ord+1 {
-			out = append(out, cutChunk{seg: si, ord: ord, elem: e, data: data[off:min(off+DefaultChunkSize, s.Offset+s.Length)]})
-		}
-	}
-	return out, nil
-}
-
 // add codes the chunks of cur, against the chunk at the same place in base
 // when there is one (base nil: standalone).
-func (t *deltaTotals) add(c *codecs, base, cur []cutChunk) error {
+func (t *deltaTotals) add(c *Coder, base, cur []tensortest.CutChunk) error {
 	type key struct{ seg, ord int }
 	byPlace := map[key][]byte{}
 	have := map[ID]bool{}
 	for _, ch := range base {
-		if ch.seg >= 0 {
-			byPlace[key{ch.seg, ch.ord}] = ch.data
+		if ch.Seg >= 0 {
+			byPlace[key{ch.Seg, ch.Ord}] = ch.Data
 		}
-		have[Sum(ch.data)] = true
+		have[Sum(ch.Data)] = true
 	}
 	t.pairs++
 	if t.variants == nil {
 		t.variants = map[deltaTransform]int{}
 	}
-	scratch := new(deltaScratch)
+	scratch := new(DeltaScratch)
 	for _, ch := range cur {
-		t.logical += int64(len(ch.data))
+		t.logical += int64(len(ch.Data))
 		t.chunks++
-		id := Sum(ch.data)
+		id := Sum(ch.Data)
 		if have[id] {
 			continue // deduplicated against the earlier checkpoint either way
 		}
 		h := Hint{}
-		if ch.elem == 2 || ch.elem == 4 {
-			h.ElemSize = ch.elem
+		if ch.Elem == 2 || ch.Elem == 4 {
+			h.ElemSize = ch.Elem
 		}
 		t0 := time.Now()
-		obj, _ := c.encodeObject(ch.data, h)
+		obj, _ := c.Encode(ch.Data, h)
 		t.encStd += time.Since(t0)
 		t0 = time.Now()
-		if _, err := c.decodeObject(id, obj); err != nil {
+		if _, err := c.Decode(id, obj); err != nil {
 			return err
 		}
 		t.decStd += time.Since(t0)
 		t.standalone += int64(len(obj))
 		best := int64(len(obj))
-		bd := byPlace[key{ch.seg, ch.ord}]
-		if ch.seg >= 0 && len(bd) == len(ch.data) {
+		bd := byPlace[key{ch.Seg, ch.Ord}]
+		if ch.Seg >= 0 && len(bd) == len(ch.Data) {
 			t0 = time.Now()
-			dobj := c.encodeDeltaObject(ch.data, bd, Sum(bd), h.ElemSize, scratch)
+			dobj := c.EncodeDelta(ch.Data, bd, Sum(bd), h.ElemSize, scratch)
 			t.encDelta += time.Since(t0)
 			t0 = time.Now()
-			got, err := c.decodeObjectInto(id, dobj, nil, func(bid ID) ([]byte, func(), error) { return bd, func() {}, nil })
+			got, err := c.DecodeInto(id, dobj, nil, func(bid ID) ([]byte, func(), error) { return bd, func() {}, nil })
 			if err != nil {
 				return err
 			}
 			t.decDelta += time.Since(t0)
-			if !slices.Equal(got, ch.data) {
+			if !slices.Equal(got, ch.Data) {
 				return fmt.Errorf("delta round trip differs")
 			}
 			if int64(len(dobj)) < best {
 				best = int64(len(dobj))
 				t.deltaChunks++
-				t.variants[deltaTransform(dobj[objectHeaderSize+32])]++
+				t.variants[deltaTransform(dobj[HeaderSize+32])]++
 			}
 		}
 		t.delta += best

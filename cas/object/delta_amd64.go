@@ -1,6 +1,6 @@
 //go:build amd64 && !purego
 
-package cas
+package object
 
 // Kernels of undoing a delta (delta_amd64.s; delta_kernels.go has the Go
 // versions and the figures). SSE2 is part of every amd64 CPU. The SSE2

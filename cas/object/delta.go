@@ -1,4 +1,4 @@
-package cas
+package object
 
 import (
 	"encoding/binary"
@@ -103,7 +103,7 @@ func unmono32(v uint32) uint32 { return v ^ (uint32(int32(^v)>>31) | 0x80000000)
 // deltaVariants are the transforms the encoder tries, in order.
 var deltaVariants = [...]deltaTransform{deltaSub | deltaClassed, deltaXOR | deltaClassed, deltaSub, deltaXOR}
 
-// deltaClassGain is the default codecs.classGain. A classed delta decodes at
+// deltaClassGain is the default Coder.classGain. A classed delta decodes at
 // about half the speed of a plain one (BenchmarkDeltaVariantDecode: bf16 on
 // the workload 250-330 against 480-670 CPU MB/s), so near-ties go to the
 // plain one. Where classes are kept they save much more: on the workload
@@ -112,8 +112,8 @@ var deltaVariants = [...]deltaTransform{deltaSub | deltaClassed, deltaXOR | delt
 // goes 0.7111 to 0.7114 at 0.03 (0.739 without classes).
 const deltaClassGain = 0.02
 
-// deltaScratch is the scratch of one delta encode.
-type deltaScratch struct {
+// DeltaScratch is the scratch of one delta encode.
+type DeltaScratch struct {
 	d, perm, best, bestClassed []byte
 }
 
@@ -121,9 +121,9 @@ type deltaScratch struct {
 // length) under the variant that codes smallest, and returns the payload
 // codec (CodecRaw for a classed payload, whose classes carry their own) and
 // the transform byte. A classed variant is kept only when it codes smaller
-// than the best plain one by more than the codecs' classGain: it decodes at
+// than the best plain one by more than the Coder's classGain: it decodes at
 // about half the plain one's speed (deltaClassGain).
-func (c *codecs) appendDeltaPayload(dst, raw, base []byte, elem int, s *deltaScratch) (Codec, deltaTransform, []byte) {
+func (c *Coder) appendDeltaPayload(dst, raw, base []byte, elem int, s *DeltaScratch) (Codec, deltaTransform, []byte) {
 	start := len(dst)
 	s.d = growBuf(s.d, len(raw))
 	var (
@@ -352,7 +352,7 @@ func undoClassedDelta(t deltaTransform, elem int, cl *deltaClasses, out, perm, b
 
 // appendClassed appends the classed payload of raw against base under
 // transform t to dst. perm is scratch of len(raw) bytes.
-func (c *codecs) appendClassed(dst, raw, base, perm []byte, t deltaTransform, elem int) []byte {
+func (c *Coder) appendClassed(dst, raw, base, perm []byte, t deltaTransform, elem int) []byte {
 	n := len(raw) / elem
 	cl := classesOf(base, elem, n)
 	makeClassedDelta(t, elem, &cl, perm, raw, base, n)
@@ -379,7 +379,7 @@ func (c *codecs) appendClassed(dst, raw, base, perm []byte, t deltaTransform, el
 
 // decodeClassed decodes a classed payload made under transform t against
 // base into out (the raw bytes: the delta is undone too). perm is scratch.
-func (c *codecs) decodeClassed(out, payload, base []byte, t deltaTransform, elem int, perm []byte) error {
+func (c *Coder) decodeClassed(out, payload, base []byte, t deltaTransform, elem int, perm []byte) error {
 	if elem != 2 && elem != 4 {
 		return fmt.Errorf("classed delta with element size %d", elem)
 	}

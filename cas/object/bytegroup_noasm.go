@@ -1,6 +1,6 @@
 //go:build !amd64 || purego
 
-package cas
+package object
 
 func split2(raw []byte, p0, p1 []byte, rot bool)         { split2Go(raw, p0, p1, rot) }
 func merge2(out []byte, p0, p1 []byte, rot bool)         { merge2Go(out, p0, p1, rot) }

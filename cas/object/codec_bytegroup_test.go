@@ -1,8 +1,7 @@
-package cas
+package object
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -13,76 +12,17 @@ import (
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/ckptfs/ckptfs/cas/internal/tensortest"
 )
 
-// Synthetic tensors: n elements drawn from N(0, sigma), little-endian.
-
-func gaussF32(n int, sigma float64, seed uint64) []byte {
-	r := rand.New(rand.NewPCG(seed, 0x5eed))
-	b := make([]byte, 4*n)
-	for i := range n {
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(float32(r.NormFloat64()*sigma)))
-	}
-	return b
-}
-
-// bf16Bits rounds an fp32 to bf16 (round to nearest even), as torch does.
-func bf16Bits(f float32) uint16 {
-	u := math.Float32bits(f)
-	if u&0x7fffffff > 0x7f800000 { // NaN
-		return uint16(u>>16) | 0x40
-	}
-	return uint16((u + 0x7fff + (u>>16)&1) >> 16)
-}
-
-// f16Bits rounds an fp32 to IEEE half precision (round to nearest even).
-func f16Bits(f float32) uint16 {
-	u := math.Float32bits(f)
-	sign := uint16(u>>16) & 0x8000
-	exp := int(u>>23&0xff) - 127 + 15
-	mant := u & 0x7fffff
-	switch {
-	case exp >= 31:
-		return sign | 0x7c00
-	case exp <= 0:
-		if exp < -10 {
-			return sign
-		}
-		mant |= 0x800000
-		shift := uint(14 - exp)
-		half := uint32(1) << (shift - 1)
-		v := mant >> shift
-		if rem := mant & (1<<shift - 1); rem > half || rem == half && v&1 == 1 {
-			v++
-		}
-		return sign | uint16(v)
-	}
-	v := uint32(exp)<<10 | mant>>13
-	if rem := mant & 0x1fff; rem > 0x1000 || rem == 0x1000 && v&1 == 1 {
-		v++
-	}
-	return sign | uint16(v)
-}
-
-func gauss16(n int, sigma float64, seed uint64, conv func(float32) uint16) []byte {
-	r := rand.New(rand.NewPCG(seed, 0x5eed))
-	b := make([]byte, 2*n)
-	for i := range n {
-		binary.LittleEndian.PutUint16(b[2*i:], conv(float32(r.NormFloat64()*sigma)))
-	}
-	return b
-}
-
-func gaussBF16(n int, sigma float64, seed uint64) []byte { return gauss16(n, sigma, seed, bf16Bits) }
-func gaussF16(n int, sigma float64, seed uint64) []byte  { return gauss16(n, sigma, seed, f16Bits) }
-
-func newTestCodecs(t testing.TB) *codecs {
+func newTestCoder(t testing.TB) *Coder {
 	t.Helper()
-	c, err := newCodecs()
+	c, err := NewCoder()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(c.close)
+	t.Cleanup(c.Close)
 	return c
 }
 
@@ -94,14 +34,14 @@ type codecCase struct {
 
 func codecCases() []codecCase {
 	const mib = 1 << 20
-	sparse := gaussBF16(mib/2, 0.02, 9)
+	sparse := tensortest.GaussBF16(mib/2, 0.02, 9)
 	for i := 0; i < len(sparse); i += 2 {
 		if i%20 != 0 {
 			sparse[i], sparse[i+1] = 0, 0
 		}
 	}
 	// fp32 weights that were bf16 (low half zero), and a ramp (arange).
-	clean := gaussF32(mib/4, 0.02, 10)
+	clean := tensortest.GaussF32(mib/4, 0.02, 10)
 	for i := 0; i < len(clean); i += 4 {
 		clean[i], clean[i+1] = 0, 0
 	}
@@ -118,18 +58,18 @@ func codecCases() []codecCase {
 			{"empty", nil},
 			{"one", []byte{7}},
 			{"three", []byte{1, 2, 3}},
-			{"tiny", gaussBF16(7, 0.02, 1)},
-			{"random", pseudoRandom(300001, 2)},
+			{"tiny", tensortest.GaussBF16(7, 0.02, 1)},
+			{"random", tensortest.PseudoRandom(300001, 2)},
 			{"zeros", make([]byte, mib)},
 			{"constant", bytes.Repeat([]byte{0x3c}, 65537)},
 			{"text", bytes.Repeat([]byte("step 10 loss 0.123\n"), 5000)},
-			{"bf16", gaussBF16(mib/2, 0.02, 3)},
-			{"bf16-odd", gaussBF16(mib/2, 0.02, 4)[:mib-1]},
-			{"bf16-small", gaussBF16(1000, 0.02, 5)},
-			{"fp16", gaussF16(mib/2, 0.02, 6)},
-			{"fp32", gaussF32(mib/4, 0.02, 7)},
-			{"fp32-odd", gaussF32(mib/4, 0.02, 8)[:mib-3]},
-			{"fp32-unit", gaussF32(100000, 1, 11)},
+			{"bf16", tensortest.GaussBF16(mib/2, 0.02, 3)},
+			{"bf16-odd", tensortest.GaussBF16(mib/2, 0.02, 4)[:mib-1]},
+			{"bf16-small", tensortest.GaussBF16(1000, 0.02, 5)},
+			{"fp16", tensortest.GaussF16(mib/2, 0.02, 6)},
+			{"fp32", tensortest.GaussF32(mib/4, 0.02, 7)},
+			{"fp32-odd", tensortest.GaussF32(mib/4, 0.02, 8)[:mib-3]},
+			{"fp32-unit", tensortest.GaussF32(100000, 1, 11)},
 			{"bf16-sparse", sparse},
 			{"fp32-clean", clean},
 			{"fp32-ramp", ramp},
@@ -143,18 +83,18 @@ func codecCases() []codecCase {
 // TestCodecRoundTrip: every kind of data under every hint decodes to itself,
 // through the object layer, with its codec's payload intact.
 func TestCodecRoundTrip(t *testing.T) {
-	c := newTestCodecs(t)
+	c := newTestCoder(t)
 	for _, tc := range codecCases() {
 		t.Run(tc.name, func(t *testing.T) {
-			obj, codec := c.encodeObject(tc.data, tc.hint)
-			got, err := c.decodeObject(Sum(tc.data), obj)
+			obj, codec := c.Encode(tc.data, tc.hint)
+			got, err := c.Decode(Sum(tc.data), obj)
 			if err != nil {
 				t.Fatalf("%v: %v", codec, err)
 			}
 			if !bytes.Equal(got, tc.data) {
 				t.Fatalf("%v: round trip differs", codec)
 			}
-			if len(obj) > objectHeaderSize+len(tc.data) {
+			if len(obj) > HeaderSize+len(tc.data) {
 				t.Errorf("%v: object %d bytes for %d raw", codec, len(obj), len(tc.data))
 			}
 			t.Logf("%-9v ratio %.4f", codec, float64(len(obj))/float64(max(1, len(tc.data))))
@@ -164,7 +104,7 @@ func TestCodecRoundTrip(t *testing.T) {
 
 // TestCodecChoice: the codec each kind of data gets.
 func TestCodecChoice(t *testing.T) {
-	c := newTestCodecs(t)
+	c := newTestCoder(t)
 	const mib = 1 << 20
 	cases := []struct {
 		name  string
@@ -173,19 +113,19 @@ func TestCodecChoice(t *testing.T) {
 		codec Codec
 		ratio float64 // upper bound on object/raw, 0: none
 	}{
-		{"bf16 hinted", gaussBF16(mib/2, 0.02, 1), Hint{ElemSize: 2}, CodecByteGroup, 0.68},
-		{"fp16 hinted", gaussF16(mib/2, 0.02, 1), Hint{ElemSize: 2}, CodecByteGroup, 0.90},
-		{"fp32 hinted", gaussF32(mib/4, 0.02, 1), Hint{ElemSize: 4}, CodecByteGroup, 0.85},
-		{"bf16 unhinted", gaussBF16(mib/2, 0.02, 1), Hint{}, CodecZstd, 0.80},
-		{"random hinted", pseudoRandom(mib, 1), Hint{ElemSize: 2}, CodecRaw, 0},
-		{"random unhinted", pseudoRandom(mib, 1), Hint{}, CodecRaw, 0},
+		{"bf16 hinted", tensortest.GaussBF16(mib/2, 0.02, 1), Hint{ElemSize: 2}, CodecByteGroup, 0.68},
+		{"fp16 hinted", tensortest.GaussF16(mib/2, 0.02, 1), Hint{ElemSize: 2}, CodecByteGroup, 0.90},
+		{"fp32 hinted", tensortest.GaussF32(mib/4, 0.02, 1), Hint{ElemSize: 4}, CodecByteGroup, 0.85},
+		{"bf16 unhinted", tensortest.GaussBF16(mib/2, 0.02, 1), Hint{}, CodecZstd, 0.80},
+		{"random hinted", tensortest.PseudoRandom(mib, 1), Hint{ElemSize: 2}, CodecRaw, 0},
+		{"random unhinted", tensortest.PseudoRandom(mib, 1), Hint{}, CodecRaw, 0},
 		{"zeros hinted", make([]byte, mib), Hint{ElemSize: 4}, CodecByteGroup, 0.001},
 		{"text hinted", bytes.Repeat([]byte("step 10 loss 0.123\n"), 5000), Hint{ElemSize: 2}, CodecZstd, 0.01},
-		{"tiny hinted", gaussBF16(10, 0.02, 1), Hint{ElemSize: 2}, CodecRaw, 0},
+		{"tiny hinted", tensortest.GaussBF16(10, 0.02, 1), Hint{ElemSize: 2}, CodecRaw, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			obj, codec := c.encodeObject(tc.data, tc.hint)
+			obj, codec := c.Encode(tc.data, tc.hint)
 			ratio := float64(len(obj)) / float64(len(tc.data))
 			if codec != tc.codec {
 				t.Errorf("codec %v, want %v (ratio %.4f)", codec, tc.codec, ratio)
@@ -201,33 +141,33 @@ func TestCodecChoice(t *testing.T) {
 // TestByteGroupPlaneMethods: each plane method appears where expected and
 // round-trips, including a zstd plane.
 func TestByteGroupPlaneMethods(t *testing.T) {
-	c := newTestCodecs(t)
+	c := newTestCoder(t)
 	// bf16 with 90% exact zeros: the exponent plane is mostly one byte (zstd
 	// tried), the low plane is mostly zero too.
-	sparse := gaussBF16(1<<19, 0.02, 3)
+	sparse := tensortest.GaussBF16(1<<19, 0.02, 3)
 	for i := 0; i < len(sparse); i += 2 {
 		if i%20 != 0 {
 			sparse[i], sparse[i+1] = 0, 0
 		}
 	}
-	clean := gaussF32(1<<18, 0.02, 2) // bf16 weights saved as fp32
+	clean := tensortest.GaussF32(1<<18, 0.02, 2) // bf16 weights saved as fp32
 	for i := 0; i < len(clean); i += 4 {
 		clean[i], clean[i+1] = 0, 0
 	}
 	// Values the Huffman code's sample misses: an exact zero (exponent 0,
 	// far below the sample's range) and a huge value, at an odd position.
-	outliers := gaussBF16(1<<19, 0.02, 4)
+	outliers := tensortest.GaussBF16(1<<19, 0.02, 4)
 	binary.LittleEndian.PutUint16(outliers[2*5001:], 0) // not in the sample (see sampleHistogram)
-	binary.LittleEndian.PutUint16(outliers[2*400003:], bf16Bits(3e38))
+	binary.LittleEndian.PutUint16(outliers[2*400003:], tensortest.BF16Bits(3e38))
 	cases := []struct {
 		name    string
 		data    []byte
 		e       int
 		methods []byte
 	}{
-		{"bf16", gaussBF16(1<<19, 0.02, 1), 2, []byte{bgRaw, bgHuffman}},
+		{"bf16", tensortest.GaussBF16(1<<19, 0.02, 1), 2, []byte{bgRaw, bgHuffman}},
 		{"bf16-outliers", outliers, 2, []byte{bgRaw, bgHuffman}},
-		{"fp32", gaussF32(1<<18, 0.02, 1), 4, []byte{bgRaw, bgHuffman}}, // wide
+		{"fp32", tensortest.GaussF32(1<<18, 0.02, 1), 4, []byte{bgRaw, bgHuffman}}, // wide
 		{"fp32-clean", clean, 4, []byte{bgRun, bgRun, bgRaw, bgHuffman}},
 		{"zeros", make([]byte, 4096), 4, []byte{bgRun, bgRun, bgRun, bgRun}},
 		{"sparse", sparse, 2, []byte{bgZstd, bgZstd}},
@@ -257,7 +197,7 @@ func TestByteGroupPlaneMethods(t *testing.T) {
 // TestByteGroupTransforms checks split/merge against a byte loop on every
 // length and both rotations.
 func TestByteGroupTransforms(t *testing.T) {
-	raw := pseudoRandom(4*67, 3)
+	raw := tensortest.PseudoRandom(4*67, 3)
 	for n := range 67 {
 		for _, rot := range []bool{false, true} {
 			p := [4][]byte{make([]byte, n), make([]byte, n), make([]byte, n), make([]byte, n)}
@@ -352,7 +292,7 @@ func TestHuffmanRoundTrip(t *testing.T) {
 			return p
 		},
 		"bf16exp": func(n int) []byte {
-			d := gaussBF16(n, 0.02, 7)
+			d := tensortest.GaussBF16(n, 0.02, 7)
 			p := make([]byte, n)
 			q := make([]byte, n)
 			split2(d, q, p, true)
@@ -431,8 +371,8 @@ func TestHuffmanWindowCheck(t *testing.T) {
 // transform of an all-zero chunk, spare bits of a zstd frame): those decode to
 // the right bytes, which the hash check confirms.
 func TestCodecCorruption(t *testing.T) {
-	c := newTestCodecs(t)
-	sparse := gaussBF16(1<<16, 0.02, 3)
+	c := newTestCoder(t)
+	sparse := tensortest.GaussBF16(1<<16, 0.02, 3)
 	for i := 0; i < len(sparse); i += 2 {
 		if i%20 != 0 {
 			sparse[i], sparse[i+1] = 0, 0
@@ -440,25 +380,25 @@ func TestCodecCorruption(t *testing.T) {
 	}
 	cases := []codecCase{
 		{"zstd", bytes.Repeat([]byte("step 10 loss 0.123\n"), 500), Hint{}},
-		{"raw", pseudoRandom(5000, 1), Hint{}},
-		{"bg-bf16", gaussBF16(1<<15, 0.02, 1), Hint{ElemSize: 2}},
-		{"bg-fp32-odd", gaussF32(1<<14, 0.02, 1)[:1<<16-1], Hint{ElemSize: 4}},
+		{"raw", tensortest.PseudoRandom(5000, 1), Hint{}},
+		{"bg-bf16", tensortest.GaussBF16(1<<15, 0.02, 1), Hint{ElemSize: 2}},
+		{"bg-fp32-odd", tensortest.GaussF32(1<<14, 0.02, 1)[:1<<16-1], Hint{ElemSize: 4}},
 		{"bg-zstd-planes", sparse, Hint{ElemSize: 2}},
 		{"bg-runs", make([]byte, 4096), Hint{ElemSize: 2}},
 	}
 	r := rand.New(rand.NewPCG(3, 4))
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			obj, codec := c.encodeObject(tc.data, tc.hint)
+			obj, codec := c.Encode(tc.data, tc.hint)
 			t.Logf("codec %v, %d bytes", codec, len(obj))
 			id := Sum(tc.data)
-			payload := len(obj) - objectHeaderSize
+			payload := len(obj) - HeaderSize
 			positions := []int{}
 			for i := range min(payload, 200) { // the sub-headers
-				positions = append(positions, objectHeaderSize+i)
+				positions = append(positions, HeaderSize+i)
 			}
 			for range 150 {
-				positions = append(positions, objectHeaderSize+r.IntN(payload))
+				positions = append(positions, HeaderSize+r.IntN(payload))
 			}
 			tried, harmless := 0, 0
 			for _, pos := range positions {
@@ -466,7 +406,7 @@ func TestCodecCorruption(t *testing.T) {
 					bad := bytes.Clone(obj)
 					bad[pos] ^= flip
 					fixCRC(bad)
-					got, err := c.decodeObject(id, bad)
+					got, err := c.Decode(id, bad)
 					switch {
 					case err == nil && bytes.Equal(got, tc.data):
 						harmless++ // a bit the decoder does not need
@@ -481,18 +421,18 @@ func TestCodecCorruption(t *testing.T) {
 				t.Errorf("%d of %d damaged payloads went unnoticed by the decoder", harmless, tried)
 			}
 			// Truncated and extended payloads.
-			for _, l := range []int{objectHeaderSize, objectHeaderSize + 1, max(objectHeaderSize, len(obj)/2), len(obj) - 1} {
+			for _, l := range []int{HeaderSize, HeaderSize + 1, max(HeaderSize, len(obj)/2), len(obj) - 1} {
 				bad := bytes.Clone(obj[:l])
-				binary.LittleEndian.PutUint32(bad[12:], uint32(l-objectHeaderSize))
+				binary.LittleEndian.PutUint32(bad[12:], uint32(l-HeaderSize))
 				fixCRC(bad)
-				if _, err := c.decodeObject(id, bad); !errors.Is(err, ErrCorrupt) {
+				if _, err := c.Decode(id, bad); !errors.Is(err, ErrCorrupt) {
 					t.Fatalf("truncated to %d: %v", l, err)
 				}
 			}
 			bad := append(bytes.Clone(obj), 0)
-			binary.LittleEndian.PutUint32(bad[12:], uint32(len(bad)-objectHeaderSize))
+			binary.LittleEndian.PutUint32(bad[12:], uint32(len(bad)-HeaderSize))
 			fixCRC(bad)
-			if _, err := c.decodeObject(id, bad); !errors.Is(err, ErrCorrupt) {
+			if _, err := c.Decode(id, bad); !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("extended: %v", err)
 			}
 		})
@@ -503,14 +443,14 @@ func crc32c(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 
 // fixCRC recomputes an object's payload checksum.
 func fixCRC(obj []byte) {
-	binary.LittleEndian.PutUint32(obj[16:], crc32c(obj[objectHeaderSize:]))
+	binary.LittleEndian.PutUint32(obj[16:], crc32c(obj[HeaderSize:]))
 }
 
 // TestOldObjectsDecode: objects of codecs 0 and 1 written the way the first
 // version of the store wrote them (zstd without literal entropy coding) still
 // decode.
 func TestOldObjectsDecode(t *testing.T) {
-	c := newTestCodecs(t)
+	c := newTestCoder(t)
 	old, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest),
 		zstd.WithEncoderConcurrency(1), zstd.WithZeroFrames(true), zstd.WithEncoderCRC(false))
 	if err != nil {
@@ -523,117 +463,35 @@ func TestOldObjectsDecode(t *testing.T) {
 		raw     []byte
 		payload []byte
 	}{
-		{CodecRaw, pseudoRandom(1000, 1), pseudoRandom(1000, 1)},
+		{CodecRaw, tensortest.PseudoRandom(1000, 1), tensortest.PseudoRandom(1000, 1)},
 		{CodecRaw, nil, nil},
 		{CodecZstd, text, old.EncodeAll(text, nil)},
 		{CodecZstd, make([]byte, 1<<20), old.EncodeAll(make([]byte, 1<<20), nil)},
 	} {
-		h := objectHeader{codec: tc.codec, rawLen: uint32(len(tc.raw)), payloadLen: uint32(len(tc.payload)), crc: crc32c(tc.payload)}
+		h := Header{Codec: tc.codec, RawLen: uint32(len(tc.raw)), PayloadLen: uint32(len(tc.payload)), CRC: crc32c(tc.payload)}
 		obj := append(h.marshal(), tc.payload...)
-		got, err := c.decodeObject(Sum(tc.raw), obj)
+		got, err := c.Decode(Sum(tc.raw), obj)
 		if err != nil || !bytes.Equal(got, tc.raw) {
 			t.Fatalf("codec %v: %v", tc.codec, err)
 		}
 	}
 }
 
-// TestPutHinted: hinted puts store byte-grouped objects that read back
-// identical, dedupe with unhinted puts of the same bytes, and work from many
-// goroutines at once.
-func TestPutHinted(t *testing.T) {
-	s := testStore(t, Options{})
-	ctx := context.Background()
-	bf := gaussBF16(1<<19, 0.02, 1)
-	f32 := gaussF32(1<<18, 0.02, 2)
-	b := s.NewBatch()
-	refBF, err := b.PutHinted(ctx, bf, Hint{ElemSize: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	refF32, err := b.PutHinted(ctx, f32, Hint{ElemSize: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Same bytes unhinted: the same chunk, not rewritten.
-	if ref, err := b.Put(ctx, bf); err != nil || ref != refBF {
-		t.Fatalf("unhinted put: %v %v", ref, err)
-	}
-	if err := s.Commit(context.Background(), b, func(*Tx) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
-	b.Release()
-	for _, c := range []struct {
-		ref  ChunkRef
-		data []byte
-	}{{refBF, bf}, {refF32, f32}} {
-		if c.ref.ID != Sum(c.data) {
-			t.Fatal("chunk ID is not the hash of the raw bytes")
-		}
-		info, err := s.VerifyObject(context.Background(), c.ref.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if info.Codec != CodecByteGroup {
-			t.Errorf("codec %v, want bytegroup", info.Codec)
-		}
-		var indexed ChunkInfo
-		s.View(func(tx *Tx) error { indexed, _, err = tx.Chunk(c.ref.ID); return err })
-		if indexed.Codec != CodecByteGroup || indexed.StoredLen != info.StoredLen {
-			t.Errorf("index row %+v, object %+v", indexed, info)
-		}
-		got, err := s.ReadChunk(ctx, c.ref)
-		if err != nil || !bytes.Equal(got, c.data) {
-			t.Fatalf("read back: %v", err)
-		}
-	}
-
-	// Concurrent hinted puts of distinct and shared chunks.
-	b = s.NewBatch()
-	defer b.Release()
-	var wg sync.WaitGroup
-	errs := make(chan error, 16)
-	for g := range 8 {
-		wg.Go(func() {
-			for i := range 4 {
-				data := gaussBF16(1<<16, 0.02, uint64(100+g*4+i))
-				if i == 3 {
-					data = gaussBF16(1<<16, 0.02, 1) // shared by all
-				}
-				ref, err := b.PutHinted(ctx, data, Hint{ElemSize: 2})
-				if err != nil {
-					errs <- err
-					return
-				}
-				got, err := s.ReadChunk(ctx, ref)
-				if err != nil || !bytes.Equal(got, data) {
-					errs <- fmt.Errorf("read back %v: %v", ref.ID, err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-}
-
 // TestCodecConcurrent encodes and decodes from several goroutines sharing one
-// codecs (run with -race).
+// Coder (run with -race).
 func TestCodecConcurrent(t *testing.T) {
-	c := newTestCodecs(t)
+	c := newTestCoder(t)
 	var wg sync.WaitGroup
 	for g := range 6 {
 		wg.Go(func() {
 			for i := range 6 {
-				data := gaussF32(1<<14+g*7+i, 0.02, uint64(g*10+i))
+				data := tensortest.GaussF32(1<<14+g*7+i, 0.02, uint64(g*10+i))
 				h := Hint{ElemSize: 4}
 				if i%2 == 1 {
-					data, h = gaussBF16(1<<15+i, 0.02, uint64(g)), Hint{ElemSize: 2}
+					data, h = tensortest.GaussBF16(1<<15+i, 0.02, uint64(g)), Hint{ElemSize: 2}
 				}
-				obj, _ := c.encodeObject(data, h)
-				got, err := c.decodeObject(Sum(data), obj)
+				obj, _ := c.Encode(data, h)
+				got, err := c.Decode(Sum(data), obj)
 				if err != nil || !bytes.Equal(got, data) {
 					t.Errorf("goroutine %d/%d: %v", g, i, err)
 					return
@@ -647,18 +505,18 @@ func TestCodecConcurrent(t *testing.T) {
 // FuzzDecodePayload feeds arbitrary payloads of every codec to the decoder: it
 // must return an error or exactly rawLen bytes, never panic.
 func FuzzDecodePayload(f *testing.F) {
-	c, err := newCodecs()
+	c, err := NewCoder()
 	if err != nil {
 		f.Fatal(err)
 	}
 	for _, tc := range []codecCase{
-		{"bf16", gaussBF16(3000, 0.02, 1), Hint{ElemSize: 2}},
-		{"fp32", gaussF32(1100, 0.02, 1)[:4399], Hint{ElemSize: 4}},
+		{"bf16", tensortest.GaussBF16(3000, 0.02, 1), Hint{ElemSize: 2}},
+		{"fp32", tensortest.GaussF32(1100, 0.02, 1)[:4399], Hint{ElemSize: 4}},
 		{"zeros", make([]byte, 600), Hint{ElemSize: 2}},
 		{"text", bytes.Repeat([]byte("abc"), 100), Hint{}},
 	} {
-		obj, codec := c.encodeObject(tc.data, tc.hint)
-		f.Add(uint8(codec), uint16(len(tc.data)), obj[objectHeaderSize:])
+		obj, codec := c.Encode(tc.data, tc.hint)
+		f.Add(uint8(codec), uint16(len(tc.data)), obj[HeaderSize:])
 	}
 	f.Fuzz(func(t *testing.T, codec uint8, rawLen uint16, payload []byte) {
 		out, err := c.decode(Codec(codec%4), payload, int(rawLen))
@@ -671,16 +529,16 @@ func FuzzDecodePayload(f *testing.F) {
 // FuzzByteGroupRoundTrip encodes arbitrary bytes with every hint and checks
 // that they decode to themselves.
 func FuzzByteGroupRoundTrip(f *testing.F) {
-	c, err := newCodecs()
+	c, err := NewCoder()
 	if err != nil {
 		f.Fatal(err)
 	}
-	f.Add(gaussBF16(500, 0.02, 1), uint8(2))
-	f.Add(gaussF32(300, 1, 1), uint8(4))
+	f.Add(tensortest.GaussBF16(500, 0.02, 1), uint8(2))
+	f.Add(tensortest.GaussF32(300, 1, 1), uint8(4))
 	f.Add(bytes.Repeat([]byte{0, 0, 0x80, 0x3f}, 300), uint8(4))
 	f.Fuzz(func(t *testing.T, data []byte, e uint8) {
-		obj, codec := c.encodeObject(data, Hint{ElemSize: int(e % 5)})
-		got, err := c.decodeObject(Sum(data), obj)
+		obj, codec := c.Encode(data, Hint{ElemSize: int(e % 5)})
+		got, err := c.Decode(Sum(data), obj)
 		if err != nil || !bytes.Equal(got, data) {
 			t.Fatalf("%v: %v", codec, err)
 		}

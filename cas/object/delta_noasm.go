@@ -1,6 +1,6 @@
 //go:build !amd64 || purego
 
-package cas
+package object
 
 func gatherClassed(elem int, dst, perm, base []byte, of *[256]uint8, off *[256]uint32) bool {
 	return gatherClassedGo(elem, dst, perm, base, of, off)

@@ -1,6 +1,6 @@
 //go:build amd64 && !purego
 
-package cas
+package object
 
 // SSE2 kernels of byte grouping (bytegroup_amd64.s). SSE2 is part of every
 // amd64 CPU, so there is nothing to detect. They handle the multiple of 16

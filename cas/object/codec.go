@@ -1,4 +1,4 @@
-package cas
+package object
 
 import (
 	"fmt"
@@ -42,10 +42,10 @@ type Hint struct {
 	ElemSize int
 }
 
-// codecs holds the encoder and decoder state of one store. It is safe for
+// Coder holds the encoder and decoder state of one store. It is safe for
 // concurrent use: klauspost's Encoder.EncodeAll and Decoder.DecodeAll are, and
 // the byte-group scratch comes from pools owned by this instance.
-type codecs struct {
+type Coder struct {
 	zenc *zstd.Encoder
 	zdec *zstd.Decoder
 	bg   bgPools
@@ -54,12 +54,9 @@ type codecs struct {
 	// classGain is the fraction of the best plain delta's size a classed
 	// delta must save to be chosen (appendDeltaPayload).
 	classGain float64
-	// baseBufs holds *[]byte buffers for the decoded bases of deltas being
-	// read (Store.loadBase): fresh memory costs a page fault per 4 KiB.
-	baseBufs sync.Pool
 }
 
-func newCodecs() (*codecs, error) {
+func NewCoder() (*Coder, error) {
 	enc, err := zstd.NewWriter(nil,
 		zstd.WithEncoderLevel(zstd.SpeedFastest),
 		// At the fast levels klauspost's zstd skips entropy coding of literals
@@ -79,10 +76,10 @@ func newCodecs() (*codecs, error) {
 	if err != nil {
 		return nil, fmt.Errorf("zstd decoder: %w", err)
 	}
-	return &codecs{zenc: enc, zdec: dec, classGain: deltaClassGain}, nil
+	return &Coder{zenc: enc, zdec: dec, classGain: deltaClassGain}, nil
 }
 
-func (c *codecs) close() {
+func (c *Coder) Close() {
 	c.zenc.Close()
 	c.zdec.Close()
 }
@@ -96,7 +93,7 @@ const minSaving = 1.0 / 32
 const zstdSample = 8 << 10
 
 // appendEncoded picks the codec for raw and appends its payload to dst.
-func (c *codecs) appendEncoded(dst, raw []byte, h Hint) (Codec, []byte) {
+func (c *Coder) appendEncoded(dst, raw []byte, h Hint) (Codec, []byte) {
 	if len(raw) == 0 {
 		return CodecRaw, dst
 	}
@@ -133,13 +130,13 @@ func (c *codecs) appendEncoded(dst, raw []byte, h Hint) (Codec, []byte) {
 }
 
 // decode decodes payload into a new buffer of exactly rawLen bytes.
-func (c *codecs) decode(codec Codec, payload []byte, rawLen int) ([]byte, error) {
+func (c *Coder) decode(codec Codec, payload []byte, rawLen int) ([]byte, error) {
 	return c.decodeInto(codec, payload, rawLen, nil)
 }
 
 // decodeInto is decode into a buffer of rawLen bytes from alloc (nil: make).
 // The result never aliases payload.
-func (c *codecs) decodeInto(codec Codec, payload []byte, rawLen int, alloc func(int) []byte) ([]byte, error) {
+func (c *Coder) decodeInto(codec Codec, payload []byte, rawLen int, alloc func(int) []byte) ([]byte, error) {
 	if alloc == nil {
 		alloc = func(n int) []byte { return make([]byte, n) }
 	}
