@@ -16,6 +16,9 @@ import (
 	"github.com/ckptfs/ckptfs/cas/object"
 )
 
+// castagnoli is the CRC-32C table of object payloads (object.Header.CRC).
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
 // TestDeltaBaseNotVerifiedAlone: a base read for a delta is not hashed on its
 // own (loadBase); whatever is wrong with it, the read of the delta fails with
 // ErrCorrupt naming the base, never gives wrong bytes, and such a base never

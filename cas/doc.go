@@ -7,6 +7,8 @@
 //	cas                 Store: the one entry for writes, reads and maintenance
 //	cas/object          pure: raw bytes ⇄ object bytes (IDs, header, codecs,
 //	                    byte grouping, delta kernels); no I/O
+//	cas/catalog         the bbolt catalog (its only importer): Tx and every
+//	                    row, the format and its migration, the page check
 //	cas/backend         where objects live: Backend, and local, mem, s3
 //	cas/internal/faults fault injection points for the power-loss tests
 //	cas/internal/tensortest  synthetic tensors for the tests of cas and object
@@ -141,7 +143,7 @@
 // unchanged and a delta is verified like any chunk. The transform is XOR or
 // the ULP difference (integer difference of monotone-mapped floats,
 // zigzagged), optionally with exponent classes (elements regrouped by the
-// base's exponent, each class coded on its own); delta.go has the details and
+// base's exponent, each class coded on its own); object/delta.go has the details and
 // the reasons. The encoder tries each and keeps the smallest.
 //
 // Who writes them (deltaplan.go has the rules and the crash argument):
@@ -212,7 +214,7 @@
 // A damaged catalog must give errors, never a panic or wrong bytes. Two
 // layers (decided for #18; the store format went from 1 to 2 for the second):
 //
-//   - Pages: Open walks the bbolt file's B+tree (catalogcheck.go) before
+//   - Pages: Open walks the bbolt file's B+tree (catalog/check.go) before
 //     bbolt opens it, bounds-checking every page header, element and key
 //     order, and refuses a damaged file with ErrCatalogDamaged naming the
 //     page. bbolt trusts its pages and panics (once in a goroutine of its
@@ -220,7 +222,7 @@
 //     on them. View and Update also recover a bbolt panic into the same error.
 //   - Records: every value of the nodes, dirents, manifests, chunks and
 //     reencode buckets is sealed with a CRC-32C over its key and value
-//     (record.go), and decoders check lengths strictly, so a flipped byte is
+//     (catalog/record.go), and decoders check lengths strictly, so a flipped byte is
 //     an error wrapping ErrCatalogDamaged when the record is read: EIO for a
 //     read through the mount, a problem fsck names. Open migrates a writable
 //     format-1 store in one transaction; a read-only Open reads one as it is.

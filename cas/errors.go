@@ -3,17 +3,18 @@ package cas
 import (
 	"errors"
 
+	"github.com/ckptfs/ckptfs/cas/catalog"
 	"github.com/ckptfs/ckptfs/cas/object"
 )
 
 // Errors returned when opening a store.
 var (
 	// ErrLocked means another process has the store open (it is mounted elsewhere).
-	ErrLocked = errors.New("store is in use by another process (already mounted?)")
+	ErrLocked = catalog.ErrLocked
 	// ErrNewerFormat means the store was written by a newer ckptfs.
-	ErrNewerFormat = errors.New("store was written by a newer ckptfs format version")
+	ErrNewerFormat = catalog.ErrNewerFormat
 	// ErrNotStore means the directory exists but does not hold a ckptfs store.
-	ErrNotStore = errors.New("not a ckptfs store")
+	ErrNotStore = catalog.ErrNotStore
 )
 
 // Errors returned when reading chunks.

@@ -10,8 +10,7 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
+	"github.com/ckptfs/ckptfs/cas/catalog"
 	"github.com/ckptfs/ckptfs/cas/internal/tensortest"
 )
 
@@ -282,7 +281,7 @@ func TestReencodeDropsRowsItCannotUse(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		return tx.deleteChunk(gone.ID, info) // what a sweep that ignores the queue does
+		return tx.Index().Delete(gone.ID, info) // what a sweep that ignores the queue does
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -367,7 +366,7 @@ func TestOpenAddsQueueToOlderStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	put(t, s, pseudoRandom(1000, 1))
-	if err := s.db.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket(bucketReencode) }); err != nil {
+	if err := s.Update(func(tx *Tx) error { return catalog.DeleteBucket(tx, "reencode") }); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()

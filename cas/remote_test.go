@@ -266,7 +266,7 @@ func TestCollectRemote(t *testing.T) {
 		if err := tx.DeleteNode(ino); err != nil {
 			return err
 		}
-		return tx.bumpCommitGen()
+		return tx.Uploads().CountCommit()
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,7 @@
 package cas
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -12,13 +10,11 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 
 	"github.com/ckptfs/ckptfs/cas/backend"
 	"github.com/ckptfs/ckptfs/cas/backend/local"
+	"github.com/ckptfs/ckptfs/cas/catalog"
 	"github.com/ckptfs/ckptfs/cas/internal/faults"
 	"github.com/ckptfs/ckptfs/cas/object"
 )
@@ -35,9 +31,6 @@ const (
 	objectsName = "objects"
 	spoolName   = "spool"
 )
-
-// lockTimeout is how long Open waits for another process's lock on the catalog.
-const lockTimeout = 200 * time.Millisecond
 
 // inoBlock is how many inode numbers are reserved in the catalog at a time, so
 // creating a file needs no transaction of its own.
@@ -106,11 +99,11 @@ type Observer interface {
 // Store is an open chunk store. Its methods are safe for concurrent use.
 type Store struct {
 	dir       string
-	db        *bolt.DB
+	db        *catalog.DB
 	coder     *object.Coder
 	cache     *cache
 	chunkSize int
-	format    uint32 // the catalog's format version (catalog.go)
+	format    uint32 // the catalog's format version at Open (cas/catalog)
 	readOnly  bool
 
 	inoMu    sync.Mutex
@@ -179,8 +172,8 @@ func Open(dir string, opts Options) (*Store, error) {
 	if abs, err := filepath.Abs(dir); err == nil {
 		dir = abs
 	}
-	catalog := filepath.Join(dir, catalogName)
-	_, statErr := os.Stat(catalog)
+	catPath := filepath.Join(dir, catalogName)
+	_, statErr := os.Stat(catPath)
 	exists := statErr == nil
 	if opts.ReadOnly && !exists {
 		return nil, fmt.Errorf("open store %s: %w (no %s)", dir, ErrNotStore, catalogName)
@@ -205,22 +198,25 @@ func Open(dir string, opts Options) (*Store, error) {
 		}
 	}
 	if exists {
-		if err := checkCatalogFile(catalog); err != nil {
-			if catalogLocked(catalog, opts.ReadOnly) {
+		if err := catalog.Check(catPath); err != nil {
+			if catalog.Locked(catPath, opts.ReadOnly) {
 				// Being written by the process that holds it: not damage.
 				return nil, fmt.Errorf("open store %s: %w", dir, ErrLocked)
 			}
 			return nil, fmt.Errorf("open store %s: %w", dir, err)
 		}
 	}
-	db, err := openBolt(catalog, opts.ReadOnly)
-	if errors.Is(err, bolt.ErrTimeout) {
+	db, err := catalog.Open(catPath, catalog.Options{
+		ReadOnly:  opts.ReadOnly,
+		NoSync:    faults.Skip("catalog"), // test binaries only (internal/faults)
+		ChunkSize: opts.ChunkSize,
+	})
+	if errors.Is(err, catalog.ErrLocked) {
 		return nil, fmt.Errorf("open store %s: %w", dir, ErrLocked)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("open catalog %s: %w", catalog, err)
+		return nil, err
 	}
-	db.NoSync = faults.Skip("catalog") // test binaries only (internal/faults)
 	objects := opts.Objects
 	if objects == nil {
 		objects = local.New(filepath.Join(dir, objectsName), local.Options{})
@@ -231,14 +227,8 @@ func Open(dir string, opts Options) (*Store, error) {
 	if opts.Remote != nil {
 		s.remote = newRemoteState(opts.Remote, opts.LocalCacheSize)
 	}
-	if err := s.init(opts.ChunkSize); err != nil {
-		db.Close()
-		return nil, err
-	}
-	if err := s.initReencode(opts.InlineEncoders); err != nil {
-		db.Close()
-		return nil, err
-	}
+	s.format, s.chunkSize = db.Format(), db.ChunkSize()
+	s.initReencode(opts.InlineEncoders)
 	if s.coder, err = object.NewCoder(); err != nil {
 		db.Close()
 		return nil, err
@@ -251,40 +241,6 @@ func Open(dir string, opts Options) (*Store, error) {
 		}
 	}
 	return s, nil
-}
-
-// openBolt opens the catalog, turning a panic of bbolt's (on damage that
-// checkCatalogFile let through) into an error.
-func openBolt(path string, readOnly bool) (db *bolt.DB, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			db, err = nil, fmt.Errorf("%w: %s: %v", ErrCatalogDamaged, path, r)
-		}
-	}()
-	return bolt.Open(path, 0o600, &bolt.Options{
-		Timeout:        lockTimeout,
-		ReadOnly:       readOnly,
-		NoFreelistSync: true,
-	})
-}
-
-// catalogLocked reports whether another process holds the catalog's lock
-// (bbolt's flock: exclusive for a writer, shared for a reader).
-func catalogLocked(path string, readOnly bool) bool {
-	f, err := os.Open(path)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	how := syscall.LOCK_EX
-	if readOnly {
-		how = syscall.LOCK_SH
-	}
-	if err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB); err != nil {
-		return errors.Is(err, syscall.EWOULDBLOCK)
-	}
-	syscall.Flock(int(f.Fd()), syscall.LOCK_UN) // closing the file unlocks it too
-	return false
 }
 
 // checkEmptyOrMissing refuses a directory that holds anything but what an
@@ -325,101 +281,6 @@ func probeWritable(dir string) error {
 	return nil
 }
 
-// init creates the buckets of a new catalog, or checks an existing one's version.
-func (s *Store) init(chunkSize int) error {
-	check := func(tx *bolt.Tx) error {
-		meta := tx.Bucket(bucketMeta)
-		if meta == nil {
-			return fmt.Errorf("catalog %s: %w: no meta bucket", s.dir, ErrNotStore)
-		}
-		v := meta.Get(keyFormat)
-		if len(v) != 4 {
-			return fmt.Errorf("catalog %s: %w: no format version", s.dir, ErrNotStore)
-		}
-		f := binary.BigEndian.Uint32(v)
-		if f > FormatVersion {
-			return fmt.Errorf("store %s has format %d, this ckptfs reads up to %d: %w", s.dir, f, FormatVersion, ErrNewerFormat)
-		}
-		s.format = f
-		cs := meta.Get(keyChunkSize)
-		if len(cs) != 4 {
-			return fmt.Errorf("catalog %s: %w: no chunk size", s.dir, ErrNotStore)
-		}
-		s.chunkSize = int(binary.BigEndian.Uint32(cs))
-		return nil
-	}
-	if s.readOnly {
-		return s.db.View(check)
-	}
-	return s.db.Update(func(tx *bolt.Tx) error {
-		if tx.Bucket(bucketMeta) == nil {
-			for _, name := range allBuckets {
-				if _, err := tx.CreateBucketIfNotExists(name); err != nil {
-					return err
-				}
-			}
-			meta := tx.Bucket(bucketMeta)
-			if err := meta.Put(keyFormat, binary.BigEndian.AppendUint32(nil, formatSealed)); err != nil {
-				return err
-			}
-			if err := meta.Put(keyChunkSize, binary.BigEndian.AppendUint32(nil, uint32(chunkSize))); err != nil {
-				return err
-			}
-			if err := meta.Put(keyNextIno, u64key(FirstIno)); err != nil {
-				return err
-			}
-			now := time.Now().UnixNano()
-			t := &Tx{tx: tx}
-			// The root belongs to whoever creates the store, so an
-			// ordinary user's store is writable by its owner once mounted.
-			root := Node{Ino: RootIno, Mode: syscall.S_IFDIR | 0o755, UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Atime: now, Mtime: now, Ctime: now}
-			if err := t.PutNode(root); err != nil {
-				return err
-			}
-		}
-		if err := check(tx); err != nil {
-			return err
-		}
-		if s.format < formatSealed {
-			return s.migrate(tx)
-		}
-		return nil
-	})
-}
-
-// migrate brings a format-1 catalog to format 2: it seals every record
-// (record.go). One transaction: a crash leaves format 1, migrated again at
-// the next Open.
-func (s *Store) migrate(tx *bolt.Tx) error {
-	for _, name := range [][]byte{bucketNodes, bucketDirents, bucketManifests, bucketChunks, bucketReencode} {
-		b := tx.Bucket(name)
-		if b == nil {
-			continue
-		}
-		var keys, vals [][]byte
-		if err := b.ForEach(func(k, v []byte) error {
-			if len(v) >= 5 && v[0] == recordVersion {
-				return fmt.Errorf("%w: bucket %s of a format-1 catalog holds a sealed record %x", ErrCatalogDamaged, name, k)
-			}
-			keys = append(keys, bytes.Clone(k))
-			vals = append(vals, sealRecord(k, v))
-			return nil
-		}); err != nil {
-			return err
-		}
-		for i, k := range keys {
-			if err := b.Put(k, vals[i]); err != nil {
-				return err
-			}
-		}
-	}
-	if err := tx.Bucket(bucketMeta).Put(keyFormat, binary.BigEndian.AppendUint32(nil, formatSealed)); err != nil {
-		return err
-	}
-	s.format = formatSealed
-	return nil
-}
-
 func (s *Store) resetSpool() error {
 	spool := s.SpoolDir()
 	if err := os.RemoveAll(spool); err != nil {
@@ -451,7 +312,7 @@ func (s *Store) Close() error {
 func (s *Store) Format() int {
 	f := 0
 	_ = s.View(func(tx *Tx) error {
-		f = tx.format()
+		f = tx.Format()
 		return nil
 	})
 	return f
@@ -483,48 +344,25 @@ func (s *Store) NewSpool(ctx context.Context, pattern string) (*os.File, error) 
 // ChunkSize is the largest chunk this store cuts files into.
 func (s *Store) ChunkSize() int { return s.chunkSize }
 
-// View runs fn in a read-only catalog transaction.
-//
-// A panic inside bbolt (a damaged page that Open's check could not see) is
-// returned as an error wrapping ErrCatalogDamaged; the transaction is rolled
-// back first.
-func (s *Store) View(fn func(*Tx) error) (err error) {
-	defer recoverDamage(&err)
-	return s.db.View(func(tx *bolt.Tx) error { return fn(&Tx{tx: tx, legacy: s.format < formatSealed}) })
-}
-
-// recoverDamage turns a panic of bbolt's into an error.
-func recoverDamage(err *error) {
-	if r := recover(); r != nil {
-		*err = fmt.Errorf("%w: %v", ErrCatalogDamaged, r)
-	}
-}
+// View runs fn in a read-only catalog transaction (catalog.DB.View: a
+// panic inside bbolt is returned as an error wrapping ErrCatalogDamaged).
+func (s *Store) View(fn func(*Tx) error) error { return s.db.View(fn) }
 
 // Update runs fn in a read-write catalog transaction, committed (and durable)
 // when fn returns nil and rolled back otherwise. Do no slow I/O inside fn.
 // A panic inside bbolt is returned as View's is.
-func (s *Store) Update(fn func(*Tx) error) (err error) {
-	defer recoverDamage(&err)
-	return s.db.Update(func(tx *bolt.Tx) error { return fn(&Tx{tx: tx, legacy: s.format < formatSealed}) })
-}
+func (s *Store) Update(fn func(*Tx) error) error { return s.db.Update(fn) }
 
 // AllocIno returns an inode number never handed out before in this store.
 func (s *Store) AllocIno() (uint64, error) {
 	s.inoMu.Lock()
 	defer s.inoMu.Unlock()
 	if s.nextIno == s.inoLimit {
-		err := s.db.Update(func(tx *bolt.Tx) error {
-			meta := tx.Bucket(bucketMeta)
-			next := FirstIno
-			if v := meta.Get(keyNextIno); len(v) == 8 {
-				next = binary.BigEndian.Uint64(v)
-			}
-			s.nextIno, s.inoLimit = next, next+inoBlock
-			return meta.Put(keyNextIno, u64key(s.inoLimit))
-		})
+		next, err := s.db.ReserveInos(inoBlock)
 		if err != nil {
 			return 0, fmt.Errorf("reserve inode numbers: %w", err)
 		}
+		s.nextIno, s.inoLimit = next, next+inoBlock
 	}
 	ino := s.nextIno
 	s.nextIno++
@@ -551,7 +389,7 @@ func (s *Store) Stats() (Stats, error) {
 	}
 	err := s.View(func(tx *Tx) error {
 		st.Counts = tx.Counts()
-		st.FormatVersion = tx.format()
+		st.FormatVersion = tx.Format()
 		return nil
 	})
 	return st, err
@@ -819,11 +657,3 @@ func (s *Store) IOConcurrency() int { return s.objects.Properties().Connections 
 
 // ObjectsLocation names where the store's chunk objects live, for messages.
 func (s *Store) ObjectsLocation() string { return s.objects.Location() }
-
-// format is the catalog's format version as it stands in this transaction.
-func (t *Tx) format() int {
-	if v := t.b(bucketMeta).Get(keyFormat); len(v) == 4 {
-		return int(binary.BigEndian.Uint32(v))
-	}
-	return 0
-}

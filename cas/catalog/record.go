@@ -1,4 +1,4 @@
-package cas
+package catalog
 
 import (
 	"encoding/binary"
@@ -40,7 +40,7 @@ func sealRecord(key, rec []byte) []byte {
 
 // openRecord checks a sealed value and returns the record inside. In a
 // format-1 store (t.legacy) an unsealed value is the record itself.
-func (t *Tx) openRecord(key, v []byte) ([]byte, error) {
+func (t *raw) openRecord(key, v []byte) ([]byte, error) {
 	if len(v) >= 5 && v[0] == recordVersion {
 		c := crc32.Update(crc32.Checksum(key, castagnoli), castagnoli, v[:len(v)-4])
 		if c != binary.LittleEndian.Uint32(v[len(v)-4:]) {

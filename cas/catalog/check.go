@@ -1,4 +1,4 @@
-package cas
+package catalog
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"os"
+	"slices"
 	"syscall"
 )
 
@@ -31,7 +32,7 @@ const (
 	boltNoFreelist   = ^uint64(0)
 )
 
-// checkCatalogFile walks the B+tree of the bbolt file at path from its current
+// Check walks the B+tree of the bbolt file at path from its current
 // meta page, with every offset and length bounds-checked, before bbolt opens
 // it. bbolt trusts its pages: a flipped flags, count or offset byte makes it
 // panic, in a goroutine of its own while it rebuilds the freelist at Open
@@ -40,7 +41,7 @@ const (
 // bbolt's Tx.Check does (bounds, page types, each page referenced once, keys
 // in order) plus the element offsets bbolt never checks; it reads only
 // reachable pages, so damage to a free page does not matter.
-func checkCatalogFile(path string) error {
+func Check(path string) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
@@ -339,4 +340,27 @@ func keyInOrder(key, prev, hi []byte, i int) error {
 		return fmt.Errorf("key %d (%x) is past its parent's bound", i, key)
 	}
 	return nil
+}
+
+// PagesInUse returns the page size and the sorted ids of the pages in use
+// (meta pages included) of the intact catalog at path, for tests that
+// damage them.
+func PagesInUse(path string) (pageSize int, ids []uint64, err error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, nil, err
+	}
+	seen, err := checkBoltPages(data)
+	if err != nil {
+		return 0, nil, fmt.Errorf("%s: %w", path, err)
+	}
+	for id := range seen {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	m, err := readBoltMeta(data, 0)
+	if err != nil {
+		return 0, nil, err
+	}
+	return int(m.pageSize), ids, nil
 }
