@@ -24,12 +24,21 @@ func testStoreHook(t *testing.T, hook func(path string) error) *Store {
 	return testStore(t, Options{Objects: local.New(filepath.Join(dir, objectsName), local.Options{SyncHook: hook})}, dir)
 }
 
+// openLocal is Open with the objects in the store directory (local.New) unless
+// opts says where they live.
+func openLocal(dir string, opts Options) (*Store, error) {
+	if opts.Objects == nil {
+		opts.Objects = local.New(ObjectsDir(dir), local.Options{})
+	}
+	return Open(dir, opts)
+}
+
 func testStore(t *testing.T, opts Options, dir ...string) *Store {
 	t.Helper()
 	if len(dir) == 0 {
 		dir = append(dir, filepath.Join(t.TempDir(), "store"))
 	}
-	s, err := Open(dir[0], opts)
+	s, err := openLocal(dir[0], opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,37 +248,37 @@ func TestCacheStaysWithinBudget(t *testing.T) {
 
 func TestOpenErrors(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "store")
-	s, err := Open(dir, Options{})
+	s, err := openLocal(dir, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(dir, Options{}); !errors.Is(err, ErrLocked) {
+	if _, err := openLocal(dir, Options{}); !errors.Is(err, ErrLocked) {
 		t.Errorf("second open: %v, want ErrLocked", err)
 	}
-	if _, err := Open(dir, Options{ReadOnly: true}); !errors.Is(err, ErrLocked) {
+	if _, err := openLocal(dir, Options{ReadOnly: true}); !errors.Is(err, ErrLocked) {
 		t.Errorf("read-only open of a locked store: %v, want ErrLocked", err)
 	}
 	s.Close()
 	catalog.SetFormat(t, filepath.Join(dir, catalogName), FormatVersion+1)
-	if _, err := Open(dir, Options{}); !errors.Is(err, ErrNewerFormat) {
+	if _, err := openLocal(dir, Options{}); !errors.Is(err, ErrNewerFormat) {
 		t.Errorf("newer format: %v, want ErrNewerFormat", err)
 	}
-	if _, err := Open(dir, Options{ReadOnly: true}); !errors.Is(err, ErrNewerFormat) {
+	if _, err := openLocal(dir, Options{ReadOnly: true}); !errors.Is(err, ErrNewerFormat) {
 		t.Errorf("newer format read-only: %v, want ErrNewerFormat", err)
 	}
 	notStore := t.TempDir()
 	os.WriteFile(filepath.Join(notStore, "x"), nil, 0o644)
-	if _, err := Open(notStore, Options{}); !errors.Is(err, ErrNotStore) {
+	if _, err := openLocal(notStore, Options{}); !errors.Is(err, ErrNotStore) {
 		t.Errorf("non-empty directory: %v, want ErrNotStore", err)
 	}
-	if _, err := Open(filepath.Join(t.TempDir(), "missing"), Options{ReadOnly: true}); !errors.Is(err, ErrNotStore) {
+	if _, err := openLocal(filepath.Join(t.TempDir(), "missing"), Options{ReadOnly: true}); !errors.Is(err, ErrNotStore) {
 		t.Errorf("read-only open of nothing: %v, want ErrNotStore", err)
 	}
 }
 
 func TestAllocInoSurvivesReopen(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "store")
-	s, err := Open(dir, Options{})
+	s, err := openLocal(dir, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,7 +291,7 @@ func TestAllocInoSurvivesReopen(t *testing.T) {
 		seen[ino] = true
 	}
 	s.Close()
-	s, err = Open(dir, Options{})
+	s, err = openLocal(dir, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

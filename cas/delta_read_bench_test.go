@@ -165,7 +165,7 @@ func benchDeltaStoreRead(b *testing.B, where string, pairs []chunkPair) {
 		if where == "mem" {
 			opts.Objects = &keepOpen{mems[k]}
 		}
-		s, err := Open(dirs[k], opts)
+		s, err := openLocal(dirs[k], opts)
 		if err != nil {
 			b.Fatal(err)
 		}

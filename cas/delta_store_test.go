@@ -109,7 +109,7 @@ func BenchmarkDeltaColdRead(b *testing.B) {
 	dirs := [2]string{filepath.Join(b.TempDir(), "standalone"), filepath.Join(b.TempDir(), "delta")}
 	var refs []ChunkRef
 	for k, dir := range dirs {
-		s, err := Open(dir, Options{})
+		s, err := openLocal(dir, Options{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -131,7 +131,7 @@ func BenchmarkDeltaColdRead(b *testing.B) {
 	var took [2]time.Duration
 	for b.Loop() {
 		for k, dir := range dirs {
-			s, err := Open(dir, Options{})
+			s, err := openLocal(dir, Options{})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -10,6 +10,7 @@
 //	cas/catalog         the bbolt catalog (its only importer): Tx and every
 //	                    row, the format and its migration, the page check
 //	cas/backend         where objects live: Backend, and local, mem, s3
+//	cas/internal/fsutil directory fsync and descriptor wait, shared with local
 //	cas/internal/faults fault injection points for the power-loss tests
 //	cas/internal/tensortest  synthetic tensors for the tests of cas and object
 //
@@ -22,18 +23,29 @@
 //
 // # Where objects live
 //
-// Chunk objects are kept by a backend.Backend (package cas/backend): by
-// default the store's objects/ directory (cas/backend/local, the layout
-// above), or another one given in Options.Objects (cas/backend/mem in
-// tests). cas is the only package that names objects: fusefs and gc see chunk
+// Chunk objects are kept by a backend.Backend (package cas/backend) that
+// the caller gives in Options.Objects: the store's objects/ directory
+// (cas/backend/local, the layout above: local.New(ObjectsDir(dir), ...)),
+// or a mem backend in tests. cas imports no concrete backend. That was a
+// decision between three ways to drop the old default (nil meaning
+// objects/): a registry that local fills in its init (mutable package
+// state, and a store that fails at run time in a binary that forgot the
+// import), an interface cas would call to make the default (someone must
+// still pass it), or the caller choosing. The caller chooses: the command
+// line does it once (cmd/ckptfs's openStore), as it already chooses the
+// remote tier, and a tiered or decorated backend (issue #23) is composed
+// there too. The two file-system helpers cas shared with local (a directory
+// fsync, and waiting for a file descriptor when the process has none) live
+// in cas/internal/fsutil, used by both.
+//
+// cas is the only package that names objects: fusefs and gc see chunk
 // IDs, WalkObjects, VerifyObject, Sweep and RemoveStale, never paths. The
 // backend owns the file-level half of durability (temporary names, renames,
 // grouped fdatasyncs through the writing descriptors, directory fsyncs,
 // sticky sync failures); cas owns the catalog half. The two meet in
 // Store.Commit, the one way to commit a batch: Sync the batch's objects,
 // then one transaction that indexes them and runs the caller's changes, then
-// release the batch's pins, in that order whatever fails. (The order used
-// to be written out by hand at each caller, and one of them never released.)
+// release the batch's pins, in that order whatever fails.
 //
 // A store may also have a remote tier (Options.Remote, an S3-compatible
 // bucket): committed files are written back to it in the background, and

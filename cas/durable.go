@@ -1,6 +1,7 @@
 package cas
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -8,9 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/ckptfs/ckptfs/cas/backend/local"
 	"github.com/ckptfs/ckptfs/cas/catalog"
 	"github.com/ckptfs/ckptfs/cas/internal/faults"
+	"github.com/ckptfs/ckptfs/cas/internal/fsutil"
 )
 
 // The store's own directories and catalog are made durable when they are
@@ -90,5 +91,5 @@ func syncStoreDir(dir string) error {
 	if faults.Skip("storedir") { // test binaries only (internal/faults)
 		return nil
 	}
-	return local.SyncDir(dir)
+	return fsutil.SyncDir(context.Background(), dir)
 }

@@ -80,7 +80,7 @@ func TestRecordsAreChecked(t *testing.T) {
 // and moves it to format 2, keeping its content.
 func TestFormat1StoreIsMigrated(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "store")
-	s, err := Open(dir, Options{})
+	s, err := openLocal(dir, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,13 +139,13 @@ func TestFormat1StoreIsMigrated(t *testing.T) {
 			t.Fatalf("read: %v", err)
 		}
 	}
-	ro, err := Open(dir, Options{ReadOnly: true})
+	ro, err := openLocal(dir, Options{ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	check(ro, 1)
 	ro.Close()
-	rw, err := Open(dir, Options{})
+	rw, err := openLocal(dir, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -146,7 +146,7 @@ func TestInlineEncodeBudget(t *testing.T) {
 // with its object untouched.
 func TestReencodeOne(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "store")
-	s, err := Open(dir, Options{InlineEncoders: -1})
+	s, err := openLocal(dir, Options{InlineEncoders: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +223,7 @@ func TestReencodeOne(t *testing.T) {
 
 func testStoreAt(t *testing.T, dir string, opts Options) *Store {
 	t.Helper()
-	s, err := Open(dir, opts)
+	s, err := openLocal(dir, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +235,7 @@ func testStoreAt(t *testing.T, dir string, opts Options) *Store {
 // transaction, leaves a readable object; the next ReencodeOne repairs the row.
 func TestReencodeCrashWindow(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "store")
-	s, err := Open(dir, Options{InlineEncoders: -1})
+	s, err := openLocal(dir, Options{InlineEncoders: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,7 +361,7 @@ func TestSweepDropsQueueRow(t *testing.T) {
 // its bucket at Open, and reads as an empty queue when opened read-only.
 func TestOpenAddsQueueToOlderStore(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "store")
-	s, err := Open(dir, Options{})
+	s, err := openLocal(dir, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/cas/backend"
-	"github.com/ckptfs/ckptfs/cas/backend/local"
 	"github.com/ckptfs/ckptfs/cas/catalog"
 	"github.com/ckptfs/ckptfs/cas/internal/faults"
+	"github.com/ckptfs/ckptfs/cas/internal/fsutil"
 	"github.com/ckptfs/ckptfs/cas/object"
 )
 
@@ -70,8 +70,10 @@ type Options struct {
 	// DefaultDeltaKeyframe; 1 or less (negative) means no deltas are
 	// planned (deltas already stored still read).
 	DeltaKeyframe int
-	// Objects is where chunk objects live; nil means the store's own
-	// objects/ directory (cas/backend/local). The Store closes it.
+	// Objects is where chunk objects live, and must be set: the store's own
+	// objects/ directory is local.New(ObjectsDir(dir), ...) (package
+	// cas/backend/local), tests may give a mem backend. The Store closes it;
+	// when Open fails it is the caller's to close.
 	Objects backend.Backend
 	// Observer, if set, is told how long each chunk fetch (an object read
 	// and decoded on a cache miss) and each background re-encode took, for
@@ -169,6 +171,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	if opts.ChunkSize > maxChunkSize {
 		return nil, fmt.Errorf("chunk size %d is over the %d limit", opts.ChunkSize, maxChunkSize)
 	}
+	if opts.Objects == nil {
+		return nil, fmt.Errorf("open store %s: Options.Objects is not set (the store's own directory is local.New(cas.ObjectsDir(dir), ...))", dir)
+	}
 	if abs, err := filepath.Abs(dir); err == nil {
 		dir = abs
 	}
@@ -218,9 +223,6 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	objects := opts.Objects
-	if objects == nil {
-		objects = local.New(filepath.Join(dir, objectsName), local.Options{})
-	}
 	s := &Store{dir: dir, db: db, readOnly: opts.ReadOnly, flights: map[ID]*flight{}, objects: objects,
 		pins: map[ID]int{}, deleting: map[ID]chan struct{}{}, hashSlots: make(chan struct{}, opts.HashWorkers),
 		obs: opts.Observer, deltaKeyframe: opts.DeltaKeyframe, maxBacklog: opts.MaxReencodeBacklog}
@@ -318,6 +320,16 @@ func (s *Store) Format() int {
 	return f
 }
 
+// ObjectsDir is the directory in store directory dir where a store keeps
+// its chunk objects when they live with it (the root to give
+// cas/backend/local's New), made absolute as Open makes dir.
+func ObjectsDir(dir string) string {
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+	}
+	return filepath.Join(dir, objectsName)
+}
+
 // Dir returns the store directory.
 func (s *Store) Dir() string { return s.dir }
 
@@ -327,10 +339,10 @@ func (s *Store) SpoolDir() string { return filepath.Join(s.dir, spoolName) }
 // NewSpool creates a file in SpoolDir for staging a file being written, named
 // after pattern as os.CreateTemp names it, and unlinks it at once: it is
 // private to the caller, and a crash leaves nothing. When the process is out
-// of file descriptors it waits for one (local.OpenRetry) rather than fail a
+// of file descriptors it waits for one (fsutil.OpenRetry) rather than fail a
 // write.
 func (s *Store) NewSpool(ctx context.Context, pattern string) (*os.File, error) {
-	sp, err := local.OpenRetry(ctx, func() (*os.File, error) { return os.CreateTemp(s.SpoolDir(), pattern) })
+	sp, err := fsutil.OpenRetry(ctx, func() (*os.File, error) { return os.CreateTemp(s.SpoolDir(), pattern) })
 	if err != nil {
 		return nil, fmt.Errorf("create spool file: %w", err)
 	}
