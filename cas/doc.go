@@ -57,13 +57,10 @@
 // waits for it or for its own context, so an interrupted FUSE read of a slow
 // object returns at once without failing the others.
 //
-// A chunk object is a 24-byte header followed by the encoded payload:
-//
-//	magic "CKCH" | version u8 | codec u8 | flags u16 | raw length u32 |
-//	payload length u32 | CRC-32C of the payload u32 | reserved u32
-//
-// all little-endian. The chunk ID is the BLAKE3-256 of the raw (decoded) bytes, so
-// the same bytes stored under two codecs are still one chunk.
+// A chunk object is a 24-byte header followed by the encoded payload
+// (cas/object's doc has the layout). The chunk ID is the BLAKE3-256 of the
+// raw (decoded) bytes, so the same bytes stored under two codecs are still
+// one chunk.
 //
 // # Invariants
 //
@@ -145,13 +142,9 @@
 //
 // Consecutive checkpoints of a run differ little, so a chunk may be stored as
 // the difference from a base chunk: the same tensor range one save earlier.
-// A delta object is object version 2: the v1 header (flags and reserved must
-// be zero), then a 36-byte extension
-//
-//	base ID [32] | transform u8 | element size u8 | reserved u16 (zero)
-//
-// then the payload; the header's payload length and CRC-32C cover extension
-// and payload. The ID stays the BLAKE3 of the raw bytes, so dedup is
+// A delta object is object version 2: the header, then a 36-byte extension
+// naming the base chunk and the transform, then the payload (cas/object's
+// doc has the layout). The ID stays the BLAKE3 of the raw bytes, so dedup is
 // unchanged and a delta is verified like any chunk. The transform is XOR or
 // the ULP difference (integer difference of monotone-mapped floats,
 // zigzagged), optionally with exponent classes (elements regrouped by the

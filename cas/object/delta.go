@@ -171,7 +171,7 @@ func (c *Coder) appendDeltaPayload(dst, raw, base []byte, elem int, s *DeltaScra
 // counting sort) and codes each class on its own, with its own Huffman tables.
 // The decoder knows the base, so the classes cost nothing to transmit. On the
 // tiny GPT-2 workload this saves ~10% of a bf16 delta and ~3% of an fp32 one
-// (test/delta, notes in doc.go).
+// (test/delta, notes in cas's doc.go).
 //
 // Classes: the exponent byte of the base element (bf16: bits 7..14, fp32:
 // bits 23..30); exponents with fewer than deltaMinClass elements share one

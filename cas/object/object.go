@@ -134,7 +134,7 @@ func (c *Coder) Encode(raw []byte, h Hint) ([]byte, Codec) {
 }
 
 // EncodeRaw returns the object file bytes for raw stored unencoded (CodecRaw):
-// what a new chunk gets when no inline encoder is free (reencode.go).
+// what a new chunk gets when no inline encoder is free (cas's reencode.go).
 func EncodeRaw(raw []byte) []byte {
 	obj := make([]byte, HeaderSize, HeaderSize+len(raw))
 	return sealObject(append(obj, raw...), CodecRaw, len(raw))
@@ -215,7 +215,7 @@ func (c *Coder) DecodeInto(id ID, obj []byte, alloc func(int) []byte, base BaseF
 // deltaFailed is the error of a delta object, sound as far as its header
 // and CRC tell, that did not decode against its base, or whose result does
 // not hash to its name: the delta or the base is damaged (or the base is the
-// wrong chunk: a base loaded for a delta is not verified on its own, doc.go;
+// wrong chunk: a base loaded for a delta is not verified on its own, cas's doc.go;
 // and a classed delta's layout depends on the base). It is ErrCorrupt for
 // errors.Is.
 type deltaFailed struct {
@@ -247,7 +247,7 @@ func FailedDelta(err error) (base ID, ok bool) {
 // result: the header, the CRC-32C of the payload and the decode are checked
 // as for any object, and the delta's own result is hashed against the
 // delta's name, so a base that is not chunk id can only fail that read
-// (doc.go, "Delta objects"). The bytes must never be given to anything else:
+// (cas's doc.go, "Delta objects"). The bytes must never be given to anything else:
 // not to the cache, not to a reader.
 func (c *Coder) DecodeBase(id ID, obj []byte, alloc func(int) []byte) ([]byte, error) {
 	h, payload, err := checkObject(id, obj)
