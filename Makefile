@@ -78,8 +78,8 @@ bench-delta: build
 	@venv=$${CKPTFS_VENV:-.venv}; set -e; dir=$$(mktemp -d /tmp/ckptfs-delta.XXXXXX); trap 'rm -rf "$$dir"' EXIT; \
 	$$venv/bin/python test/delta/mount_bench.py --bin $(BIN); \
 	$$venv/bin/python test/delta/workload.py "$$dir" --steps 400 --save-from 200 --full | grep WORKLOAD; \
-	CKPTFS_DELTA_DIR="$$dir" $(GO) test ./cas -run '^$$' -bench 'DeltaWorkload' -benchtime 1x -count 1 | grep -E '^(DELTA|SCHEME)'; \
-	$(GO) test ./cas -run '^$$' -bench 'DeltaDecode' -benchtime 50x -count 3 | grep Benchmark; \
+	CKPTFS_DELTA_DIR="$$dir" $(GO) test ./cas/object -run '^$$' -bench 'DeltaWorkload' -benchtime 1x -count 1 | grep -E '^(DELTA|SCHEME)'; \
+	$(GO) test ./cas/object -run '^$$' -bench 'DeltaDecode' -benchtime 50x -count 3 | grep Benchmark; \
 	$$venv/bin/python test/delta/compare.py "$$dir" 2>/dev/null
 
 clean:

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/ckptfs/ckptfs/cas/backend"
+	"github.com/ckptfs/ckptfs/cas/object"
 )
 
 // Batch collects the chunks of one commit. Put writes each chunk's object
@@ -297,13 +298,13 @@ func (s *Store) CommitWith(ctx context.Context, b *Batch, body func(update func(
 		}
 		used = true
 		return s.Update(func(tx *Tx) error {
-			if err := tx.commitBatch(b); err != nil {
+			if err := commitBatch(tx, b); err != nil {
 				return err
 			}
 			if err := fn(tx); err != nil {
 				return err
 			}
-			return tx.bumpCommitGen() // the remote tier uploads up to it (remote.go)
+			return tx.Uploads().CountCommit() // the remote tier uploads up to it (remote.go)
 		})
 	})
 }
@@ -315,7 +316,7 @@ func (s *Store) CommitWith(ctx context.Context, b *Batch, body func(update func(
 // for a raw-pending object. Commit calls it after b.Sync, inside the
 // transaction that commits the manifests naming the chunks; it checks again
 // that every object is durable.
-func (t *Tx) commitBatch(b *Batch) error {
+func commitBatch(t *Tx, b *Batch) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.released {
@@ -326,23 +327,23 @@ func (t *Tx) commitBatch(b *Batch) error {
 			return fmt.Errorf("commit of a batch that Sync has not made durable: chunk %v", id)
 		}
 	}
-	t.tx.OnCommit(func() {
+	t.OnCommit(func() {
 		b.mu.Lock()
 		b.committed = true
 		b.mu.Unlock()
 	})
 	for id, info := range b.added {
-		added, err := t.putChunk(id, info)
+		added, err := t.Index().Add(id, info)
 		if err != nil {
 			return fmt.Errorf("index chunk %v: %w", id, err)
 		}
 		if h, pending := b.queue[id]; pending && added {
-			if err := t.queueReencode(id, h, info.RawLen); err != nil {
+			if err := t.Queue().Add(id, h, info.RawLen); err != nil {
 				return fmt.Errorf("queue chunk %v for re-encoding: %w", id, err)
 			}
 		}
 		if prev, ok := b.suggest[id]; ok && added {
-			if err := t.planDelta(id, prev, b.hints[id], info.RawLen, b.s.deltaKeyframe); err != nil {
+			if err := t.Deltas().Plan(id, prev, b.hints[id], info.RawLen, b.s.deltaKeyframe); err != nil {
 				return fmt.Errorf("plan a delta for chunk %v: %w", id, err)
 			}
 		}
@@ -365,7 +366,7 @@ func (s *Store) writeObject(ctx context.Context, id ID, data []byte, h Hint) (in
 		// A delta object is not reused: no row records its base (it was
 		// swept, or its commit never happened), so nothing would keep the
 		// base from being swept. It is replaced by a standalone one.
-		if info, h, err := s.verifyObject(ctx, id); err == nil && !h.delta {
+		if info, h, err := s.verifyObject(ctx, id); err == nil && !h.Delta {
 			return info, info.Codec == CodecRaw && info.RawLen > 0, nil
 		} else if ctx.Err() != nil {
 			return ChunkInfo{}, false, ctx.Err()
@@ -386,10 +387,10 @@ func (s *Store) writeObject(ctx context.Context, id ID, data []byte, h Hint) (in
 		}
 	}
 	if ok {
-		obj, codec = s.codecs.encodeObject(data, h)
+		obj, codec = s.coder.Encode(data, h)
 		release()
 	} else {
-		obj, pending = rawObject(data), true
+		obj, pending = object.EncodeRaw(data), true
 	}
 	if err := s.objects.Put(ctx, chunkHandle(id), obj, backend.PutOptions{}); err != nil {
 		return ChunkInfo{}, false, fmt.Errorf("write chunk %v: %w", id, err)

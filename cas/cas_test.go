@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 
 	"github.com/ckptfs/ckptfs/cas/backend/local"
+	"github.com/ckptfs/ckptfs/cas/catalog"
+	"github.com/ckptfs/ckptfs/cas/internal/tensortest"
+	"github.com/ckptfs/ckptfs/cas/object"
 )
 
 // testStoreHook opens a store whose local backend calls hook instead of each
@@ -20,12 +24,21 @@ func testStoreHook(t *testing.T, hook func(path string) error) *Store {
 	return testStore(t, Options{Objects: local.New(filepath.Join(dir, objectsName), local.Options{SyncHook: hook})}, dir)
 }
 
+// openLocal is Open with the objects in the store directory (local.New) unless
+// opts says where they live.
+func openLocal(dir string, opts Options) (*Store, error) {
+	if opts.Objects == nil {
+		opts.Objects = local.New(ObjectsDir(dir), local.Options{})
+	}
+	return Open(dir, opts)
+}
+
 func testStore(t *testing.T, opts Options, dir ...string) *Store {
 	t.Helper()
 	if len(dir) == 0 {
 		dir = append(dir, filepath.Join(t.TempDir(), "store"))
 	}
-	s, err := Open(dir[0], opts)
+	s, err := openLocal(dir[0], opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,15 +46,7 @@ func testStore(t *testing.T, opts Options, dir ...string) *Store {
 	return s
 }
 
-func pseudoRandom(n int, seed byte) []byte {
-	b := make([]byte, n)
-	x := uint32(seed) + 1
-	for i := range b {
-		x = x*1664525 + 1013904223
-		b[i] = byte(x >> 24)
-	}
-	return b
-}
+func pseudoRandom(n int, seed byte) []byte { return tensortest.PseudoRandom(n, seed) }
 
 // put stores data as one committed chunk.
 func put(t *testing.T, s *Store, data []byte) ChunkRef {
@@ -100,7 +105,7 @@ func TestCorruptObjects(t *testing.T) {
 	}{
 		{"flipped payload bit", func(p string) error { return flip(p, -1) }, ErrCorrupt},
 		{"flipped header bit", func(p string) error { return flip(p, 9) }, ErrCorrupt},
-		{"truncated", func(p string) error { return os.Truncate(p, objectHeaderSize+10) }, ErrCorrupt},
+		{"truncated", func(p string) error { return os.Truncate(p, object.HeaderSize+10) }, ErrCorrupt},
 		{"shorter than header", func(p string) error { return os.Truncate(p, 5) }, ErrCorrupt},
 		{"empty", func(p string) error { return os.Truncate(p, 0) }, ErrCorrupt},
 		{"removed", os.Remove, ErrMissing},
@@ -149,7 +154,7 @@ func flip(path string, off int64) error {
 		if err != nil {
 			return err
 		}
-		off = objectHeaderSize + (st.Size()-objectHeaderSize)/2
+		off = object.HeaderSize + (st.Size()-object.HeaderSize)/2
 	}
 	b := make([]byte, 1)
 	if _, err := f.ReadAt(b, off); err != nil {
@@ -170,7 +175,7 @@ func TestUnindexedDamagedObjectIsRewritten(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := flip(s.objectPath(ref.ID), objectHeaderSize+5); err != nil {
+	if err := flip(s.objectPath(ref.ID), object.HeaderSize+5); err != nil {
 		t.Fatal(err)
 	}
 	put(t, s, data)
@@ -207,8 +212,8 @@ func TestConcurrentPutsOfOneChunkCountOnce(t *testing.T) {
 	if st.Chunks != 1 || st.UniqueBytes != 1<<20 {
 		t.Fatalf("chunks %d unique %d, want 1 and %d", st.Chunks, st.UniqueBytes, 1<<20)
 	}
-	if st.StoredBytes != (1<<20)+objectHeaderSize {
-		t.Fatalf("stored %d, want %d", st.StoredBytes, (1<<20)+objectHeaderSize)
+	if st.StoredBytes != (1<<20)+object.HeaderSize {
+		t.Fatalf("stored %d, want %d", st.StoredBytes, (1<<20)+object.HeaderSize)
 	}
 }
 
@@ -243,62 +248,37 @@ func TestCacheStaysWithinBudget(t *testing.T) {
 
 func TestOpenErrors(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "store")
-	s, err := Open(dir, Options{})
+	s, err := openLocal(dir, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(dir, Options{}); !errors.Is(err, ErrLocked) {
+	if _, err := openLocal(dir, Options{}); !errors.Is(err, ErrLocked) {
 		t.Errorf("second open: %v, want ErrLocked", err)
 	}
-	if _, err := Open(dir, Options{ReadOnly: true}); !errors.Is(err, ErrLocked) {
+	if _, err := openLocal(dir, Options{ReadOnly: true}); !errors.Is(err, ErrLocked) {
 		t.Errorf("read-only open of a locked store: %v, want ErrLocked", err)
 	}
-	if err := s.Update(func(tx *Tx) error {
-		return tx.tx.Bucket(bucketMeta).Put(keyFormat, []byte{0, 0, 0, FormatVersion + 1})
-	}); err != nil {
-		t.Fatal(err)
-	}
 	s.Close()
-	if _, err := Open(dir, Options{}); !errors.Is(err, ErrNewerFormat) {
+	catalog.SetFormat(t, filepath.Join(dir, catalogName), FormatVersion+1)
+	if _, err := openLocal(dir, Options{}); !errors.Is(err, ErrNewerFormat) {
 		t.Errorf("newer format: %v, want ErrNewerFormat", err)
 	}
-	if _, err := Open(dir, Options{ReadOnly: true}); !errors.Is(err, ErrNewerFormat) {
+	if _, err := openLocal(dir, Options{ReadOnly: true}); !errors.Is(err, ErrNewerFormat) {
 		t.Errorf("newer format read-only: %v, want ErrNewerFormat", err)
 	}
 	notStore := t.TempDir()
 	os.WriteFile(filepath.Join(notStore, "x"), nil, 0o644)
-	if _, err := Open(notStore, Options{}); !errors.Is(err, ErrNotStore) {
+	if _, err := openLocal(notStore, Options{}); !errors.Is(err, ErrNotStore) {
 		t.Errorf("non-empty directory: %v, want ErrNotStore", err)
 	}
-	if _, err := Open(filepath.Join(t.TempDir(), "missing"), Options{ReadOnly: true}); !errors.Is(err, ErrNotStore) {
+	if _, err := openLocal(filepath.Join(t.TempDir(), "missing"), Options{ReadOnly: true}); !errors.Is(err, ErrNotStore) {
 		t.Errorf("read-only open of nothing: %v, want ErrNotStore", err)
-	}
-}
-
-func TestManifestAndNodeRecords(t *testing.T) {
-	m := &Manifest{Chunks: []ChunkRef{{Sum([]byte("a")), 1}, {Sum([]byte("bc")), 1 << 20}}, Extra: []byte("tensor index")}
-	got, err := unmarshalManifest(m.marshal())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got.Chunks) != 2 || got.Chunks[1] != m.Chunks[1] || string(got.Extra) != "tensor index" || got.Size() != 1<<20+1 {
-		t.Fatalf("manifest round trip: %+v", got)
-	}
-	for _, bad := range [][]byte{nil, {9}, {1, 0xff, 0xff, 0xff, 0xff, 0x0f}, m.marshal()[:40]} {
-		if _, err := unmarshalManifest(bad); err == nil {
-			t.Errorf("manifest %x parsed", bad)
-		}
-	}
-	n := Node{Ino: 42, Mode: 0o100644, UID: 1, GID: 2, Size: 3, Atime: 4, Mtime: 5, Ctime: 6, Target: "x/y"}
-	back, err := unmarshalNode(42, n.marshal())
-	if err != nil || back != n {
-		t.Fatalf("node round trip: %+v %v", back, err)
 	}
 }
 
 func TestAllocInoSurvivesReopen(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "store")
-	s, err := Open(dir, Options{})
+	s, err := openLocal(dir, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +291,7 @@ func TestAllocInoSurvivesReopen(t *testing.T) {
 		seen[ino] = true
 	}
 	s.Close()
-	s, err = Open(dir, Options{})
+	s, err = openLocal(dir, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -452,7 +432,7 @@ func TestCommitBatchRefusesUnsyncedBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Update(func(tx *Tx) error { return tx.commitBatch(b) }); err == nil {
+	if err := s.Update(func(tx *Tx) error { return commitBatch(tx, b) }); err == nil {
 		t.Fatal("CommitBatch accepted a batch Sync had not made durable")
 	}
 	if err := s.View(func(tx *Tx) error {
@@ -466,7 +446,7 @@ func TestCommitBatchRefusesUnsyncedBatch(t *testing.T) {
 	if err := b.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Update(func(tx *Tx) error { return tx.commitBatch(b) }); err != nil {
+	if err := s.Update(func(tx *Tx) error { return commitBatch(tx, b) }); err != nil {
 		t.Fatalf("commit after Sync: %v", err)
 	}
 }
@@ -508,5 +488,87 @@ func TestBatchHoldsObjectFilesUntilSync(t *testing.T) {
 		if n := fds(); n != before {
 			t.Errorf("after Release (synced %v) %d descriptors are open, want %d", sync, n, before)
 		}
+	}
+}
+
+// TestPutHinted: hinted puts store byte-grouped objects that read back
+// identical, dedupe with unhinted puts of the same bytes, and work from many
+// goroutines at once.
+func TestPutHinted(t *testing.T) {
+	s := testStore(t, Options{})
+	ctx := context.Background()
+	bf := tensortest.GaussBF16(1<<19, 0.02, 1)
+	f32 := tensortest.GaussF32(1<<18, 0.02, 2)
+	b := s.NewBatch()
+	refBF, err := b.PutHinted(ctx, bf, Hint{ElemSize: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refF32, err := b.PutHinted(ctx, f32, Hint{ElemSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Same bytes unhinted: the same chunk, not rewritten.
+	if ref, err := b.Put(ctx, bf); err != nil || ref != refBF {
+		t.Fatalf("unhinted put: %v %v", ref, err)
+	}
+	if err := s.Commit(context.Background(), b, func(*Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	b.Release()
+	for _, c := range []struct {
+		ref  ChunkRef
+		data []byte
+	}{{refBF, bf}, {refF32, f32}} {
+		if c.ref.ID != Sum(c.data) {
+			t.Fatal("chunk ID is not the hash of the raw bytes")
+		}
+		info, err := s.VerifyObject(context.Background(), c.ref.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Codec != CodecByteGroup {
+			t.Errorf("codec %v, want bytegroup", info.Codec)
+		}
+		var indexed ChunkInfo
+		s.View(func(tx *Tx) error { indexed, _, err = tx.Chunk(c.ref.ID); return err })
+		if indexed.Codec != CodecByteGroup || indexed.StoredLen != info.StoredLen {
+			t.Errorf("index row %+v, object %+v", indexed, info)
+		}
+		got, err := s.ReadChunk(ctx, c.ref)
+		if err != nil || !bytes.Equal(got, c.data) {
+			t.Fatalf("read back: %v", err)
+		}
+	}
+
+	// Concurrent hinted puts of distinct and shared chunks.
+	b = s.NewBatch()
+	defer b.Release()
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 4 {
+				data := tensortest.GaussBF16(1<<16, 0.02, uint64(100+g*4+i))
+				if i == 3 {
+					data = tensortest.GaussBF16(1<<16, 0.02, 1) // shared by all
+				}
+				ref, err := b.PutHinted(ctx, data, Hint{ElemSize: 2})
+				if err != nil {
+					errs <- err
+					return
+				}
+				got, err := s.ReadChunk(ctx, ref)
+				if err != nil || !bytes.Equal(got, data) {
+					errs <- fmt.Errorf("read back %v: %v", ref.ID, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
 	}
 }

@@ -5,8 +5,6 @@ package cas
 import (
 	"context"
 	"encoding/binary"
-	"fmt"
-	"hash/crc32"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -23,6 +21,8 @@ import (
 
 	"github.com/ckptfs/ckptfs/cas/backend"
 	"github.com/ckptfs/ckptfs/cas/backend/mem"
+	"github.com/ckptfs/ckptfs/cas/internal/tensortest"
+	"github.com/ckptfs/ckptfs/cas/object"
 )
 
 // BenchmarkDeltaStoreRead is issue #15's read target: the cold sequential
@@ -32,7 +32,7 @@ import (
 //
 //   - standalone: B as the store writes it (PutHinted, element size 2);
 //   - delta: version A standalone, and each chunk of B as a delta object
-//     against A's chunk at the same index (encodeDeltaObject, written over
+//     against A's chunk at the same index (object.Coder.EncodeDelta, written over
 //     B's object; the catalog's delta rows, which reads do not consult, are
 //     not written).
 //
@@ -48,7 +48,7 @@ import (
 // reported: the object bytes each read fetches (read-bytes-ratio, the floor
 // of the wall ratio when the disk is the bottleneck) and stored ÷ logical.
 //
-// The data is syntheticStep pairs, or, with $CKPTFS_DELTA_DIR (a directory
+// The data is tensortest.SyntheticStep pairs, or, with $CKPTFS_DELTA_DIR (a directory
 // written by test/delta/workload.py), the bf16 weights of two saves
 // $CKPTFS_DELTA_READ_DIST saves apart (default 1), repeated to the size with
 // one element per copy changed so that the copies do not deduplicate.
@@ -90,18 +90,18 @@ func deltaReadPairs(b *testing.B, mb int) []chunkPair {
 			b.Fatalf("%s: %d step directories, want more than %d", dir, len(steps), dist)
 		}
 		// The last two saves dist apart: the end of the run.
-		fa, err := cutFile(filepath.Join(steps[len(steps)-1-dist], "bf16/model.safetensors"))
+		fa, err := tensortest.CutFile(filepath.Join(steps[len(steps)-1-dist], "bf16/model.safetensors"), 1<<20)
 		if err != nil {
 			b.Fatal(err)
 		}
-		fb, err := cutFile(filepath.Join(steps[len(steps)-1], "bf16/model.safetensors"))
+		fb, err := tensortest.CutFile(filepath.Join(steps[len(steps)-1], "bf16/model.safetensors"), 1<<20)
 		if err != nil {
 			b.Fatal(err)
 		}
 		var src []chunkPair
 		for i := range min(len(fa), len(fb)) {
-			if fa[i].elem == 2 && len(fa[i].data) >= 64<<10 && len(fa[i].data) == len(fb[i].data) && fa[i].seg == fb[i].seg {
-				src = append(src, chunkPair{fa[i].data, fb[i].data})
+			if fa[i].Elem == 2 && len(fa[i].Data) >= 64<<10 && len(fa[i].Data) == len(fb[i].Data) && fa[i].Seg == fb[i].Seg {
+				src = append(src, chunkPair{fa[i].Data, fb[i].Data})
 			}
 		}
 		if len(src) == 0 {
@@ -130,7 +130,7 @@ func deltaReadPairs(b *testing.B, mb int) []chunkPair {
 	for w := range workers {
 		wg.Go(func() {
 			for i := w; i < mb; i += workers {
-				a, bb := syntheticStep(uint64(i), chunk/2, 2, 0.01)
+				a, bb := tensortest.SyntheticStep(uint64(i), chunk/2, 2, 0.01)
 				out[i] = chunkPair{a, bb}
 			}
 		})
@@ -165,7 +165,7 @@ func benchDeltaStoreRead(b *testing.B, where string, pairs []chunkPair) {
 		if where == "mem" {
 			opts.Objects = &keepOpen{mems[k]}
 		}
-		s, err := Open(dirs[k], opts)
+		s, err := openLocal(dirs[k], opts)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -217,9 +217,9 @@ func benchDeltaStoreRead(b *testing.B, where string, pairs []chunkPair) {
 			// B's objects replaced by deltas against A.
 			for w := range workers {
 				wg.Go(func() {
-					scratch := new(deltaScratch)
+					scratch := new(object.DeltaScratch)
 					for i := w; i < len(pairs); i += workers {
-						obj := s.codecs.encodeDeltaObject(pairs[i].b, pairs[i].a, Sum(pairs[i].a), 2, scratch)
+						obj := s.coder.EncodeDelta(pairs[i].b, pairs[i].a, Sum(pairs[i].a), 2, scratch)
 						if err := s.objects.Put(ctx, chunkHandle(refs[i].ID), obj, backend.PutOptions{}); err != nil {
 							errs[w] = err
 							return
@@ -380,185 +380,4 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// BenchmarkDeltaClassPasses times the passes of a classed delta's decode
-// that are not entropy decoding: deriving the classes from the base and
-// undoing the grouped delta.
-func BenchmarkDeltaClassPasses(b *testing.B) {
-	for _, elem := range []int{2, 4} {
-		base, next := syntheticStep(1, (1<<20)/elem, elem, 0.01)
-		n := len(base) / elem
-		perm, out := make([]byte, len(base)), make([]byte, len(base))
-		for _, t := range []deltaTransform{deltaXOR, deltaSub} {
-			cl := classesOf(base, elem, n)
-			makeClassedDelta(t, elem, &cl, perm, next, base, n)
-			b.Run(fmt.Sprintf("elem%d/%v/classesOf", elem, t), func(b *testing.B) {
-				b.SetBytes(int64(len(base)))
-				for b.Loop() {
-					cl = classesOf(base, elem, n)
-				}
-			})
-			b.Run(fmt.Sprintf("elem%d/%v/undo", elem, t), func(b *testing.B) {
-				b.SetBytes(int64(len(base)))
-				for b.Loop() {
-					undoClassedDelta(t, elem, &cl, out, perm, base, n)
-				}
-				if !slices.Equal(out, next) {
-					b.Fatal("undo differs")
-				}
-			})
-		}
-	}
-}
-
-// BenchmarkDeltaVariantDecode decodes the same chunks as each delta variant
-// (forced) and standalone, against bases given in memory: the codec's share
-// of a delta read, per variant. Chunks: bf16 (and fp32) pairs from
-// $CKPTFS_DELTA_DIR saves one apart, or syntheticStep.
-func BenchmarkDeltaVariantDecode(b *testing.B) {
-	c, err := newCodecs()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.close()
-	for _, elem := range []int{2, 4} {
-		var pairs []chunkPair
-		if dir := os.Getenv("CKPTFS_DELTA_DIR"); dir != "" {
-			kind := map[int]string{2: "bf16/model.safetensors", 4: "fp32/model.safetensors"}[elem]
-			steps, _ := filepath.Glob(filepath.Join(dir, "step-*"))
-			sort.Strings(steps)
-			fa, err := cutFile(filepath.Join(steps[len(steps)-2], kind))
-			if err != nil {
-				b.Fatal(err)
-			}
-			fb, err := cutFile(filepath.Join(steps[len(steps)-1], kind))
-			if err != nil {
-				b.Fatal(err)
-			}
-			for i := range min(len(fa), len(fb)) {
-				if fa[i].elem == elem && len(fa[i].data) == len(fb[i].data) && len(fa[i].data) >= 64<<10 {
-					pairs = append(pairs, chunkPair{fa[i].data, fb[i].data})
-				}
-			}
-		} else {
-			for i := range 8 {
-				a, bb := syntheticStep(uint64(i), (1<<20)/elem, elem, 0.01)
-				pairs = append(pairs, chunkPair{a, bb})
-			}
-		}
-		var total int64
-		for _, p := range pairs {
-			total += int64(len(p.b))
-		}
-		buf := make([]byte, 1<<20)
-		alloc := func(n int) []byte { return buf[:n] }
-		type coded struct {
-			id, bid ID
-			obj     []byte
-			base    []byte
-		}
-		run := func(name string, objs []coded) {
-			var stored int64
-			for _, o := range objs {
-				stored += int64(len(o.obj))
-			}
-			b.Run(fmt.Sprintf("elem%d/%s", elem, name), func(b *testing.B) {
-				b.SetBytes(total)
-				runtime.LockOSThread()
-				defer runtime.UnlockOSThread()
-				c0 := threadCPU()
-				for b.Loop() {
-					for _, o := range objs {
-						var bf baseFunc
-						if o.base != nil {
-							bf = func(ID) ([]byte, func(), error) { return o.base, func() {}, nil }
-						}
-						if _, err := c.decodeObjectInto(o.id, o.obj, alloc, bf); err != nil {
-							b.Fatal(err)
-						}
-					}
-				}
-				b.ReportMetric(float64(stored)/float64(total), "ratio")
-				// CPU time of this thread: what the machine's other
-				// processes disturb least.
-				b.ReportMetric(float64(total)*float64(b.N)/(threadCPU()-c0).Seconds()/1e6, "cpu-MB/s")
-			})
-		}
-		var std []coded
-		for _, p := range pairs {
-			obj, _ := c.encodeObject(p.b, Hint{ElemSize: elem})
-			std = append(std, coded{id: Sum(p.b), obj: obj})
-		}
-		run("standalone", std)
-		for _, t := range deltaVariants {
-			var objs []coded
-			for _, p := range pairs {
-				obj := encodeDeltaVariant(c, t, p.b, p.a, elem)
-				objs = append(objs, coded{Sum(p.b), Sum(p.a), obj, p.a})
-			}
-			run(t.String(), objs)
-		}
-	}
-}
-
-// encodeDeltaVariant is encodeDeltaObject with the variant forced.
-func encodeDeltaVariant(c *codecs, t deltaTransform, raw, base []byte, elem int) []byte {
-	obj := make([]byte, objectHeaderSize+deltaExtSize)
-	var codec Codec
-	if t&deltaClassed != 0 {
-		obj = c.appendClassed(obj, raw, base, make([]byte, len(raw)), t&^deltaClassed, elem)
-	} else {
-		d := make([]byte, len(raw))
-		makeDelta(t, elem, d, raw, base)
-		codec, obj = c.appendEncoded(obj, d, Hint{ElemSize: elem})
-	}
-	x := obj[objectHeaderSize:]
-	bid := Sum(base)
-	copy(x[:32], bid[:])
-	x[32] = byte(t)
-	x[33] = byte(elem)
-	payload := obj[objectHeaderSize:]
-	hdr := objectHeader{codec: codec, rawLen: uint32(len(raw)), payloadLen: uint32(len(payload)),
-		crc: crc32.Checksum(payload, castagnoli), delta: true}
-	copy(obj, hdr.marshal())
-	return obj
-}
-
-// BenchmarkHuffmanSmallPlanes decodes Huffman planes of a bf16 sub delta's
-// low byte (about 5 bits a symbol) and high byte (about 1), of the sizes a
-// classed delta's classes have, with the multi-symbol table and with the
-// single-symbol one only: where hufSingleMax should be.
-func BenchmarkHuffmanSmallPlanes(b *testing.B) {
-	base, next := syntheticStep(3, 256<<10, 2, 0.01)
-	z := make([]byte, len(base))
-	makeDelta(deltaSub, 2, z, next, base)
-	for _, plane := range []int{0, 1} {
-		p := make([]byte, len(z)/2)
-		for i := range p {
-			p[i] = z[2*i+plane]
-		}
-		for _, n := range []int{2 << 10, 4 << 10, 8 << 10, 16 << 10, 32 << 10, 64 << 10} {
-			var h hufEnc
-			_, lo, hi, _ := h.histogram(p[:n])
-			h.buildLengths()
-			sec, _ := h.appendHuffman(nil, p[:n], lo, hi, false)
-			dst := make([]byte, n)
-			for _, multi := range []bool{false, true} {
-				b.Run(fmt.Sprintf("plane%d/n%d/multi=%v", plane, n, multi), func(b *testing.B) {
-					var d hufDec
-					runtime.LockOSThread()
-					defer runtime.UnlockOSThread()
-					c0 := threadCPU()
-					for b.Loop() {
-						if err := d.decode(dst, sec, multi); err != nil {
-							b.Fatal(err)
-						}
-					}
-					b.ReportMetric(float64((threadCPU()-c0).Nanoseconds())/float64(b.N)/float64(n), "cpu-ns/symbol")
-					b.ReportMetric(float64(len(sec))*8/float64(n), "bits/symbol")
-				})
-			}
-		}
-	}
 }

@@ -12,7 +12,12 @@ import (
 
 	"github.com/ckptfs/ckptfs/cas/backend"
 	"github.com/ckptfs/ckptfs/cas/backend/mem"
+	"github.com/ckptfs/ckptfs/cas/internal/tensortest"
+	"github.com/ckptfs/ckptfs/cas/object"
 )
+
+// castagnoli is the CRC-32C table of object payloads (object.Header.CRC).
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // TestDeltaBaseNotVerifiedAlone: a base read for a delta is not hashed on its
 // own (loadBase); whatever is wrong with it, the read of the delta fails with
@@ -20,11 +25,11 @@ import (
 // enters the cache.
 func TestDeltaBaseNotVerifiedAlone(t *testing.T) {
 	ctx := context.Background()
-	base, next := syntheticStep(11, 128<<10, 2, 0.01)
-	_, other := syntheticStep(12, 128<<10, 2, 0.01)
+	base, next := tensortest.SyntheticStep(11, 128<<10, 2, 0.01)
+	_, other := tensortest.SyntheticStep(12, 128<<10, 2, 0.01)
 	// sealed re-seals obj's CRC after a change: damage the CRC cannot see.
 	sealed := func(obj []byte) []byte {
-		binary.LittleEndian.PutUint32(obj[16:], crc32.Checksum(obj[objectHeaderSize:], castagnoli))
+		binary.LittleEndian.PutUint32(obj[16:], crc32.Checksum(obj[object.HeaderSize:], castagnoli))
 		return obj
 	}
 	cases := []struct {
@@ -43,11 +48,11 @@ func TestDeltaBaseNotVerifiedAlone(t *testing.T) {
 			return sealed(o)
 		}, ErrCorrupt},
 		{"another chunk's object", func(s *Store, _ []byte) []byte {
-			o, _ := s.codecs.encodeObject(other, Hint{ElemSize: 2})
+			o, _ := s.coder.Encode(other, Hint{ElemSize: 2})
 			return o
 		}, ErrCorrupt},
 		{"a delta", func(s *Store, _ []byte) []byte {
-			return s.codecs.encodeDeltaObject(base, next, Sum(next), 2, new(deltaScratch))
+			return s.coder.EncodeDelta(base, next, Sum(next), 2, new(object.DeltaScratch))
 		}, ErrCorrupt},
 		{"missing", nil, ErrMissing},
 	}
@@ -109,7 +114,7 @@ func TestDeltaBaseNotVerifiedAlone(t *testing.T) {
 func TestDeltaDamagedItselfNamesTheDelta(t *testing.T) {
 	ctx := context.Background()
 	s := testStore(t, Options{})
-	base, next := syntheticStep(13, 128<<10, 2, 0.01)
+	base, next := tensortest.SyntheticStep(13, 128<<10, 2, 0.01)
 	bref, nref := put(t, s, base), put(t, s, next)
 	storeDelta(t, s, next, nref, base, bref.ID)
 	p := s.objectPath(nref.ID)
@@ -120,7 +125,7 @@ func TestDeltaDamagedItselfNamesTheDelta(t *testing.T) {
 	// Damage the middle of the payload and re-seal the CRC: the decode or
 	// the hash check fails.
 	obj[len(obj)/2] ^= 0x10
-	binary.LittleEndian.PutUint32(obj[16:], crc32.Checksum(obj[objectHeaderSize:], castagnoli))
+	binary.LittleEndian.PutUint32(obj[16:], crc32.Checksum(obj[object.HeaderSize:], castagnoli))
 	if err := os.WriteFile(p, obj, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +149,7 @@ func TestDeltaDamagedItselfNamesTheDelta(t *testing.T) {
 // fetched again; a base the remote holds as a delta is refused.
 func TestDeltaBaseFromRemote(t *testing.T) {
 	ctx := context.Background()
-	base, next := syntheticStep(21, 128<<10, 2, 0.01)
+	base, next := tensortest.SyntheticStep(21, 128<<10, 2, 0.01)
 	bid, nid := Sum(base), Sum(next)
 	nref := ChunkRef{ID: nid, Len: uint32(len(next))}
 	cases := []struct {
@@ -166,8 +171,8 @@ func TestDeltaBaseFromRemote(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			remote := mem.New(backend.Properties{DurableOnPut: true})
 			s := testStore(t, Options{Remote: &keepOpen{remote}})
-			dobj := s.codecs.encodeDeltaObject(next, base, bid, 2, new(deltaScratch))
-			bobj, _ := s.codecs.encodeObject(base, Hint{ElemSize: 2})
+			dobj := s.coder.EncodeDelta(next, base, bid, 2, new(object.DeltaScratch))
+			bobj, _ := s.coder.Encode(base, Hint{ElemSize: 2})
 			putObj := func(be backend.Backend, id ID, obj []byte) {
 				t.Helper()
 				if err := be.Put(ctx, chunkHandle(id), obj, backend.PutOptions{}); err != nil {
@@ -182,14 +187,14 @@ func TestDeltaBaseFromRemote(t *testing.T) {
 			case "standalone":
 				putObj(remote, bid, bobj)
 			case "delta":
-				putObj(remote, bid, s.codecs.encodeDeltaObject(base, next, nid, 2, new(deltaScratch)))
+				putObj(remote, bid, s.coder.EncodeDelta(base, next, nid, 2, new(object.DeltaScratch)))
 			}
 			switch tc.localBase {
 			case "torn":
 				putObj(s.objects, bid, bobj[:len(bobj)/2])
 			case "wrong":
-				_, other := syntheticStep(22, 128<<10, 2, 0.01)
-				o, _ := s.codecs.encodeObject(other, Hint{ElemSize: 2})
+				_, other := tensortest.SyntheticStep(22, 128<<10, 2, 0.01)
+				o, _ := s.coder.Encode(other, Hint{ElemSize: 2})
 				putObj(s.objects, bid, o)
 			}
 			got, err := s.ReadChunk(ctx, nref)
@@ -221,31 +226,3 @@ func TestDeltaBaseFromRemote(t *testing.T) {
 type keepOpen struct{ *mem.Backend }
 
 func (keepOpen) Close() error { return nil }
-
-// TestDeltaClassGain: the encoder keeps a classed delta only when it codes
-// smaller than the best plain one by more than classGain.
-func TestDeltaClassGain(t *testing.T) {
-	c, err := newCodecs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.close()
-	base, next := syntheticStep(31, 64<<10, 2, 0.01)
-	for _, tc := range []struct {
-		gain    float64
-		classed bool
-	}{{-1, true}, {1, false}} {
-		c.classGain = tc.gain
-		obj := c.encodeDeltaObject(next, base, Sum(base), 2, new(deltaScratch))
-		h, err := parseObjectHeader(obj)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := h.transform&deltaClassed != 0; got != tc.classed {
-			t.Errorf("gain %v: transform %v", tc.gain, h.transform)
-		}
-		if raw, err := c.decodeObjectInto(Sum(next), obj, nil, func(ID) ([]byte, func(), error) { return base, func() {}, nil }); err != nil || !bytes.Equal(raw, next) {
-			t.Errorf("gain %v: round trip: %v", tc.gain, err)
-		}
-	}
-}

@@ -9,13 +9,16 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/ckptfs/ckptfs/cas/internal/tensortest"
+	"github.com/ckptfs/ckptfs/cas/object"
 )
 
 // storeDelta replaces chunk ref's object in s by a delta against base (the
 // way the writer of deltas publishes one), and drops it from the cache.
 func storeDelta(t *testing.T, s *Store, data []byte, ref ChunkRef, base []byte, baseID ID) {
 	t.Helper()
-	obj := s.codecs.encodeDeltaObject(data, base, baseID, 2, new(deltaScratch))
+	obj := s.coder.EncodeDelta(data, base, baseID, 2, new(object.DeltaScratch))
 	if err := os.WriteFile(s.objectPath(ref.ID), obj, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -25,8 +28,8 @@ func storeDelta(t *testing.T, s *Store, data []byte, ref ChunkRef, base []byte, 
 func TestStoreReadsDeltaChunks(t *testing.T) {
 	ctx := context.Background()
 	s := testStore(t, Options{})
-	base, next := syntheticStep(5, 256<<10, 2, 0.01)
-	_, third := syntheticStep(6, 256<<10, 2, 0.01)
+	base, next := tensortest.SyntheticStep(5, 256<<10, 2, 0.01)
+	_, third := tensortest.SyntheticStep(6, 256<<10, 2, 0.01)
 	bref, nref, tref := put(t, s, base), put(t, s, next), put(t, s, third)
 	storeDelta(t, s, next, nref, base, bref.ID)
 
@@ -106,16 +109,16 @@ func BenchmarkDeltaColdRead(b *testing.B) {
 	dirs := [2]string{filepath.Join(b.TempDir(), "standalone"), filepath.Join(b.TempDir(), "delta")}
 	var refs []ChunkRef
 	for k, dir := range dirs {
-		s, err := Open(dir, Options{})
+		s, err := openLocal(dir, Options{})
 		if err != nil {
 			b.Fatal(err)
 		}
 		for i := range mb {
-			base, next := syntheticStep(uint64(i), (1<<20)/2, 2, 0.01)
+			base, next := tensortest.SyntheticStep(uint64(i), (1<<20)/2, 2, 0.01)
 			bref := putB(b, s, base)
 			nref := putB(b, s, next)
 			if k == 1 {
-				obj := s.codecs.encodeDeltaObject(next, base, bref.ID, 2, new(deltaScratch))
+				obj := s.coder.EncodeDelta(next, base, bref.ID, 2, new(object.DeltaScratch))
 				if err := os.WriteFile(s.objectPath(nref.ID), obj, 0o644); err != nil {
 					b.Fatal(err)
 				}
@@ -128,7 +131,7 @@ func BenchmarkDeltaColdRead(b *testing.B) {
 	var took [2]time.Duration
 	for b.Loop() {
 		for k, dir := range dirs {
-			s, err := Open(dir, Options{})
+			s, err := openLocal(dir, Options{})
 			if err != nil {
 				b.Fatal(err)
 			}

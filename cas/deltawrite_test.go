@@ -93,8 +93,8 @@ func TestDeltaWriter(t *testing.T) {
 			}
 			refs = append(refs, commitVersion(t, s, v, prev))
 		}
-		if f := s.Format(); f != formatSealed {
-			t.Fatalf("format %d before any delta, want %d", f, formatSealed)
+		if f := s.Format(); f != 2 {
+			t.Fatalf("format %d before any delta, want 2", f)
 		}
 		drain(t, s)
 		checkCounters(t, s)
@@ -131,8 +131,8 @@ func TestDeltaWriter(t *testing.T) {
 		if stored*3 > standalone*2*4/3 {
 			t.Errorf("deltas take %d bytes (4), standalone keyframes %d (3): no gain", stored, standalone)
 		}
-		if f := s.Format(); f != formatDeltas {
-			t.Errorf("format %d after deltas, want %d", f, formatDeltas)
+		if f := s.Format(); f != 3 {
+			t.Errorf("format %d after deltas, want 3", f)
 		}
 		if c := mustCounts(t, s); c.DeltaChunks != 4 || c.ReencodePending != 0 {
 			t.Errorf("counts %+v, want 4 deltas and an empty queue", c)

@@ -2,6 +2,18 @@
 // their codecs, the bbolt catalog that names everything, and the cache of decoded
 // chunks that serves reads.
 //
+// # Packages
+//
+//	cas                 Store: the one entry for writes, reads and maintenance
+//	cas/object          pure: raw bytes ⇄ object bytes (IDs, header, codecs,
+//	                    byte grouping, delta kernels); no I/O
+//	cas/catalog         the bbolt catalog (its only importer): Tx and every
+//	                    row, the format and its migration, the page check
+//	cas/backend         where objects live: Backend, and local, mem, s3
+//	cas/internal/fsutil directory fsync and descriptor wait, shared with local
+//	cas/internal/faults fault injection points for the power-loss tests
+//	cas/internal/tensortest  synthetic tensors for the tests of cas and object
+//
 // # Layout
 //
 //	STORE/
@@ -11,18 +23,29 @@
 //
 // # Where objects live
 //
-// Chunk objects are kept by a backend.Backend (package cas/backend): by
-// default the store's objects/ directory (cas/backend/local, the layout
-// above), or another one given in Options.Objects (cas/backend/mem in
-// tests). cas is the only package that names objects: fusefs and gc see chunk
+// Chunk objects are kept by a backend.Backend (package cas/backend) that
+// the caller gives in Options.Objects: the store's objects/ directory
+// (cas/backend/local, the layout above: local.New(ObjectsDir(dir), ...)),
+// or a mem backend in tests. cas imports no concrete backend. That was a
+// decision between three ways to drop the old default (nil meaning
+// objects/): a registry that local fills in its init (mutable package
+// state, and a store that fails at run time in a binary that forgot the
+// import), an interface cas would call to make the default (someone must
+// still pass it), or the caller choosing. The caller chooses: the command
+// line does it once (cmd/ckptfs's openStore), as it already chooses the
+// remote tier, and a tiered or decorated backend (issue #23) is composed
+// there too. The two file-system helpers cas shared with local (a directory
+// fsync, and waiting for a file descriptor when the process has none) live
+// in cas/internal/fsutil, used by both.
+//
+// cas is the only package that names objects: fusefs and gc see chunk
 // IDs, WalkObjects, VerifyObject, Sweep and RemoveStale, never paths. The
 // backend owns the file-level half of durability (temporary names, renames,
 // grouped fdatasyncs through the writing descriptors, directory fsyncs,
 // sticky sync failures); cas owns the catalog half. The two meet in
 // Store.Commit, the one way to commit a batch: Sync the batch's objects,
 // then one transaction that indexes them and runs the caller's changes, then
-// release the batch's pins, in that order whatever fails. (The order used
-// to be written out by hand at each caller, and one of them never released.)
+// release the batch's pins, in that order whatever fails.
 //
 // A store may also have a remote tier (Options.Remote, an S3-compatible
 // bucket): committed files are written back to it in the background, and
@@ -34,13 +57,10 @@
 // waits for it or for its own context, so an interrupted FUSE read of a slow
 // object returns at once without failing the others.
 //
-// A chunk object is a 24-byte header followed by the encoded payload:
-//
-//	magic "CKCH" | version u8 | codec u8 | flags u16 | raw length u32 |
-//	payload length u32 | CRC-32C of the payload u32 | reserved u32
-//
-// all little-endian. The chunk ID is the BLAKE3-256 of the raw (decoded) bytes, so
-// the same bytes stored under two codecs are still one chunk.
+// A chunk object is a 24-byte header followed by the encoded payload
+// (cas/object's doc has the layout). The chunk ID is the BLAKE3-256 of the
+// raw (decoded) bytes, so the same bytes stored under two codecs are still
+// one chunk.
 //
 // # Invariants
 //
@@ -122,17 +142,13 @@
 //
 // Consecutive checkpoints of a run differ little, so a chunk may be stored as
 // the difference from a base chunk: the same tensor range one save earlier.
-// A delta object is object version 2: the v1 header (flags and reserved must
-// be zero), then a 36-byte extension
-//
-//	base ID [32] | transform u8 | element size u8 | reserved u16 (zero)
-//
-// then the payload; the header's payload length and CRC-32C cover extension
-// and payload. The ID stays the BLAKE3 of the raw bytes, so dedup is
+// A delta object is object version 2: the header, then a 36-byte extension
+// naming the base chunk and the transform, then the payload (cas/object's
+// doc has the layout). The ID stays the BLAKE3 of the raw bytes, so dedup is
 // unchanged and a delta is verified like any chunk. The transform is XOR or
 // the ULP difference (integer difference of monotone-mapped floats,
 // zigzagged), optionally with exponent classes (elements regrouped by the
-// base's exponent, each class coded on its own); delta.go has the details and
+// base's exponent, each class coded on its own); object/delta.go has the details and
 // the reasons. The encoder tries each and keeps the smallest.
 //
 // Who writes them (deltaplan.go has the rules and the crash argument):
@@ -203,7 +219,7 @@
 // A damaged catalog must give errors, never a panic or wrong bytes. Two
 // layers (decided for #18; the store format went from 1 to 2 for the second):
 //
-//   - Pages: Open walks the bbolt file's B+tree (catalogcheck.go) before
+//   - Pages: Open walks the bbolt file's B+tree (catalog/check.go) before
 //     bbolt opens it, bounds-checking every page header, element and key
 //     order, and refuses a damaged file with ErrCatalogDamaged naming the
 //     page. bbolt trusts its pages and panics (once in a goroutine of its
@@ -211,7 +227,7 @@
 //     on them. View and Update also recover a bbolt panic into the same error.
 //   - Records: every value of the nodes, dirents, manifests, chunks and
 //     reencode buckets is sealed with a CRC-32C over its key and value
-//     (record.go), and decoders check lengths strictly, so a flipped byte is
+//     (catalog/record.go), and decoders check lengths strictly, so a flipped byte is
 //     an error wrapping ErrCatalogDamaged when the record is read: EIO for a
 //     read through the mount, a problem fsck names. Open migrates a writable
 //     format-1 store in one transaction; a read-only Open reads one as it is.

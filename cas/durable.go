@@ -1,6 +1,7 @@
 package cas
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -8,10 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 
-	bolt "go.etcd.io/bbolt"
-
-	"github.com/ckptfs/ckptfs/cas/backend/local"
+	"github.com/ckptfs/ckptfs/cas/catalog"
 	"github.com/ckptfs/ckptfs/cas/internal/faults"
+	"github.com/ckptfs/ckptfs/cas/internal/fsutil"
 )
 
 // The store's own directories and catalog are made durable when they are
@@ -36,30 +36,22 @@ func creationLeftover(e fs.DirEntry) bool {
 // fsync'd. A crash leaves no catalog (the next Open creates it again) or a
 // whole one, never a torn new file that bbolt cannot open.
 func createCatalog(dir string, chunkSize int) error {
-	tmp, catalog := filepath.Join(dir, catalogTemp), filepath.Join(dir, catalogName)
+	tmp, path := filepath.Join(dir, catalogTemp), filepath.Join(dir, catalogName)
 	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("create catalog %s: %w", catalog, err)
+		return fmt.Errorf("create catalog %s: %w", path, err)
 	}
-	db, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: lockTimeout, NoFreelistSync: true})
-	if errors.Is(err, bolt.ErrTimeout) {
+	err := catalog.Create(tmp, chunkSize)
+	if errors.Is(err, catalog.ErrLocked) {
 		return fmt.Errorf("open store %s: %w", dir, ErrLocked)
 	}
-	if err != nil {
-		return fmt.Errorf("create catalog %s: %w", catalog, err)
-	}
-	s := &Store{dir: dir, db: db}
-	err = s.init(chunkSize)
-	if cerr := db.Close(); err == nil {
-		err = cerr
-	}
 	if err == nil {
-		err = os.Rename(tmp, catalog)
+		err = os.Rename(tmp, path)
 	}
 	if err == nil {
 		err = syncStoreDir(dir)
 	}
 	if err != nil {
-		return fmt.Errorf("create catalog %s: %w", catalog, err)
+		return fmt.Errorf("create catalog %s: %w", path, err)
 	}
 	return nil
 }
@@ -99,5 +91,5 @@ func syncStoreDir(dir string) error {
 	if faults.Skip("storedir") { // test binaries only (internal/faults)
 		return nil
 	}
-	return local.SyncDir(dir)
+	return fsutil.SyncDir(context.Background(), dir)
 }

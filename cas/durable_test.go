@@ -27,7 +27,7 @@ func TestOpenAfterInterruptedCreation(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			s, err := Open(dir, Options{})
+			s, err := openLocal(dir, Options{})
 			if tc.refused {
 				if !errors.Is(err, ErrNotStore) {
 					t.Fatalf("Open: %v, want ErrNotStore", err)

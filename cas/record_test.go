@@ -3,12 +3,11 @@ package cas
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"path/filepath"
 	"testing"
 
-	bolt "go.etcd.io/bbolt"
+	"github.com/ckptfs/ckptfs/cas/catalog"
 )
 
 // TestRecordsAreChecked: every catalog record carries a checksum over its key
@@ -31,20 +30,20 @@ func TestRecordsAreChecked(t *testing.T) {
 		t.Fatal(err)
 	}
 	reads := []struct {
-		bucket []byte
+		bucket string
 		key    []byte
 		read   func(tx *Tx) error
 	}{
-		{bucketNodes, u64key(ino), func(tx *Tx) error { _, _, err := tx.Node(ino); return err }},
-		{bucketManifests, u64key(ino), func(tx *Tx) error { _, _, err := tx.Manifest(ino); return err }},
-		{bucketChunks, ref.ID[:], func(tx *Tx) error { _, _, err := tx.Chunk(ref.ID); return err }},
-		{bucketDirents, direntKey(RootIno, "f"), func(tx *Tx) error {
+		{"nodes", catalog.NodeKey(ino), func(tx *Tx) error { _, _, err := tx.Node(ino); return err }},
+		{"manifests", catalog.NodeKey(ino), func(tx *Tx) error { _, _, err := tx.Manifest(ino); return err }},
+		{"chunks", ref.ID[:], func(tx *Tx) error { _, _, err := tx.Chunk(ref.ID); return err }},
+		{"dirents", catalog.DirentKey(RootIno, "f"), func(tx *Tx) error {
 			return tx.Children(RootIno, func(string, uint64) error { return nil })
 		}},
 	}
 	for _, r := range reads {
 		var orig []byte
-		if err := s.View(func(tx *Tx) error { orig = bytes.Clone(tx.b(r.bucket).Get(r.key)); return nil }); err != nil {
+		if err := s.View(func(tx *Tx) error { orig = catalog.RawGet(tx, r.bucket, r.key); return nil }); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.View(r.read); err != nil {
@@ -53,21 +52,21 @@ func TestRecordsAreChecked(t *testing.T) {
 		for i := range orig {
 			bad := bytes.Clone(orig)
 			bad[i] ^= 0x04
-			if err := s.Update(func(tx *Tx) error { return tx.b(r.bucket).Put(r.key, bad) }); err != nil {
+			if err := s.Update(func(tx *Tx) error { return catalog.RawPut(tx, r.bucket, r.key, bad) }); err != nil {
 				t.Fatal(err)
 			}
 			if err := s.View(r.read); !errors.Is(err, ErrCatalogDamaged) {
 				t.Fatalf("%s: byte %d flipped: %v, want ErrCatalogDamaged", r.bucket, i, err)
 			}
 		}
-		if err := s.Update(func(tx *Tx) error { return tx.b(r.bucket).Put(r.key, orig) }); err != nil {
+		if err := s.Update(func(tx *Tx) error { return catalog.RawPut(tx, r.bucket, r.key, orig) }); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// A dirent moved under another key (a flipped key byte) does not check.
 	if err := s.Update(func(tx *Tx) error {
-		v := bytes.Clone(tx.b(bucketDirents).Get(direntKey(RootIno, "f")))
-		return tx.b(bucketDirents).Put(direntKey(RootIno, "g"), v)
+		v := catalog.RawGet(tx, "dirents", catalog.DirentKey(RootIno, "f"))
+		return catalog.RawPut(tx, "dirents", catalog.DirentKey(RootIno, "g"), v)
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +80,7 @@ func TestRecordsAreChecked(t *testing.T) {
 // and moves it to format 2, keeping its content.
 func TestFormat1StoreIsMigrated(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "store")
-	s, err := Open(dir, Options{})
+	s, err := openLocal(dir, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +91,7 @@ func TestFormat1StoreIsMigrated(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := s.Commit(context.Background(), b, func(tx *Tx) error {
-		if err := tx.queueReencode(ref.ID, Hint{ElemSize: 2}, ref.Len); err != nil {
+		if err := tx.Queue().Add(ref.ID, Hint{ElemSize: 2}, ref.Len); err != nil {
 			return err
 		}
 		if err := tx.PutNode(Node{Ino: FirstIno, Mode: 0o100600, Size: int64(ref.Len), Mtime: 42}); err != nil {
@@ -108,29 +107,7 @@ func TestFormat1StoreIsMigrated(t *testing.T) {
 	s.Close()
 
 	// Rewrite it as format 1: every value unsealed.
-	db, err := bolt.Open(filepath.Join(dir, catalogName), 0o644, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketNodes, bucketDirents, bucketManifests, bucketChunks, bucketReencode} {
-			bk := tx.Bucket(name)
-			var keys, vals [][]byte
-			bk.ForEach(func(k, v []byte) error {
-				keys, vals = append(keys, bytes.Clone(k)), append(vals, bytes.Clone(v[1:len(v)-4]))
-				return nil
-			})
-			for i := range keys {
-				if err := bk.Put(keys[i], vals[i]); err != nil {
-					return err
-				}
-			}
-		}
-		return tx.Bucket(bucketMeta).Put(keyFormat, binary.BigEndian.AppendUint32(nil, 1))
-	}); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
+	catalog.Unseal(t, filepath.Join(dir, catalogName))
 
 	check := func(s *Store, wantFormat uint32) {
 		t.Helper()
@@ -162,21 +139,21 @@ func TestFormat1StoreIsMigrated(t *testing.T) {
 			t.Fatalf("read: %v", err)
 		}
 	}
-	ro, err := Open(dir, Options{ReadOnly: true})
+	ro, err := openLocal(dir, Options{ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	check(ro, 1)
 	ro.Close()
-	rw, err := Open(dir, Options{})
+	rw, err := openLocal(dir, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rw.Close()
-	check(rw, formatSealed)
+	check(rw, 2)
 	if err := rw.View(func(tx *Tx) error {
-		return tx.b(bucketNodes).ForEach(func(k, v []byte) error {
-			if v[0] != recordVersion {
+		return catalog.RawForEach(tx, "nodes", func(k, v []byte) error {
+			if !catalog.IsSealed(v) {
 				t.Errorf("node %x not sealed after migration", k)
 			}
 			return nil

@@ -1,17 +1,15 @@
 package cas
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"runtime"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/ckptfs/ckptfs/cas/backend"
+	"github.com/ckptfs/ckptfs/cas/catalog"
+	"github.com/ckptfs/ckptfs/cas/object"
 )
 
 // Deferred encoding. Encoding a new chunk costs more CPU than hashing it (the
@@ -56,14 +54,6 @@ import (
 //     never on the temporary file, which a collection would then take for an
 //     old crash leftover), so re-encoding does not restart the grace period.
 
-// PendingReencode is one row of the re-encode queue.
-type PendingReencode struct {
-	Hint   Hint   // what the chunk holds, as the Put that stored it said
-	RawLen uint32 // the chunk's raw length, counted in Counts.ReencodePendingBytes
-}
-
-const pendingRecordVersion = 1
-
 // DefaultMaxReencodeBacklog is Options.MaxReencodeBacklog's default. The
 // background re-encoder also works while the mount is busy once the backlog
 // is past half of it (fusefs); a commit waits for an encoder past all of it.
@@ -71,33 +61,6 @@ const pendingRecordVersion = 1
 // not slowed; a run that saves without pause is held to it, so its stored
 // size converges to the encoded one as the store grows.
 const DefaultMaxReencodeBacklog = 1 << 30
-
-func (p PendingReencode) marshal() []byte {
-	elem := p.Hint.ElemSize
-	if elem < 0 || elem > 255 {
-		elem = 0 // no such element width: store as "unknown", which a hint may always be
-	}
-	b := make([]byte, 0, 6)
-	b = append(b, pendingRecordVersion, byte(elem))
-	return binary.LittleEndian.AppendUint32(b, p.RawLen)
-}
-
-func unmarshalPending(b []byte) (PendingReencode, error) {
-	if len(b) != 6 || b[0] != pendingRecordVersion {
-		return PendingReencode{}, errors.New("bad re-encode queue record")
-	}
-	return PendingReencode{Hint: Hint{ElemSize: int(b[1])}, RawLen: binary.LittleEndian.Uint32(b[2:])}, nil
-}
-
-// pending decodes the sealed queue row v of key.
-func (t *Tx) pending(key, v []byte) (PendingReencode, error) {
-	rec, err := t.openRecord(key, v)
-	if err != nil {
-		return PendingReencode{}, err
-	}
-	p, err := unmarshalPending(rec)
-	return p, errDamaged(err)
-}
 
 // newEncodeSlots returns the inline-encode semaphore for Options.InlineEncoders.
 func newEncodeSlots(n int) chan struct{} {
@@ -124,109 +87,19 @@ func (s *Store) tryEncodeSlot(n int) (release func(), ok bool) {
 	}
 }
 
-// initReencode sets up the encode budget and ReencodeOne's lock, and creates
-// the queue bucket in a store made before it existed.
-func (s *Store) initReencode(inlineEncoders int) error {
+// initReencode sets up the encode budget and ReencodeOne's lock. (The
+// catalog's Open creates the queue's bucket in a store made before it
+// existed.)
+func (s *Store) initReencode(inlineEncoders int) {
 	s.encodeSlots = newEncodeSlots(inlineEncoders)
 	s.reencodeSem = make(chan struct{}, 1)
-	if s.readOnly {
-		return nil // Tx methods treat a missing bucket as an empty queue
-	}
-	var ok bool
-	if err := s.db.View(func(tx *bolt.Tx) error {
-		ok = tx.Bucket(bucketReencode) != nil && tx.Bucket(bucketDeltaPlans) != nil
-		return nil
-	}); err != nil {
-		return err
-	}
-	if ok {
-		return nil
-	}
-	return s.db.Update(func(tx *bolt.Tx) error {
-		if _, err := tx.CreateBucketIfNotExists(bucketReencode); err != nil {
-			return fmt.Errorf("create re-encode queue: %w", err)
-		}
-		return createDeltaBuckets(tx)
-	})
-}
-
-// queueReencode adds chunk id to the re-encode queue.
-func (t *Tx) queueReencode(id ID, h Hint, rawLen uint32) error {
-	b := t.b(bucketReencode)
-	if b == nil {
-		return errors.New("catalog has no re-encode queue")
-	}
-	if b.Get(id[:]) == nil {
-		if err := t.addCounter(keyReencodeChunks, 1); err != nil {
-			return err
-		}
-		if err := t.addCounter(keyReencodeBytes, int64(rawLen)); err != nil {
-			return err
-		}
-	}
-	return b.Put(id[:], sealRecord(id[:], PendingReencode{Hint: h, RawLen: rawLen}.marshal()))
-}
-
-// unqueueReencode removes chunk id's queue row, if it has one.
-func (t *Tx) unqueueReencode(id ID) error {
-	b := t.b(bucketReencode)
-	if b == nil {
-		return nil
-	}
-	v := b.Get(id[:])
-	if v == nil {
-		return nil
-	}
-	p, err := t.pending(id[:], v)
-	if err != nil {
-		return fmt.Errorf("chunk %v: %w", id, err)
-	}
-	if err := t.addCounter(keyReencodeChunks, -1); err != nil {
-		return err
-	}
-	if err := t.addCounter(keyReencodeBytes, -int64(p.RawLen)); err != nil {
-		return err
-	}
-	return b.Delete(id[:])
-}
-
-// PendingReencode returns chunk id's re-encode queue row.
-func (t *Tx) PendingReencode(id ID) (PendingReencode, bool, error) {
-	b := t.b(bucketReencode)
-	if b == nil {
-		return PendingReencode{}, false, nil
-	}
-	v := b.Get(id[:])
-	if v == nil {
-		return PendingReencode{}, false, nil
-	}
-	p, err := t.pending(id[:], v)
-	if err != nil {
-		return p, false, fmt.Errorf("chunk %v: %w", id, err)
-	}
-	return p, true, nil
-}
-
-// ForEachPendingReencode calls fn for every row of the re-encode queue.
-func (t *Tx) ForEachPendingReencode(fn func(id ID, p PendingReencode) error) error {
-	b := t.b(bucketReencode)
-	if b == nil {
-		return nil
-	}
-	return b.ForEach(func(k, v []byte) error {
-		p, err := t.pending(k, v)
-		if err != nil || len(k) != IDSize {
-			return fmt.Errorf("re-encode row %x: bad record", k)
-		}
-		return fn(ID(k), p)
-	})
 }
 
 // ReencodeBacklog is the raw bytes of the chunks in the re-encode queue
 // (Counts.ReencodePendingBytes), 0 if the catalog cannot be read.
 func (s *Store) ReencodeBacklog() int64 {
 	var n int64
-	_ = s.View(func(tx *Tx) error { n = tx.counter(keyReencodeBytes); return nil })
+	_ = s.View(func(tx *Tx) error { n = tx.Counts().ReencodePendingBytes; return nil })
 	return n
 }
 
@@ -294,43 +167,15 @@ func (s *Store) reencodeGroup(ctx context.Context, n int, afterRename func(ID) e
 // around once, and whether rows remain beyond them.
 func (s *Store) nextQueued(n int) (ids []ID, more bool, err error) {
 	err = s.View(func(tx *Tx) error {
-		b := tx.b(bucketReencode)
-		if b == nil {
-			return nil
-		}
-		c := b.Cursor()
-		k, _ := c.Seek(s.reencodeNext)
-		if k != nil && s.reencodeNext != nil && bytes.Equal(k, s.reencodeNext) {
-			k, _ = c.Next()
-		}
-		wrapped := false
-		for len(ids) < n {
-			if k == nil {
-				if wrapped {
-					break
-				}
-				wrapped = true
-				k, _ = c.First()
-				continue
-			}
-			if len(k) != IDSize {
-				return fmt.Errorf("re-encode row %x: bad key", k)
-			}
-			if len(ids) > 0 && ID(k) == ids[0] {
-				break // came round to the first
-			}
-			ids = append(ids, ID(k))
-			k, _ = c.Next()
-		}
-		more = tx.counter(keyReencodeChunks) > int64(len(ids))
-		return nil
+		ids, more, err = tx.Queue().Next(s.reencodeNext, n)
+		return err
 	})
 	return ids, more, err
 }
 
 // reencodeRows returns chunk id's index row, its re-encode queue row and its
 // delta plan.
-func (s *Store) reencodeRows(id ID) (info ChunkInfo, indexed bool, p PendingReencode, queued bool, plan deltaLink, planned bool, err error) {
+func (s *Store) reencodeRows(id ID) (info ChunkInfo, indexed bool, p PendingReencode, queued bool, plan catalog.DeltaLink, planned bool, err error) {
 	err = s.View(func(tx *Tx) error {
 		var err error
 		if info, indexed, err = tx.Chunk(id); err != nil {
@@ -339,7 +184,10 @@ func (s *Store) reencodeRows(id ID) (info ChunkInfo, indexed bool, p PendingReen
 		if p, queued, err = tx.PendingReencode(id); err != nil {
 			return err
 		}
-		plan, planned, err = tx.link(bucketDeltaPlans, id)
+		var base ID
+		var dist int
+		base, dist, planned, err = tx.DeltaPlan(id)
+		plan = catalog.DeltaLink{Base: base, Dist: uint8(dist)}
 		return err
 	})
 	return info, indexed, p, queued, plan, planned, err
@@ -353,11 +201,11 @@ const deltaMinGain = 32
 // reencodeItem is what a group does with one chunk.
 type reencodeItem struct {
 	id     ID
-	stored *ChunkInfo // the new index row's stored length and codec; nil: unchanged
-	delta  bool       // the object is (or will be) a delta
-	link   deltaLink  // its base, when delta
-	obj    []byte     // the object to write; nil: nothing to write
-	alt    []byte     // the standalone encoding, should the delta's rows be refused
+	stored *ChunkInfo        // the new index row's stored length and codec; nil: unchanged
+	delta  bool              // the object is (or will be) a delta
+	link   catalog.DeltaLink // its base, when delta
+	obj    []byte            // the object to write; nil: nothing to write
+	alt    []byte            // the standalone encoding, should the delta's rows be refused
 	altC   Codec
 	mtime  time.Time
 }
@@ -407,7 +255,7 @@ func (s *Store) reencode(ctx context.Context, ids []ID, afterRename func(ID) err
 			if !it.delta || it.obj == nil {
 				continue
 			}
-			if err := tx.putDelta(it.id, it.link); errors.Is(err, errDeltaRefused) {
+			if err := tx.Deltas().Put(it.id, it.link); errors.Is(err, catalog.ErrDeltaRefused) {
 				// The base changed (swept, or became a delta): standalone.
 				it.delta, it.obj = false, it.alt
 				it.stored = nil
@@ -457,9 +305,6 @@ func (s *Store) reencode(ctx context.Context, ids []ID, afterRename func(ID) err
 	return errors.Join(errs...)
 }
 
-// errDeltaRefused: a delta's rows cannot be written (its base changed).
-var errDeltaRefused = errors.New("delta refused")
-
 // decide reads chunk id's rows and object and says what its re-encode does.
 // It returns the plan's base when it pinned it (the caller unpins). An item
 // with an error is still to be finished (a corrupt or missing object is
@@ -491,13 +336,13 @@ func (s *Store) decide(ctx context.Context, id ID) (*reencodeItem, *ID, error) {
 		return nil, nil, err
 	}
 	it.mtime = st.ModTime
-	hdr, _ := parseObjectHeader(obj) // decodeObject parsed it already
-	onDisk := ChunkInfo{RawLen: info.RawLen, StoredLen: uint32(len(obj)), Codec: hdr.codec}
-	if onDisk != info || hdr.delta {
+	hdr, _ := object.ParseHeader(obj) // Decode parsed it already
+	onDisk := ChunkInfo{RawLen: info.RawLen, StoredLen: uint32(len(obj)), Codec: hdr.Codec}
+	if onDisk != info || hdr.Delta {
 		// An earlier run replaced the object and stopped before its
 		// transaction: the object header is the truth. (A delta object's
 		// rows were committed before its rename.)
-		it.stored, it.delta = &onDisk, hdr.delta
+		it.stored, it.delta = &onDisk, hdr.Delta
 		return it, nil, nil
 	}
 	if err := ctx.Err(); err != nil {
@@ -505,9 +350,9 @@ func (s *Store) decide(ctx context.Context, id ID) (*reencodeItem, *ID, error) {
 	}
 	// Candidates: the standalone encoding of a raw object, and the planned
 	// delta; the smallest wins, the object as it is if neither pays.
-	best, bestCodec := obj, hdr.codec
-	if hdr.codec == CodecRaw {
-		if enc, codec := s.codecs.encodeObject(raw, p.Hint); codec != CodecRaw && len(enc) < len(best) {
+	best, bestCodec := obj, hdr.Codec
+	if hdr.Codec == CodecRaw {
+		if enc, codec := s.coder.Encode(raw, p.Hint); codec != CodecRaw && len(enc) < len(best) {
 			best, bestCodec = enc, codec
 			it.alt, it.altC = enc, codec
 		}
@@ -519,8 +364,8 @@ func (s *Store) decide(ctx context.Context, id ID) (*reencodeItem, *ID, error) {
 		}
 		pinned = &plan.Base
 		if dobj := s.deltaObject(ctx, raw, plan.Base, p.Hint); dobj != nil && len(dobj) < len(best)-len(best)/deltaMinGain {
-			dh, _ := parseObjectHeader(dobj)
-			best, bestCodec, it.delta, it.link = dobj, dh.codec, true, plan
+			dh, _ := object.ParseHeader(dobj)
+			best, bestCodec, it.delta, it.link = dobj, dh.Codec, true, plan
 		}
 	}
 	if len(best) < len(obj) || it.delta {
@@ -545,7 +390,7 @@ func (s *Store) deltaObject(ctx context.Context, raw []byte, base ID, h Hint) []
 		if err != nil {
 			return nil
 		}
-		if bd, err = s.codecs.decodeObject(base, obj); err != nil {
+		if bd, err = s.coder.Decode(base, obj); err != nil {
 			return nil // a delta, or damaged: fsck names it
 		}
 	}
@@ -556,7 +401,7 @@ func (s *Store) deltaObject(ctx context.Context, raw []byte, base ID, h Hint) []
 	if elem < 0 || elem > 255 {
 		elem = 0
 	}
-	return s.codecs.encodeDeltaObject(raw, bd, base, elem, &s.deltaScratch)
+	return s.coder.EncodeDelta(raw, bd, base, elem, &s.deltaScratch)
 }
 
 // finishReencode records a group in one transaction: for each chunk, its
@@ -569,29 +414,19 @@ func (s *Store) finishReencode(items []reencodeItem) error {
 		for _, it := range items {
 			id := it.id
 			if it.stored != nil {
-				cur, ok, err := tx.Chunk(id)
-				if err != nil {
+				if err := tx.Index().SetStored(id, it.stored.StoredLen, it.stored.Codec); err != nil {
 					return err
-				}
-				if ok {
-					next := ChunkInfo{RawLen: cur.RawLen, StoredLen: it.stored.StoredLen, Codec: it.stored.Codec}
-					if err := tx.b(bucketChunks).Put(id[:], sealRecord(id[:], next.marshal())); err != nil {
-						return err
-					}
-					if err := tx.addCounter(keyStored, int64(next.StoredLen)-int64(cur.StoredLen)); err != nil {
-						return err
-					}
 				}
 			}
 			if !it.delta {
-				if err := tx.dropDelta(id); err != nil {
+				if err := tx.Deltas().Drop(id); err != nil {
 					return err
 				}
 			}
-			if err := tx.dropPlan(id); err != nil {
+			if err := tx.Deltas().DropPlan(id); err != nil {
 				return err
 			}
-			if err := tx.unqueueReencode(id); err != nil {
+			if err := tx.Queue().Remove(id); err != nil {
 				return err
 			}
 		}

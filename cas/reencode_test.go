@@ -10,7 +10,8 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"github.com/ckptfs/ckptfs/cas/catalog"
+	"github.com/ckptfs/ckptfs/cas/internal/tensortest"
 )
 
 // putHinted stores data with hint h as one committed chunk.
@@ -86,7 +87,7 @@ func drain(t *testing.T, s *Store) {
 }
 
 func TestInlineEncodeBudget(t *testing.T) {
-	bf := gaussBF16(1<<18, 0.02, 1)
+	bf := tensortest.GaussBF16(1<<18, 0.02, 1)
 	cases := []struct {
 		name       string
 		encoders   int  // Options.InlineEncoders
@@ -145,7 +146,7 @@ func TestInlineEncodeBudget(t *testing.T) {
 // with its object untouched.
 func TestReencodeOne(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "store")
-	s, err := Open(dir, Options{InlineEncoders: -1})
+	s, err := openLocal(dir, Options{InlineEncoders: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,8 +155,8 @@ func TestReencodeOne(t *testing.T) {
 		hint  Hint
 		codec Codec
 	}{
-		{gaussBF16(1<<19, 0.02, 1), Hint{ElemSize: 2}, CodecByteGroup},
-		{gaussF32(1<<17, 0.02, 2), Hint{ElemSize: 4}, CodecByteGroup},
+		{tensortest.GaussBF16(1<<19, 0.02, 1), Hint{ElemSize: 2}, CodecByteGroup},
+		{tensortest.GaussF32(1<<17, 0.02, 2), Hint{ElemSize: 4}, CodecByteGroup},
 		{bytes.Repeat([]byte("step 10 loss 0.123\n"), 5000), Hint{}, CodecZstd},
 		{pseudoRandom(300000, 3), Hint{}, CodecRaw},
 	}
@@ -222,7 +223,7 @@ func TestReencodeOne(t *testing.T) {
 
 func testStoreAt(t *testing.T, dir string, opts Options) *Store {
 	t.Helper()
-	s, err := Open(dir, opts)
+	s, err := openLocal(dir, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,11 +235,11 @@ func testStoreAt(t *testing.T, dir string, opts Options) *Store {
 // transaction, leaves a readable object; the next ReencodeOne repairs the row.
 func TestReencodeCrashWindow(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "store")
-	s, err := Open(dir, Options{InlineEncoders: -1})
+	s, err := openLocal(dir, Options{InlineEncoders: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	data := gaussBF16(1<<19, 0.02, 4)
+	data := tensortest.GaussBF16(1<<19, 0.02, 4)
 	ref := putHinted(t, s, data, Hint{ElemSize: 2})
 	rawRow, _, _, _ := rows(t, s, ref.ID)
 	if id := SimulateReencodeCrash(t, s); id != ref.ID {
@@ -273,14 +274,14 @@ func TestReencodeCrashWindow(t *testing.T) {
 // indexed (an older ckptfs swept it) or whose object is corrupt is dropped.
 func TestReencodeDropsRowsItCannotUse(t *testing.T) {
 	s := testStore(t, Options{InlineEncoders: -1})
-	gone := putHinted(t, s, gaussBF16(1<<16, 0.02, 5), Hint{ElemSize: 2})
-	bad := putHinted(t, s, gaussBF16(1<<16, 0.02, 6), Hint{ElemSize: 2})
+	gone := putHinted(t, s, tensortest.GaussBF16(1<<16, 0.02, 5), Hint{ElemSize: 2})
+	bad := putHinted(t, s, tensortest.GaussBF16(1<<16, 0.02, 6), Hint{ElemSize: 2})
 	err := s.Update(func(tx *Tx) error {
 		info, _, err := tx.Chunk(gone.ID)
 		if err != nil {
 			return err
 		}
-		return tx.deleteChunk(gone.ID, info) // what a sweep that ignores the queue does
+		return tx.Index().Delete(gone.ID, info) // what a sweep that ignores the queue does
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -310,7 +311,7 @@ func TestReencodeSkipsAFailingRow(t *testing.T) {
 	s := testStore(t, Options{InlineEncoders: -1})
 	var refs []ChunkRef
 	for i := range 3 {
-		refs = append(refs, putHinted(t, s, gaussBF16(1<<16, 0.02, uint64(10+i)), Hint{ElemSize: 2}))
+		refs = append(refs, putHinted(t, s, tensortest.GaussBF16(1<<16, 0.02, uint64(10+i)), Hint{ElemSize: 2}))
 	}
 	// The first row in key order is the one that fails: taking rows always
 	// from the front would never get past it.
@@ -341,7 +342,7 @@ func TestReencodeSkipsAFailingRow(t *testing.T) {
 
 func TestSweepDropsQueueRow(t *testing.T) {
 	s := testStore(t, Options{InlineEncoders: -1})
-	ref := putHinted(t, s, gaussBF16(1<<16, 0.02, 7), Hint{ElemSize: 2})
+	ref := putHinted(t, s, tensortest.GaussBF16(1<<16, 0.02, 7), Hint{ElemSize: 2})
 	end := s.BeginCollect()
 	res, err := s.Sweep(context.Background(), []ID{ref.ID})
 	end()
@@ -360,12 +361,12 @@ func TestSweepDropsQueueRow(t *testing.T) {
 // its bucket at Open, and reads as an empty queue when opened read-only.
 func TestOpenAddsQueueToOlderStore(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "store")
-	s, err := Open(dir, Options{})
+	s, err := openLocal(dir, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	put(t, s, pseudoRandom(1000, 1))
-	if err := s.db.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket(bucketReencode) }); err != nil {
+	if err := s.Update(func(tx *Tx) error { return catalog.DeleteBucket(tx, "reencode") }); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -378,7 +379,7 @@ func TestOpenAddsQueueToOlderStore(t *testing.T) {
 	}
 	ro.Close()
 	s = testStoreAt(t, dir, Options{InlineEncoders: -1})
-	putHinted(t, s, gaussBF16(1<<16, 0.02, 8), Hint{ElemSize: 2})
+	putHinted(t, s, tensortest.GaussBF16(1<<16, 0.02, 8), Hint{ElemSize: 2})
 	if c := checkCounters(t, s); c.ReencodePending != 1 {
 		t.Fatalf("queue after reopen: %+v", c)
 	}

@@ -4,7 +4,6 @@ import (
 	"container/list"
 	"context"
 	"crypto/rand"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -13,10 +12,11 @@ import (
 	"sync"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ckptfs/ckptfs/cas/backend"
+	"github.com/ckptfs/ckptfs/cas/catalog"
+	"github.com/ckptfs/ckptfs/cas/object"
 )
 
 // The remote tier: a store may have a second backend, a bucket
@@ -73,14 +73,6 @@ import (
 //     shows its new version at the next mount); the local cache of fetched
 //     objects is bounded within one process's life (objects fetched by an
 //     earlier process are not counted).
-
-// Catalog keys and buckets of the remote tier. An older ckptfs ignores them.
-var (
-	keyStoreID        = []byte("store_id")
-	keyCommitGen      = []byte("commit_gen")
-	keyUploadedGen    = []byte("remote_uploaded_gen")
-	bucketRemoteChunk = []byte("remote_chunks")
-)
 
 // Names of the remote's mutable objects.
 const (
@@ -194,7 +186,7 @@ func (s *Store) fetchRemote(ctx context.Context, id ID, buf []byte, alloc func(i
 	r.read += int64(len(obj))
 	r.fetchMu.Unlock()
 	if standalone {
-		raw, err = s.codecs.decodeObjectInto(id, obj, alloc, nil)
+		raw, err = s.coder.DecodeInto(id, obj, alloc, nil)
 	} else {
 		var baseErr error
 		if raw, baseErr, err = s.decodeChunk(ctx, id, obj, alloc); baseErr != nil {
@@ -248,23 +240,6 @@ func (s *Store) noteFetched(ctx context.Context, id ID, size int64) {
 	_, _ = s.discardUnnamed(ctx, evict)
 }
 
-// bumpCommitGen counts a commit; the remote tier uploads up to it.
-func (t *Tx) bumpCommitGen() error {
-	meta := t.b(bucketMeta)
-	var gen uint64
-	if v := meta.Get(keyCommitGen); len(v) == 8 {
-		gen = binary.BigEndian.Uint64(v)
-	}
-	return meta.Put(keyCommitGen, u64key(gen+1))
-}
-
-func metaU64(tx *bolt.Tx, key []byte) uint64 {
-	if v := tx.Bucket(bucketMeta).Get(key); len(v) == 8 {
-		return binary.BigEndian.Uint64(v)
-	}
-	return 0
-}
-
 // Snapshot is what the remote tier publishes: every committed regular file.
 type Snapshot struct {
 	Version int            `json:"version"`
@@ -293,8 +268,9 @@ const snapshotVersion = 1
 // UploadPending reports whether commits are waiting for an upload round.
 func (s *Store) UploadPending() (bool, error) {
 	var pending bool
-	err := s.db.View(func(tx *bolt.Tx) error {
-		pending = metaU64(tx, keyCommitGen) > metaU64(tx, keyUploadedGen)
+	err := s.View(func(tx *Tx) error {
+		gen, done := tx.Uploads().Gens()
+		pending = gen > done
 		return nil
 	})
 	return pending, err
@@ -319,13 +295,12 @@ func (s *Store) UploadRound(ctx context.Context) error {
 	var gen, done uint64
 	snap := Snapshot{Version: snapshotVersion, Time: time.Now().UTC()}
 	need := map[ID]uint32{}
-	err := s.db.View(func(btx *bolt.Tx) error {
-		gen, done = metaU64(btx, keyCommitGen), metaU64(btx, keyUploadedGen)
+	err := s.View(func(tx *Tx) error {
+		up := tx.Uploads()
+		gen, done = up.Gens()
 		if gen <= done {
 			return nil
 		}
-		tx := &Tx{tx: btx}
-		up := btx.Bucket(bucketRemoteChunk)
 		var walk func(dir uint64, prefix string) error
 		walk = func(dir uint64, prefix string) error {
 			return tx.Children(dir, func(name string, ino uint64) error {
@@ -343,11 +318,11 @@ func (s *Store) UploadRound(ctx context.Context) error {
 						return err
 					}
 					for _, c := range m.Chunks {
-						if up == nil || up.Get(c.ID[:]) == nil {
+						if !up.Has(c.ID) {
 							need[c.ID] = c.Len
 						}
 					}
-					snap.Files = append(snap.Files, SnapshotFile{Path: p, Node: n, Raw: m.marshal()})
+					snap.Files = append(snap.Files, SnapshotFile{Path: p, Node: n, Raw: m.Marshal()})
 				}
 				return nil
 			})
@@ -385,13 +360,7 @@ func (s *Store) UploadRound(ctx context.Context) error {
 	if err := r.be.Put(ctx, backend.Handle{Kind: backend.Lock, Name: headName}, hb, backend.PutOptions{}); err != nil {
 		return fmt.Errorf("publish snapshot: %w", err)
 	}
-	return s.Update(func(tx *Tx) error {
-		meta := tx.b(bucketMeta)
-		if metaU64(tx.tx, keyUploadedGen) >= gen {
-			return nil
-		}
-		return meta.Put(keyUploadedGen, u64key(gen))
-	})
+	return s.Update(func(tx *Tx) error { return tx.Uploads().SetUploaded(gen) })
 }
 
 // uploadRecordBatch is how many uploaded chunks one catalog transaction records.
@@ -413,18 +382,7 @@ func (s *Store) uploadChunks(ctx context.Context, need map[ID]uint32) error {
 		batch := done
 		done = nil
 		mu.Unlock()
-		return s.Update(func(tx *Tx) error {
-			b, err := tx.tx.CreateBucketIfNotExists(bucketRemoteChunk)
-			if err != nil {
-				return err
-			}
-			for _, id := range batch {
-				if err := b.Put(id[:], nil); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+		return s.Update(func(tx *Tx) error { return tx.Uploads().Add(batch) })
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
@@ -489,15 +447,15 @@ func (s *Store) uploadChunks(ctx context.Context, need map[ID]uint32) error {
 // snapshots and knows nothing of bases, and a reader elsewhere would need
 // two fetches. (Deltas in the bucket are left for later.)
 func (s *Store) standaloneObject(ctx context.Context, id ID, obj []byte) ([]byte, error) {
-	h, err := parseObjectHeader(obj)
-	if err != nil || !h.delta {
+	h, err := object.ParseHeader(obj)
+	if err != nil || !h.Delta {
 		return obj, nil // a damaged object fails the reader's checks, as before
 	}
-	raw, err := s.ReadChunk(ctx, ChunkRef{ID: id, Len: h.rawLen})
+	raw, err := s.ReadChunk(ctx, ChunkRef{ID: id, Len: h.RawLen})
 	if err != nil {
 		return nil, err
 	}
-	enc, _ := s.codecs.encodeObject(raw, Hint{ElemSize: h.elem})
+	enc, _ := s.coder.Encode(raw, Hint{ElemSize: h.Elem})
 	return enc, nil
 }
 
@@ -538,7 +496,7 @@ func (s *Store) RemoteSnapshot(ctx context.Context, known string) (snap *Snapsho
 	}
 	for i := range snap.Files {
 		f := &snap.Files[i]
-		if f.Manifest, err = unmarshalManifest(f.Raw); err != nil {
+		if f.Manifest, err = catalog.ParseManifest(f.Raw); err != nil {
 			return nil, "", fmt.Errorf("snapshot %s, %s: %w", hd.Snapshot, f.Path, err)
 		}
 		f.Raw = nil
@@ -559,7 +517,7 @@ func (s *Store) VerifyRemoteObject(ctx context.Context, id ID) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.codecs.decodeObjectInto(id, obj, nil, s.bases(ctx))
+	_, err = s.coder.DecodeInto(id, obj, nil, s.bases(ctx))
 	return err
 }
 
@@ -579,8 +537,8 @@ func (s *Store) fetchedCopy(id ID) bool {
 // old holder gone). A read-only store that never had one returns "".
 func (s *Store) ID() (string, error) {
 	var id string
-	err := s.db.View(func(tx *bolt.Tx) error {
-		id = string(tx.Bucket(bucketMeta).Get(keyStoreID))
+	err := s.View(func(tx *Tx) error {
+		id = tx.StoreID()
 		return nil
 	})
 	if err != nil || id != "" || s.readOnly {
@@ -590,14 +548,10 @@ func (s *Store) ID() (string, error) {
 	if _, err := rand.Read(rnd[:]); err != nil {
 		return "", err
 	}
-	err = s.db.Update(func(tx *bolt.Tx) error {
-		meta := tx.Bucket(bucketMeta)
-		if v := meta.Get(keyStoreID); v != nil {
-			id = string(v)
-			return nil
-		}
-		id = hex.EncodeToString(rnd[:])
-		return meta.Put(keyStoreID, []byte(id))
+	err = s.Update(func(tx *Tx) error {
+		var err error
+		id, err = tx.SetStoreID(hex.EncodeToString(rnd[:]))
+		return err
 	})
 	return id, err
 }
@@ -685,18 +639,11 @@ func (s *Store) CollectRemote(ctx context.Context, before time.Time, live []*Man
 	if dryRun || len(victims) == 0 {
 		return res, nil
 	}
-	err = s.Update(func(tx *Tx) error {
-		b := tx.b(bucketRemoteChunk)
-		if b == nil {
-			return nil
-		}
-		for _, v := range victims {
-			if err := b.Delete(v.id[:]); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	ids := make([]ID, len(victims))
+	for i, v := range victims {
+		ids[i] = v.id
+	}
+	err = s.Update(func(tx *Tx) error { return tx.Uploads().Forget(ids) })
 	if err != nil {
 		return RemoteCollectResult{Objects: res.Objects, Young: res.Young}, err
 	}

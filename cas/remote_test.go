@@ -66,7 +66,7 @@ func TestRemoteRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	remote := &flakyRemote{Backend: mem.New(backend.Properties{DurableOnPut: true, AtomicPut: true})}
 	dirA := filepath.Join(t.TempDir(), "a")
-	a, err := Open(dirA, Options{Remote: remote})
+	a, err := openLocal(dirA, Options{Remote: remote})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestRemoteRoundTrip(t *testing.T) {
 	}
 	a.Close()
 	remote.down.Store(false)
-	a, err = Open(dirA, Options{Remote: remote})
+	a, err = openLocal(dirA, Options{Remote: remote})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestRemoteRoundTrip(t *testing.T) {
 	}
 
 	// A fresh store on the same remote.
-	b, err := Open(filepath.Join(t.TempDir(), "b"), Options{Remote: remote, LocalCacheSize: 1 << 20})
+	b, err := openLocal(filepath.Join(t.TempDir(), "b"), Options{Remote: remote, LocalCacheSize: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +266,7 @@ func TestCollectRemote(t *testing.T) {
 		if err := tx.DeleteNode(ino); err != nil {
 			return err
 		}
-		return tx.bumpCommitGen()
+		return tx.Uploads().CountCommit()
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +314,7 @@ func TestUploadProgress(t *testing.T) {
 	data := pseudoRandom(300000, 3)
 	var chunks int64 // distinct chunks of data, from the first store's index
 	for i, dir := range []string{"a", "b"} {
-		s, err := Open(filepath.Join(t.TempDir(), dir), Options{Remote: remote})
+		s, err := openLocal(filepath.Join(t.TempDir(), dir), Options{Remote: remote})
 		if err != nil {
 			t.Fatal(err)
 		}

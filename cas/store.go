@@ -1,9 +1,7 @@
 package cas
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -12,14 +10,13 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/ckptfs/ckptfs/cas/backend"
-	"github.com/ckptfs/ckptfs/cas/backend/local"
+	"github.com/ckptfs/ckptfs/cas/catalog"
 	"github.com/ckptfs/ckptfs/cas/internal/faults"
+	"github.com/ckptfs/ckptfs/cas/internal/fsutil"
+	"github.com/ckptfs/ckptfs/cas/object"
 )
 
 // DefaultChunkSize is the largest chunk a new store cuts files into.
@@ -34,9 +31,6 @@ const (
 	objectsName = "objects"
 	spoolName   = "spool"
 )
-
-// lockTimeout is how long Open waits for another process's lock on the catalog.
-const lockTimeout = 200 * time.Millisecond
 
 // inoBlock is how many inode numbers are reserved in the catalog at a time, so
 // creating a file needs no transaction of its own.
@@ -76,8 +70,10 @@ type Options struct {
 	// DefaultDeltaKeyframe; 1 or less (negative) means no deltas are
 	// planned (deltas already stored still read).
 	DeltaKeyframe int
-	// Objects is where chunk objects live; nil means the store's own
-	// objects/ directory (cas/backend/local). The Store closes it.
+	// Objects is where chunk objects live, and must be set: the store's own
+	// objects/ directory is local.New(ObjectsDir(dir), ...) (package
+	// cas/backend/local), tests may give a mem backend. The Store closes it;
+	// when Open fails it is the caller's to close.
 	Objects backend.Backend
 	// Observer, if set, is told how long each chunk fetch (an object read
 	// and decoded on a cache miss) and each background re-encode took, for
@@ -105,11 +101,11 @@ type Observer interface {
 // Store is an open chunk store. Its methods are safe for concurrent use.
 type Store struct {
 	dir       string
-	db        *bolt.DB
-	codecs    *codecs
+	db        *catalog.DB
+	coder     *object.Coder
 	cache     *cache
 	chunkSize int
-	format    uint32 // the catalog's format version (catalog.go)
+	format    uint32 // the catalog's format version at Open (cas/catalog)
 	readOnly  bool
 
 	inoMu    sync.Mutex
@@ -129,10 +125,13 @@ type Store struct {
 	// deltaKeyframe is Options.DeltaKeyframe; deltaScratch is the re-encoder's
 	// (reencodeSem held).
 	deltaKeyframe int
-	deltaScratch  deltaScratch
-	maxBacklog    int64 // Options.MaxReencodeBacklog
-	reencodeSem   chan struct{}
-	reencodeNext  []byte
+	deltaScratch  object.DeltaScratch
+	// baseBufs holds *[]byte buffers for the decoded bases of deltas being
+	// read (readBase): fresh memory costs a page fault per 4 KiB.
+	baseBufs     sync.Pool
+	maxBacklog   int64 // Options.MaxReencodeBacklog
+	reencodeSem  chan struct{}
+	reencodeNext []byte
 
 	// Coordination with garbage collection (see sweep.go): chunks named by
 	// batches not committed yet are pinned; chunks being swept are deleting.
@@ -172,11 +171,14 @@ func Open(dir string, opts Options) (*Store, error) {
 	if opts.ChunkSize > maxChunkSize {
 		return nil, fmt.Errorf("chunk size %d is over the %d limit", opts.ChunkSize, maxChunkSize)
 	}
+	if opts.Objects == nil {
+		return nil, fmt.Errorf("open store %s: Options.Objects is not set (the store's own directory is local.New(cas.ObjectsDir(dir), ...))", dir)
+	}
 	if abs, err := filepath.Abs(dir); err == nil {
 		dir = abs
 	}
-	catalog := filepath.Join(dir, catalogName)
-	_, statErr := os.Stat(catalog)
+	catPath := filepath.Join(dir, catalogName)
+	_, statErr := os.Stat(catPath)
 	exists := statErr == nil
 	if opts.ReadOnly && !exists {
 		return nil, fmt.Errorf("open store %s: %w (no %s)", dir, ErrNotStore, catalogName)
@@ -201,41 +203,35 @@ func Open(dir string, opts Options) (*Store, error) {
 		}
 	}
 	if exists {
-		if err := checkCatalogFile(catalog); err != nil {
-			if catalogLocked(catalog, opts.ReadOnly) {
+		if err := catalog.Check(catPath); err != nil {
+			if catalog.Locked(catPath, opts.ReadOnly) {
 				// Being written by the process that holds it: not damage.
 				return nil, fmt.Errorf("open store %s: %w", dir, ErrLocked)
 			}
 			return nil, fmt.Errorf("open store %s: %w", dir, err)
 		}
 	}
-	db, err := openBolt(catalog, opts.ReadOnly)
-	if errors.Is(err, bolt.ErrTimeout) {
+	db, err := catalog.Open(catPath, catalog.Options{
+		ReadOnly:  opts.ReadOnly,
+		NoSync:    faults.Skip("catalog"), // test binaries only (internal/faults)
+		ChunkSize: opts.ChunkSize,
+	})
+	if errors.Is(err, catalog.ErrLocked) {
 		return nil, fmt.Errorf("open store %s: %w", dir, ErrLocked)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("open catalog %s: %w", catalog, err)
+		return nil, err
 	}
-	db.NoSync = faults.Skip("catalog") // test binaries only (internal/faults)
 	objects := opts.Objects
-	if objects == nil {
-		objects = local.New(filepath.Join(dir, objectsName), local.Options{})
-	}
 	s := &Store{dir: dir, db: db, readOnly: opts.ReadOnly, flights: map[ID]*flight{}, objects: objects,
 		pins: map[ID]int{}, deleting: map[ID]chan struct{}{}, hashSlots: make(chan struct{}, opts.HashWorkers),
 		obs: opts.Observer, deltaKeyframe: opts.DeltaKeyframe, maxBacklog: opts.MaxReencodeBacklog}
 	if opts.Remote != nil {
 		s.remote = newRemoteState(opts.Remote, opts.LocalCacheSize)
 	}
-	if err := s.init(opts.ChunkSize); err != nil {
-		db.Close()
-		return nil, err
-	}
-	if err := s.initReencode(opts.InlineEncoders); err != nil {
-		db.Close()
-		return nil, err
-	}
-	if s.codecs, err = newCodecs(); err != nil {
+	s.format, s.chunkSize = db.Format(), db.ChunkSize()
+	s.initReencode(opts.InlineEncoders)
+	if s.coder, err = object.NewCoder(); err != nil {
 		db.Close()
 		return nil, err
 	}
@@ -247,40 +243,6 @@ func Open(dir string, opts Options) (*Store, error) {
 		}
 	}
 	return s, nil
-}
-
-// openBolt opens the catalog, turning a panic of bbolt's (on damage that
-// checkCatalogFile let through) into an error.
-func openBolt(path string, readOnly bool) (db *bolt.DB, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			db, err = nil, fmt.Errorf("%w: %s: %v", ErrCatalogDamaged, path, r)
-		}
-	}()
-	return bolt.Open(path, 0o600, &bolt.Options{
-		Timeout:        lockTimeout,
-		ReadOnly:       readOnly,
-		NoFreelistSync: true,
-	})
-}
-
-// catalogLocked reports whether another process holds the catalog's lock
-// (bbolt's flock: exclusive for a writer, shared for a reader).
-func catalogLocked(path string, readOnly bool) bool {
-	f, err := os.Open(path)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	how := syscall.LOCK_EX
-	if readOnly {
-		how = syscall.LOCK_SH
-	}
-	if err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB); err != nil {
-		return errors.Is(err, syscall.EWOULDBLOCK)
-	}
-	syscall.Flock(int(f.Fd()), syscall.LOCK_UN) // closing the file unlocks it too
-	return false
 }
 
 // checkEmptyOrMissing refuses a directory that holds anything but what an
@@ -321,101 +283,6 @@ func probeWritable(dir string) error {
 	return nil
 }
 
-// init creates the buckets of a new catalog, or checks an existing one's version.
-func (s *Store) init(chunkSize int) error {
-	check := func(tx *bolt.Tx) error {
-		meta := tx.Bucket(bucketMeta)
-		if meta == nil {
-			return fmt.Errorf("catalog %s: %w: no meta bucket", s.dir, ErrNotStore)
-		}
-		v := meta.Get(keyFormat)
-		if len(v) != 4 {
-			return fmt.Errorf("catalog %s: %w: no format version", s.dir, ErrNotStore)
-		}
-		f := binary.BigEndian.Uint32(v)
-		if f > FormatVersion {
-			return fmt.Errorf("store %s has format %d, this ckptfs reads up to %d: %w", s.dir, f, FormatVersion, ErrNewerFormat)
-		}
-		s.format = f
-		cs := meta.Get(keyChunkSize)
-		if len(cs) != 4 {
-			return fmt.Errorf("catalog %s: %w: no chunk size", s.dir, ErrNotStore)
-		}
-		s.chunkSize = int(binary.BigEndian.Uint32(cs))
-		return nil
-	}
-	if s.readOnly {
-		return s.db.View(check)
-	}
-	return s.db.Update(func(tx *bolt.Tx) error {
-		if tx.Bucket(bucketMeta) == nil {
-			for _, name := range allBuckets {
-				if _, err := tx.CreateBucketIfNotExists(name); err != nil {
-					return err
-				}
-			}
-			meta := tx.Bucket(bucketMeta)
-			if err := meta.Put(keyFormat, binary.BigEndian.AppendUint32(nil, formatSealed)); err != nil {
-				return err
-			}
-			if err := meta.Put(keyChunkSize, binary.BigEndian.AppendUint32(nil, uint32(chunkSize))); err != nil {
-				return err
-			}
-			if err := meta.Put(keyNextIno, u64key(FirstIno)); err != nil {
-				return err
-			}
-			now := time.Now().UnixNano()
-			t := &Tx{tx: tx}
-			// The root belongs to whoever creates the store, so an
-			// ordinary user's store is writable by its owner once mounted.
-			root := Node{Ino: RootIno, Mode: syscall.S_IFDIR | 0o755, UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Atime: now, Mtime: now, Ctime: now}
-			if err := t.PutNode(root); err != nil {
-				return err
-			}
-		}
-		if err := check(tx); err != nil {
-			return err
-		}
-		if s.format < formatSealed {
-			return s.migrate(tx)
-		}
-		return nil
-	})
-}
-
-// migrate brings a format-1 catalog to format 2: it seals every record
-// (record.go). One transaction: a crash leaves format 1, migrated again at
-// the next Open.
-func (s *Store) migrate(tx *bolt.Tx) error {
-	for _, name := range [][]byte{bucketNodes, bucketDirents, bucketManifests, bucketChunks, bucketReencode} {
-		b := tx.Bucket(name)
-		if b == nil {
-			continue
-		}
-		var keys, vals [][]byte
-		if err := b.ForEach(func(k, v []byte) error {
-			if len(v) >= 5 && v[0] == recordVersion {
-				return fmt.Errorf("%w: bucket %s of a format-1 catalog holds a sealed record %x", ErrCatalogDamaged, name, k)
-			}
-			keys = append(keys, bytes.Clone(k))
-			vals = append(vals, sealRecord(k, v))
-			return nil
-		}); err != nil {
-			return err
-		}
-		for i, k := range keys {
-			if err := b.Put(k, vals[i]); err != nil {
-				return err
-			}
-		}
-	}
-	if err := tx.Bucket(bucketMeta).Put(keyFormat, binary.BigEndian.AppendUint32(nil, formatSealed)); err != nil {
-		return err
-	}
-	s.format = formatSealed
-	return nil
-}
-
 func (s *Store) resetSpool() error {
 	spool := s.SpoolDir()
 	if err := os.RemoveAll(spool); err != nil {
@@ -433,8 +300,8 @@ func (s *Store) resetSpool() error {
 
 // Close releases the store. Reads and writes in flight must have finished.
 func (s *Store) Close() error {
-	if s.codecs != nil {
-		s.codecs.close()
+	if s.coder != nil {
+		s.coder.Close()
 	}
 	var rerr error
 	if s.remote != nil {
@@ -447,10 +314,20 @@ func (s *Store) Close() error {
 func (s *Store) Format() int {
 	f := 0
 	_ = s.View(func(tx *Tx) error {
-		f = tx.format()
+		f = tx.Format()
 		return nil
 	})
 	return f
+}
+
+// ObjectsDir is the directory in store directory dir where a store keeps
+// its chunk objects when they live with it (the root to give
+// cas/backend/local's New), made absolute as Open makes dir.
+func ObjectsDir(dir string) string {
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+	}
+	return filepath.Join(dir, objectsName)
 }
 
 // Dir returns the store directory.
@@ -462,10 +339,10 @@ func (s *Store) SpoolDir() string { return filepath.Join(s.dir, spoolName) }
 // NewSpool creates a file in SpoolDir for staging a file being written, named
 // after pattern as os.CreateTemp names it, and unlinks it at once: it is
 // private to the caller, and a crash leaves nothing. When the process is out
-// of file descriptors it waits for one (local.OpenRetry) rather than fail a
+// of file descriptors it waits for one (fsutil.OpenRetry) rather than fail a
 // write.
 func (s *Store) NewSpool(ctx context.Context, pattern string) (*os.File, error) {
-	sp, err := local.OpenRetry(ctx, func() (*os.File, error) { return os.CreateTemp(s.SpoolDir(), pattern) })
+	sp, err := fsutil.OpenRetry(ctx, func() (*os.File, error) { return os.CreateTemp(s.SpoolDir(), pattern) })
 	if err != nil {
 		return nil, fmt.Errorf("create spool file: %w", err)
 	}
@@ -479,48 +356,25 @@ func (s *Store) NewSpool(ctx context.Context, pattern string) (*os.File, error) 
 // ChunkSize is the largest chunk this store cuts files into.
 func (s *Store) ChunkSize() int { return s.chunkSize }
 
-// View runs fn in a read-only catalog transaction.
-//
-// A panic inside bbolt (a damaged page that Open's check could not see) is
-// returned as an error wrapping ErrCatalogDamaged; the transaction is rolled
-// back first.
-func (s *Store) View(fn func(*Tx) error) (err error) {
-	defer recoverDamage(&err)
-	return s.db.View(func(tx *bolt.Tx) error { return fn(&Tx{tx: tx, legacy: s.format < formatSealed}) })
-}
-
-// recoverDamage turns a panic of bbolt's into an error.
-func recoverDamage(err *error) {
-	if r := recover(); r != nil {
-		*err = fmt.Errorf("%w: %v", ErrCatalogDamaged, r)
-	}
-}
+// View runs fn in a read-only catalog transaction (catalog.DB.View: a
+// panic inside bbolt is returned as an error wrapping ErrCatalogDamaged).
+func (s *Store) View(fn func(*Tx) error) error { return s.db.View(fn) }
 
 // Update runs fn in a read-write catalog transaction, committed (and durable)
 // when fn returns nil and rolled back otherwise. Do no slow I/O inside fn.
 // A panic inside bbolt is returned as View's is.
-func (s *Store) Update(fn func(*Tx) error) (err error) {
-	defer recoverDamage(&err)
-	return s.db.Update(func(tx *bolt.Tx) error { return fn(&Tx{tx: tx, legacy: s.format < formatSealed}) })
-}
+func (s *Store) Update(fn func(*Tx) error) error { return s.db.Update(fn) }
 
 // AllocIno returns an inode number never handed out before in this store.
 func (s *Store) AllocIno() (uint64, error) {
 	s.inoMu.Lock()
 	defer s.inoMu.Unlock()
 	if s.nextIno == s.inoLimit {
-		err := s.db.Update(func(tx *bolt.Tx) error {
-			meta := tx.Bucket(bucketMeta)
-			next := FirstIno
-			if v := meta.Get(keyNextIno); len(v) == 8 {
-				next = binary.BigEndian.Uint64(v)
-			}
-			s.nextIno, s.inoLimit = next, next+inoBlock
-			return meta.Put(keyNextIno, u64key(s.inoLimit))
-		})
+		next, err := s.db.ReserveInos(inoBlock)
 		if err != nil {
 			return 0, fmt.Errorf("reserve inode numbers: %w", err)
 		}
+		s.nextIno, s.inoLimit = next, next+inoBlock
 	}
 	ino := s.nextIno
 	s.nextIno++
@@ -547,7 +401,7 @@ func (s *Store) Stats() (Stats, error) {
 	}
 	err := s.View(func(tx *Tx) error {
 		st.Counts = tx.Counts()
-		st.FormatVersion = tx.format()
+		st.FormatVersion = tx.Format()
 		return nil
 	})
 	return st, err
@@ -629,16 +483,16 @@ func (s *Store) VerifyObject(ctx context.Context, id ID) (ChunkInfo, error) {
 // delta, and against which base.
 func (s *Store) VerifyObjectBase(ctx context.Context, id ID) (info ChunkInfo, base ID, delta bool, err error) {
 	info, h, err := s.verifyObject(ctx, id)
-	return info, h.base, h.delta, err
+	return info, h.Base, h.Delta, err
 }
 
-func (s *Store) verifyObject(ctx context.Context, id ID) (ChunkInfo, objectHeader, error) {
+func (s *Store) verifyObject(ctx context.Context, id ID) (ChunkInfo, object.Header, error) {
 	raw, obj, err := s.readObject(ctx, id, nil, nil)
 	if err != nil {
-		return ChunkInfo{}, objectHeader{}, err
+		return ChunkInfo{}, object.Header{}, err
 	}
-	h, _ := parseObjectHeader(obj) // decodeObject parsed it already
-	return ChunkInfo{RawLen: uint32(len(raw)), StoredLen: uint32(len(obj)), Codec: h.codec}, h, nil
+	h, _ := object.ParseHeader(obj) // Decode parsed it already
+	return ChunkInfo{RawLen: uint32(len(raw)), StoredLen: uint32(len(obj)), Codec: h.Codec}, h, nil
 }
 
 // readObject returns chunk id's decoded, verified bytes and its object, read
@@ -677,7 +531,7 @@ func (s *Store) readObject(ctx context.Context, id ID, buf []byte, alloc func(in
 // blame, and its error is baseErr too. Otherwise err is the object's.
 func (s *Store) decodeChunk(ctx context.Context, id ID, obj []byte, alloc func(int) []byte) (raw []byte, baseErr, err error) {
 	baseFailed := false
-	raw, err = s.codecs.decodeObjectInto(id, obj, alloc, func(b ID) ([]byte, func(), error) {
+	raw, err = s.coder.DecodeInto(id, obj, alloc, func(b ID) ([]byte, func(), error) {
 		data, release, err := s.loadBase(ctx, b)
 		baseFailed = err != nil
 		return data, release, err
@@ -685,9 +539,8 @@ func (s *Store) decodeChunk(ctx context.Context, id ID, obj []byte, alloc func(i
 	if baseFailed {
 		return nil, err, nil
 	}
-	var dm *deltaFailed
-	if errors.As(err, &dm) {
-		return s.retryDelta(ctx, id, obj, alloc, dm.base)
+	if base, ok := object.FailedDelta(err); ok {
+		return s.retryDelta(ctx, id, obj, alloc, base)
 	}
 	return raw, nil, err
 }
@@ -699,7 +552,7 @@ func (s *Store) retryDelta(ctx context.Context, id ID, obj []byte, alloc func(in
 		return nil, &BaseError{Chunk: id, Base: base, Err: err}, nil
 	}
 	defer release()
-	raw, err = s.codecs.decodeObjectInto(id, obj, alloc, func(b ID) ([]byte, func(), error) {
+	raw, err = s.coder.DecodeInto(id, obj, alloc, func(b ID) ([]byte, func(), error) {
 		if b != base {
 			return nil, nil, fmt.Errorf("chunk %v: %w: its base changed", id, ErrCorrupt)
 		}
@@ -709,7 +562,7 @@ func (s *Store) retryDelta(ctx context.Context, id ID, obj []byte, alloc func(in
 }
 
 // bases is the base loader that decoding a delta object uses under ctx.
-func (s *Store) bases(ctx context.Context) baseFunc {
+func (s *Store) bases(ctx context.Context) object.BaseFunc {
 	return func(b ID) ([]byte, func(), error) { return s.loadBase(ctx, b) }
 }
 
@@ -720,7 +573,7 @@ func (s *Store) bases(ctx context.Context) baseFunc {
 // objects). It never waits for a load in flight: with a damaged store naming
 // bases in a cycle, waiting could deadlock two loads on each other.
 //
-// A base read from its object is not hashed (decodeBaseInto): the delta's
+// A base read from its object is not hashed (object.Coder.DecodeBase): the delta's
 // result is, so a damaged base can only fail the read, and decodeChunk then
 // verifies the base to tell which of the two is damaged. Such bytes are
 // therefore never put in the cache; they live in a pooled buffer until the
@@ -743,7 +596,7 @@ func (s *Store) readBase(ctx context.Context, id ID, verify bool) (raw []byte, r
 		buf = new([]byte)
 	}
 	defer s.objBufs.Put(buf)
-	rb, _ := s.codecs.baseBufs.Get().(*[]byte)
+	rb, _ := s.baseBufs.Get().(*[]byte)
 	if rb == nil {
 		rb = new([]byte)
 	}
@@ -753,7 +606,7 @@ func (s *Store) readBase(ctx context.Context, id ID, verify bool) (raw []byte, r
 	}
 	defer func() {
 		if err != nil {
-			s.codecs.baseBufs.Put(rb)
+			s.baseBufs.Put(rb)
 		}
 	}()
 	keep := func(obj []byte) {
@@ -773,9 +626,9 @@ func (s *Store) readBase(ctx context.Context, id ID, verify bool) (raw []byte, r
 	default:
 		keep(obj)
 		if verify {
-			raw, err = s.codecs.decodeObjectInto(id, obj, alloc, nil)
+			raw, err = s.coder.DecodeInto(id, obj, alloc, nil)
 		} else {
-			raw, err = s.codecs.decodeBaseInto(id, obj, alloc)
+			raw, err = s.coder.DecodeBase(id, obj, alloc)
 		}
 		if errors.Is(err, ErrCorrupt) && s.remote != nil && s.fetchedCopy(id) {
 			raw, obj, err = s.fetchRemote(ctx, id, obj, alloc, true)
@@ -786,7 +639,15 @@ func (s *Store) readBase(ctx context.Context, id ID, verify bool) (raw []byte, r
 		return nil, nil, err
 	}
 	s.storeReadBytes.Add(int64(len(raw)))
-	return raw, func() { s.codecs.baseBufs.Put(rb) }, nil
+	return raw, func() { s.baseBufs.Put(rb) }, nil
+}
+
+// growBuf returns b resized to n bytes, reallocated if its capacity is short.
+func growBuf(b []byte, n int) []byte {
+	if cap(b) < n {
+		return make([]byte, n)
+	}
+	return b[:n]
 }
 
 // chunkHandle names chunk id's object in the backend.
@@ -808,11 +669,3 @@ func (s *Store) IOConcurrency() int { return s.objects.Properties().Connections 
 
 // ObjectsLocation names where the store's chunk objects live, for messages.
 func (s *Store) ObjectsLocation() string { return s.objects.Location() }
-
-// format is the catalog's format version as it stands in this transaction.
-func (t *Tx) format() int {
-	if v := t.b(bucketMeta).Get(keyFormat); len(v) == 4 {
-		return int(binary.BigEndian.Uint32(v))
-	}
-	return 0
-}

@@ -189,20 +189,20 @@ func (s *Store) Sweep(ctx context.Context, candidates []ID) (SweepResult, error)
 				return err
 			}
 			if indexed {
-				if err := tx.deleteChunk(id, info); err != nil {
+				if err := tx.Index().Delete(id, info); err != nil {
 					return err
 				}
 				res.RawBytes += int64(info.RawLen)
 			}
 			// A queued chunk leaves the queue with its index row
 			// (reencode.go), a delta with its delta rows (deltaplan.go).
-			if err := tx.unqueueReencode(id); err != nil {
+			if err := tx.Queue().Remove(id); err != nil {
 				return err
 			}
-			if err := tx.dropPlan(id); err != nil {
+			if err := tx.Deltas().DropPlan(id); err != nil {
 				return err
 			}
-			if err := tx.dropDelta(id); err != nil {
+			if err := tx.Deltas().Drop(id); err != nil {
 				return err
 			}
 			doomed = append(doomed, id)
@@ -293,18 +293,4 @@ func (s *Store) discardUnnamed(ctx context.Context, ids []ID) (int, error) {
 		n++
 	}
 	return n, nil
-}
-
-// deleteChunk removes chunk id's index row and its share of the counters.
-func (t *Tx) deleteChunk(id ID, c ChunkInfo) error {
-	if err := t.b(bucketChunks).Delete(id[:]); err != nil {
-		return err
-	}
-	if err := t.addCounter(keyChunks, -1); err != nil {
-		return err
-	}
-	if err := t.addCounter(keyUnique, -int64(c.RawLen)); err != nil {
-		return err
-	}
-	return t.addCounter(keyStored, -int64(c.StoredLen))
 }

@@ -3,9 +3,9 @@ package cas
 import (
 	"context"
 	"errors"
-	"os"
-	"slices"
 	"testing"
+
+	"github.com/ckptfs/ckptfs/cas/catalog"
 )
 
 // errSimulatedCrash stops a re-encode where SimulateReencodeCrash wants it.
@@ -39,21 +39,9 @@ func SimulateReencodeCrash(tb testing.TB, s *Store) ID {
 // that damage them. It fails tb when the catalog does not check.
 func CatalogPagesInUse(tb testing.TB, path string) (pageSize int, ids []uint64) {
 	tb.Helper()
-	data, err := os.ReadFile(path)
+	pageSize, ids, err := catalog.PagesInUse(path)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	seen, err := checkBoltPages(data)
-	if err != nil {
-		tb.Fatalf("%s: %v", path, err)
-	}
-	for id := range seen {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	m, err := readBoltMeta(data, 0)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return int(m.pageSize), ids
+	return pageSize, ids
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/cas"
+	"github.com/ckptfs/ckptfs/cas/backend/local"
 	"github.com/ckptfs/ckptfs/gc"
 )
 
@@ -99,7 +100,7 @@ func TestDamagedCatalogSweep(t *testing.T) {
 
 // checkFsck runs fsck on the damaged store and says how it ended.
 func checkFsck(t *testing.T, store, what string) string {
-	s, err := cas.Open(store, cas.Options{ReadOnly: true, KeepSpool: true})
+	s, err := cas.Open(store, cas.Options{ReadOnly: true, KeepSpool: true, Objects: local.New(cas.ObjectsDir(store), local.Options{})})
 	if err != nil {
 		return "refused"
 	}
@@ -122,7 +123,7 @@ func checkFsck(t *testing.T, store, what string) string {
 // checkMountReads mounts the damaged store and reads every file and link:
 // each either fails or is exact.
 func checkMountReads(t *testing.T, store, what string, want map[string][]byte, links map[string]string) string {
-	s, err := cas.Open(store, cas.Options{CacheSize: 16 << 20})
+	s, err := cas.Open(store, cas.Options{CacheSize: 16 << 20, Objects: local.New(cas.ObjectsDir(store), local.Options{})})
 	if err != nil {
 		if strings.Contains(err.Error(), "panic") {
 			t.Errorf("%s: open: %v", what, err)

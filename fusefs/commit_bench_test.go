@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/ckptfs/ckptfs/cas"
+	"github.com/ckptfs/ckptfs/cas/backend/local"
 )
 
 // BenchmarkCommitIngest measures the commit path (cut, hash, encode, write,
@@ -42,7 +43,8 @@ func BenchmarkCommitIngest(b *testing.B) {
 		for t := 0; t < tensors; t++ {
 			f.WriteAt(randBytes(uint64(i*1000+t+1), tsize), int64(8+len(h)+t*tsize))
 		}
-		s, err := cas.Open(filepath.Join(dir, fmt.Sprint("store", i)), cas.Options{})
+		store := filepath.Join(dir, fmt.Sprint("store", i))
+		s, err := cas.Open(store, cas.Options{Objects: local.New(cas.ObjectsDir(store), local.Options{})})
 		if err != nil {
 			b.Fatal(err)
 		}

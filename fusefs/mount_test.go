@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ckptfs/ckptfs/cas"
+	"github.com/ckptfs/ckptfs/cas/backend/local"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
@@ -195,6 +196,9 @@ func (m *testMount) mount() {
 	opts := m.cas0
 	if opts.CacheSize == 0 {
 		opts.CacheSize = 64 << 20
+	}
+	if opts.Objects == nil {
+		opts.Objects = local.New(cas.ObjectsDir(m.store), local.Options{})
 	}
 	s, err := cas.Open(m.store, opts)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/cas"
+	"github.com/ckptfs/ckptfs/cas/backend/local"
 	"github.com/ckptfs/ckptfs/gc"
 )
 
@@ -99,7 +100,7 @@ func TestSetattrDuringCommitKeepsNewSize(t *testing.T) {
 		}
 
 		m.unmount()
-		s, err := cas.Open(m.store, cas.Options{})
+		s, err := cas.Open(m.store, cas.Options{Objects: local.New(cas.ObjectsDir(m.store), local.Options{})})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -200,7 +201,7 @@ func TestSizeMismatchStaysEIO(t *testing.T) {
 	mustWrite(t, m.path("f"), data)
 	ino := inoOfPath(t, m.path("f"))
 	m.unmount()
-	s, err := cas.Open(m.store, cas.Options{})
+	s, err := cas.Open(m.store, cas.Options{Objects: local.New(cas.ObjectsDir(m.store), local.Options{})})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,11 +12,13 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/cas"
+	"github.com/ckptfs/ckptfs/cas/backend/local"
 )
 
 func newStore(t *testing.T) *cas.Store {
 	t.Helper()
-	s, err := cas.Open(filepath.Join(t.TempDir(), "store"), cas.Options{CacheSize: 8 << 20})
+	dir := filepath.Join(t.TempDir(), "store")
+	s, err := cas.Open(dir, cas.Options{CacheSize: 8 << 20, Objects: local.New(cas.ObjectsDir(dir), local.Options{})})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,13 +10,15 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/cas"
+	"github.com/ckptfs/ckptfs/cas/backend/local"
 )
 
 // newRawStore opens a store that never encodes inline: every new chunk is
 // stored raw and queued for re-encoding.
 func newRawStore(t *testing.T) *cas.Store {
 	t.Helper()
-	s, err := cas.Open(filepath.Join(t.TempDir(), "store"), cas.Options{CacheSize: 8 << 20, InlineEncoders: -1})
+	dir := filepath.Join(t.TempDir(), "store")
+	s, err := cas.Open(dir, cas.Options{CacheSize: 8 << 20, InlineEncoders: -1, Objects: local.New(cas.ObjectsDir(dir), local.Options{})})
 	if err != nil {
 		t.Fatal(err)
 	}

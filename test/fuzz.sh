@@ -11,7 +11,7 @@ min_execs=200 # the slowest target (FuzzDeltaDecode) ran 687 in 6 s on a loaded 
 targets=(
 	"formats FuzzParseSafetensors" "formats FuzzParseTorch" "formats FuzzParseGGUF"
 	"formats FuzzParseNPY" "formats FuzzChunker"
-	"cas FuzzDecodePayload" "cas FuzzByteGroupRoundTrip" "cas FuzzDeltaDecode"
+	"cas/object FuzzDecodePayload" "cas/object FuzzByteGroupRoundTrip" "cas/object FuzzDeltaDecode"
 )
 # Every Fuzz function must be listed above.
 all=$(grep -rho --include='*_test.go' '^func Fuzz[A-Za-z0-9_]*' . | sed 's/^func //' | sort)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/cas"
+	"github.com/ckptfs/ckptfs/cas/backend/local"
 )
 
 // manyFilesLayout is how buildManyFiles lays out its files: runs/run-R/step-S/
@@ -32,7 +33,7 @@ const (
 func buildManyFiles(t testing.TB, dir string, n int) {
 	t.Helper()
 	ctx := context.Background()
-	s, err := cas.Open(dir, cas.Options{})
+	s, err := cas.Open(dir, cas.Options{Objects: local.New(cas.ObjectsDir(dir), local.Options{})})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,12 +1,11 @@
 package test
 
 import (
-	"encoding/binary"
 	"path/filepath"
 	"syscall"
 	"testing"
 
-	bolt "go.etcd.io/bbolt"
+	"github.com/ckptfs/ckptfs/cas/catalog"
 )
 
 // makeNewerStore creates a store whose catalog claims a format version from
@@ -20,15 +19,5 @@ func makeNewerStore(t *testing.T, dir string) {
 	mnt := t.TempDir()
 	d := startDaemon(t, dir, mnt)
 	d.stop(syscall.SIGTERM)
-	db, err := bolt.Open(filepath.Join(dir, "catalog.db"), 0o644, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	err = db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket([]byte("meta")).Put([]byte("format"), binary.BigEndian.AppendUint32(nil, 99))
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	catalog.SetFormat(t, filepath.Join(dir, "catalog.db"), 99)
 }

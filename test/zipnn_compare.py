@@ -3,7 +3,7 @@
 
 For every file, ZipNN (PyPI `zipnn`) compresses the whole file as one byte
 buffer with the file's float dtype, and ckptfs's Go benchmark
-(BenchmarkCodec in package cas) cuts the same file as the commit path does
+(BenchmarkCodec in package cas/object) cuts the same file as the commit path does
 (each tensor in 1 MiB chunks from its start, headers apart) and stores every
 chunk as an object (24-byte header included). Both run on one core; the table
 gives each tool's stored/raw ratio and its compress and decompress speed in MB/s
@@ -113,7 +113,7 @@ LINE = re.compile(r"^(BenchmarkCodec/\S+?)(?:-\d+)?\s+\d+\s+\d+ ns/op\s+(.*)$")
 def run_go(paths, count, benchtime):
     names = "|".join(re.escape(Path(p).name) + r":all" for p in paths)
     cmd = [
-        "go", "test", "./cas", "-run", "^$", "-count", str(count), "-cpu", "1",
+        "go", "test", "./cas/object", "-run", "^$", "-count", str(count), "-cpu", "1",
         "-benchtime", benchtime, "-bench", f"BenchmarkCodec/({names})/",
     ]
     env = dict(os.environ, CKPTFS_BENCH_FILES=",".join(str(p) for p in paths))

@@ -40,7 +40,7 @@ func runFsck(ctx context.Context, c command, args []string, stdout, stderr io.Wr
 				return err
 			}
 		}
-		s, err = cas.Open(t.storeDir, opts)
+		s, err = openStore(t.storeDir, opts)
 		if err != nil {
 			if opts.Remote != nil {
 				opts.Remote.Close()

@@ -34,7 +34,7 @@ func runGC(ctx context.Context, c command, args []string, stdout, stderr io.Writ
 		err = callDaemon(ctx, t.socket, controlRequest{Op: "gc", Grace: time.Duration(grace), DryRun: *dryRun}, bar.update, &res)
 	} else {
 		var s *cas.Store
-		s, err = cas.Open(t.storeDir, cas.Options{})
+		s, err = openStore(t.storeDir, cas.Options{})
 		if err != nil {
 			return err
 		}

@@ -244,7 +244,7 @@ func importMount(ctx context.Context, target string, encoders int, stderr io.Wri
 			return "", nil, fmt.Errorf("%s is neither a ckptfs mountpoint nor a store (is its daemon running?)", target)
 		}
 	}
-	store, err := cas.Open(target, storeOptions(runtime.GOMAXPROCS(0), encoders, cas.Options{}))
+	store, err := openStore(target, storeOptions(runtime.GOMAXPROCS(0), encoders, cas.Options{}))
 	if errors.Is(err, cas.ErrLocked) {
 		return "", nil, fmt.Errorf("%w: import into its mountpoint instead", err)
 	}

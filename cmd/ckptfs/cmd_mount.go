@@ -135,7 +135,7 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 		}
 		storeOpts.Remote, storeOpts.LocalCacheSize = remote, int64(localCache)
 	}
-	store, err := cas.Open(storeDir, storeOpts)
+	store, err := openStore(storeDir, storeOpts)
 	if err != nil {
 		if storeOpts.Remote != nil {
 			storeOpts.Remote.Close()

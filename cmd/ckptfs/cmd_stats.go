@@ -75,7 +75,7 @@ func readStats(path string) (map[string]any, error) {
 	if !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
-	store, err := cas.Open(path, cas.Options{ReadOnly: true})
+	store, err := openStore(path, cas.Options{ReadOnly: true})
 	if errors.Is(err, cas.ErrLocked) {
 		return nil, fmt.Errorf("%w: run stats on its mountpoint instead", err)
 	}

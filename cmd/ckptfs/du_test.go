@@ -27,7 +27,7 @@ func duStore(t testing.TB, steps int) (*cas.Store, []uint64, []byte) {
 			t.Cleanup(func() { os.RemoveAll(d) })
 		}
 	}
-	s, err := cas.Open(filepath.Join(dir, "store"), cas.Options{CacheSize: 8 << 20})
+	s, err := openStore(filepath.Join(dir, "store"), cas.Options{CacheSize: 8 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +174,7 @@ func BenchmarkDiskUsage4000(b *testing.B) {
 func deltaStore(t *testing.T) (*cas.Store, []uint64) {
 	t.Helper()
 	ctx := context.Background()
-	s, err := cas.Open(filepath.Join(t.TempDir(), "store"), cas.Options{CacheSize: 8 << 20, InlineEncoders: -1})
+	s, err := openStore(filepath.Join(t.TempDir(), "store"), cas.Options{CacheSize: 8 << 20, InlineEncoders: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ fp32/model.safetensors, full.pt) prints ZipNN's stored ÷ logical ratio:
 standalone (every save compressed alone), "chain" (every save XOR-delta
 against the previous, ZipNN's delta mode) and "keyframe 5" (every 5th save
 alone, the others against it), the same schemes the Go benchmark
-(BenchmarkDeltaWorkload in package cas) reports for ckptfs.
+(BenchmarkDeltaWorkload in package cas/object) reports for ckptfs.
 
     python test/delta/compare.py DIR
 """

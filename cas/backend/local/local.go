@@ -19,6 +19,7 @@ import (
 
 	"github.com/ckptfs/ckptfs/cas/backend"
 	"github.com/ckptfs/ckptfs/cas/internal/faults"
+	"github.com/ckptfs/ckptfs/cas/internal/fsutil"
 )
 
 // Options configure New.
@@ -335,24 +336,12 @@ func (b *Backend) syncDir(ctx context.Context, dir string) error {
 	if faults.Skip("objdir") { // test binaries only (cas/internal/faults)
 		return nil
 	}
-	return syncDir(ctx, dir)
+	return fsutil.SyncDir(ctx, dir)
 }
 
 // SyncDir fsyncs directory dir, making its entries (creates, renames,
-// removals) durable. cas uses it for the store's own directories too.
-func SyncDir(dir string) error { return syncDir(context.Background(), dir) }
-
-func syncDir(ctx context.Context, dir string) error {
-	d, err := OpenRetry(ctx, func() (*os.File, error) { return os.Open(dir) })
-	if err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
-	}
-	return nil
-}
+// removals) durable.
+func SyncDir(dir string) error { return fsutil.SyncDir(context.Background(), dir) }
 
 // Forget closes the descriptors held for hs without syncing them: their
 // Putter gave up (an abandoned commit). The objects stay; a later Sync

@@ -1,0 +1,303 @@
+package catalog
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Delta rows (cas's deltaplan.go has the rules that write them).
+var (
+	bucketDeltaPlans = []byte("deltaplans")
+	bucketDeltas     = []byte("deltas")
+	bucketBases      = []byte("bases")
+)
+
+// keyDeltaChunks counts the rows of "deltas".
+var keyDeltaChunks = []byte("delta_chunks")
+
+// DeltaLink is a plan or delta row: the base chunk and the distance from it
+// in versions (1 for the version right after the base).
+type DeltaLink struct {
+	Base ID
+	Dist uint8
+}
+
+const DeltaLinkVersion = 1
+
+func (l DeltaLink) marshal() []byte {
+	b := make([]byte, 0, 2+IDSize)
+	b = append(b, DeltaLinkVersion)
+	b = append(b, l.Base[:]...)
+	return append(b, l.Dist)
+}
+
+func unmarshalDeltaLink(b []byte) (DeltaLink, error) {
+	if len(b) != 2+IDSize || b[0] != DeltaLinkVersion || b[1+IDSize] == 0 {
+		return DeltaLink{}, errors.New("bad delta record")
+	}
+	var l DeltaLink
+	copy(l.Base[:], b[1:])
+	l.Dist = b[1+IDSize]
+	return l, nil
+}
+
+// link reads chunk id's row in bucket name.
+func (t *Tx) link(name []byte, id ID) (DeltaLink, bool, error) {
+	b := t.b(name)
+	if b == nil {
+		return DeltaLink{}, false, nil
+	}
+	v := b.Get(id[:])
+	if v == nil {
+		return DeltaLink{}, false, nil
+	}
+	rec, err := t.openRecord(id[:], v)
+	if err != nil {
+		return DeltaLink{}, false, fmt.Errorf("chunk %v: %w", id, err)
+	}
+	l, err := unmarshalDeltaLink(rec)
+	if err != nil {
+		return l, false, fmt.Errorf("chunk %v: %w", id, errDamaged(err))
+	}
+	return l, true, nil
+}
+
+// Delta returns chunk id's delta row: the base its object is coded against.
+func (t *Tx) Delta(id ID) (base ID, dist int, ok bool, err error) {
+	l, ok, err := t.link(bucketDeltas, id)
+	return l.Base, int(l.Dist), ok, err
+}
+
+// DeltaPlan returns chunk id's plan: the base the re-encoder will try.
+func (t *Tx) DeltaPlan(id ID) (base ID, dist int, ok bool, err error) {
+	l, ok, err := t.link(bucketDeltaPlans, id)
+	return l.Base, int(l.Dist), ok, err
+}
+
+// ForEachDelta calls fn for every delta row.
+func (t *Tx) ForEachDelta(fn func(id, base ID, dist int) error) error {
+	return t.forEachLink(bucketDeltas, fn)
+}
+
+// ForEachDeltaPlan calls fn for every plan row.
+func (t *Tx) ForEachDeltaPlan(fn func(id, base ID, dist int) error) error {
+	return t.forEachLink(bucketDeltaPlans, fn)
+}
+
+func (t *Tx) forEachLink(name []byte, fn func(id, base ID, dist int) error) error {
+	b := t.b(name)
+	if b == nil {
+		return nil
+	}
+	return b.ForEach(func(k, v []byte) error {
+		if len(k) != IDSize {
+			return fmt.Errorf("%s row %x: %w: bad key", name, k, ErrCatalogDamaged)
+		}
+		rec, err := t.openRecord(k, v)
+		if err != nil {
+			return err
+		}
+		l, err := unmarshalDeltaLink(rec)
+		if err != nil {
+			return fmt.Errorf("%s row %x: %w", name, k, errDamaged(err))
+		}
+		return fn(ID(k), l.Base, int(l.Dist))
+	})
+}
+
+// IsBase reports whether some delta row names chunk id as its base.
+func (t *Tx) IsBase(id ID) bool {
+	b := t.b(bucketBases)
+	if b == nil {
+		return false
+	}
+	k, _ := b.Cursor().Seek(id[:])
+	return k != nil && bytes.HasPrefix(k, id[:])
+}
+
+// ForEachDeltaOf calls fn for every delta whose row names chunk base as its
+// base (a prefix scan of the reverse index).
+func (t *Tx) ForEachDeltaOf(base ID, fn func(delta ID) error) error {
+	b := t.b(bucketBases)
+	if b == nil {
+		return nil
+	}
+	c := b.Cursor()
+	for k, v := c.Seek(base[:]); k != nil && bytes.HasPrefix(k, base[:]); k, v = c.Next() {
+		if len(k) != 2*IDSize {
+			return fmt.Errorf("bases row %x: %w: bad key", k, ErrCatalogDamaged)
+		}
+		if _, err := t.openRecord(k, v); err != nil {
+			return err
+		}
+		if err := fn(ID(k[IDSize:])); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ForEachBaseRow calls fn for every row of the reverse index.
+func (t *Tx) ForEachBaseRow(fn func(base, delta ID) error) error {
+	b := t.b(bucketBases)
+	if b == nil {
+		return nil
+	}
+	return b.ForEach(func(k, v []byte) error {
+		if len(k) != 2*IDSize {
+			return fmt.Errorf("bases row %x: %w: bad key", k, ErrCatalogDamaged)
+		}
+		if _, err := t.openRecord(k, v); err != nil {
+			return err
+		}
+		return fn(ID(k[:IDSize]), ID(k[IDSize:]))
+	})
+}
+
+// HasBaseRow reports whether the reverse index holds base ‖ delta.
+func (t *Tx) HasBaseRow(base, delta ID) bool {
+	b := t.b(bucketBases)
+	return b != nil && b.Get(append(bytes.Clone(base[:]), delta[:]...)) != nil
+}
+
+// Deltas writes the delta rows: plans (deltaplans), delta rows (deltas) and
+// their reverse index (bases). Only the store's own bookkeeping writes them;
+// Tx.Delta, Tx.DeltaPlan, Tx.IsBase and the ForEach methods read them.
+type Deltas struct{ t *Tx }
+
+// Deltas returns the delta rows' writes in t.
+func (t *Tx) Deltas() Deltas { return Deltas{t} }
+
+// Plan turns a suggestion (new chunk id, of rawLen bytes, is likely
+// close to chunk prev) into a plan, when that can give a delta of depth 1
+// within keyframe versions, and queues id for the re-encoder. Called by a
+// batch's commit for chunks its transaction indexes.
+func (x Deltas) Plan(id, prev ID, h Hint, rawLen uint32, keyframe int) error {
+	t := x.t
+	if keyframe < 2 || id == prev || rawLen == 0 {
+		return nil
+	}
+	plans := t.b(bucketDeltaPlans)
+	if plans == nil {
+		return nil // a catalog opened before the bucket existed: no plans
+	}
+	pinfo, ok, err := t.Chunk(prev)
+	if err != nil || !ok || pinfo.RawLen != rawLen {
+		return err
+	}
+	l := DeltaLink{Base: prev, Dist: 1}
+	if d, ok, err := t.link(bucketDeltas, prev); err != nil {
+		return err
+	} else if ok {
+		l = DeltaLink{Base: d.Base, Dist: d.Dist + 1}
+	} else if p, ok, err := t.link(bucketDeltaPlans, prev); err != nil {
+		return err
+	} else if ok {
+		l = DeltaLink{Base: p.Base, Dist: p.Dist + 1}
+	}
+	if int(l.Dist) >= keyframe || l.Base == id {
+		return nil // id starts a new chain
+	}
+	if l.Base != prev {
+		if _, ok, err := t.Chunk(l.Base); err != nil || !ok {
+			return err
+		}
+	}
+	if err := plans.Put(id[:], sealRecord(id[:], l.marshal())); err != nil {
+		return err
+	}
+	return t.Queue().Add(id, h, rawLen)
+}
+
+// DropPlan removes chunk id's plan row, if any.
+func (x Deltas) DropPlan(id ID) error {
+	t := x.t
+	if b := t.b(bucketDeltaPlans); b != nil {
+		return b.Delete(id[:])
+	}
+	return nil
+}
+
+// Put records that chunk id's object is (about to be) a delta against
+// l.Base: its delta row, the reverse row, the counter, and format 3. It
+// refuses (ErrDeltaRefused) a base that is itself a delta, a base that is
+// not indexed, and a chunk that is a base.
+func (x Deltas) Put(id ID, l DeltaLink) error {
+	t := x.t
+	if _, ok, err := t.link(bucketDeltas, l.Base); err != nil {
+		return err
+	} else if ok {
+		return fmt.Errorf("chunk %v: base %v is a delta itself: %w", id, l.Base, ErrDeltaRefused)
+	}
+	if t.IsBase(id) {
+		return fmt.Errorf("chunk %v is the base of other deltas: %w", id, ErrDeltaRefused)
+	}
+	if _, ok, err := t.Chunk(l.Base); err != nil {
+		return err
+	} else if !ok {
+		return fmt.Errorf("chunk %v: base %v is not indexed: %w", id, l.Base, ErrDeltaRefused)
+	}
+	deltas, bases := t.b(bucketDeltas), t.b(bucketBases)
+	if deltas == nil || bases == nil {
+		return errors.New("catalog has no delta buckets")
+	}
+	if old, ok, err := t.link(bucketDeltas, id); err != nil {
+		return err
+	} else if ok {
+		if old == l {
+			return nil
+		}
+		if err := x.Drop(id); err != nil {
+			return err
+		}
+	}
+	if err := deltas.Put(id[:], sealRecord(id[:], l.marshal())); err != nil {
+		return err
+	}
+	k := append(bytes.Clone(l.Base[:]), id[:]...)
+	if err := bases.Put(k, sealRecord(k, nil)); err != nil {
+		return err
+	}
+	if err := t.addCounter(keyDeltaChunks, 1); err != nil {
+		return err
+	}
+	if f := t.Format(); f != 0 && f < formatDeltas {
+		return t.b(bucketMeta).Put(keyFormat, binary.BigEndian.AppendUint32(nil, formatDeltas))
+	}
+	return nil
+}
+
+// Drop removes chunk id's delta row and its reverse row, if any.
+func (x Deltas) Drop(id ID) error {
+	t := x.t
+	l, ok, err := t.link(bucketDeltas, id)
+	if err != nil || !ok {
+		return err
+	}
+	if err := t.b(bucketDeltas).Delete(id[:]); err != nil {
+		return err
+	}
+	if err := t.b(bucketBases).Delete(append(bytes.Clone(l.Base[:]), id[:]...)); err != nil {
+		return err
+	}
+	return t.addCounter(keyDeltaChunks, -1)
+}
+
+// ErrDeltaRefused is the error of Deltas.Put when a delta's rows cannot be
+// written (its base changed).
+var ErrDeltaRefused = errors.New("delta refused")
+
+// createDeltaBuckets creates the delta buckets in a catalog made before
+// they existed (an older ckptfs ignores them).
+func createDeltaBuckets(tx *bolt.Tx) error {
+	for _, name := range [][]byte{bucketDeltaPlans, bucketDeltas, bucketBases} {
+		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+			return fmt.Errorf("create bucket %s: %w", name, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,51 @@
+// Package catalog is the store's catalog: one bbolt file (STORE/catalog.db)
+// that names everything the store holds. It is the only package of ckptfs
+// that imports bbolt; everything else sees typed rows through a Tx.
+//
+//	DB       Open, Create, View, Update, ReserveInos (db.go)
+//	Tx       the namespace (nodes, directory entries), manifests, the chunk
+//	         index, delta rows and the re-encode queue, read and written as
+//	         typed rows (tx.go, deltas.go, queue.go)
+//	Tx.Index, Tx.Queue, Tx.Deltas, Tx.Uploads
+//	         the rows only the store's own bookkeeping writes: index rows of
+//	         committed batches, queue rows, delta plans and rows, the remote
+//	         tier's generations and uploaded chunks (index.go, queue.go,
+//	         deltas.go, uploads.go)
+//	Check    the walk of the file's pages before bbolt opens it (check.go)
+//
+// schema.go lists the buckets and keys. The catalog knows nothing of
+// objects, backends or codecs: cas keeps objects and rows in step (an index
+// row names only a synced object; see cas's doc).
+//
+// # Invariants
+//
+//   - Every change is one bbolt transaction (DB.Update), committed and
+//     fdatasync'd before Update returns, or rolled back whole. The
+//     counters (files, directories, logical, unique and stored bytes,
+//     chunks, queue rows and bytes, delta rows) are updated by the same
+//     transaction that changes what they count, so reading them is O(1).
+//   - Every value of the nodes, dirents, manifests, chunks, reencode,
+//     deltaplans, deltas and bases buckets is sealed with a CRC-32C over its
+//     key and value (record.go), and decoders check lengths strictly: a
+//     damaged record is an error wrapping ErrCatalogDamaged when it is read,
+//     never a different record. The meta bucket is not sealed: a damaged
+//     counter misstates statistics, never content.
+//   - bbolt trusts its pages and panics on damaged ones, sometimes where it
+//     cannot be recovered (a goroutine of its own at Open). Callers run
+//     Check on the file before Open; View and Update also turn a panic
+//     inside bbolt into an error wrapping ErrCatalogDamaged.
+//   - One process has the catalog open for writing: bbolt's flock on the
+//     file is the store's lock (ErrLocked; Locked tells a held lock from
+//     damage).
+//   - Formats: 2 seals records; 3 is 2 holding delta rows, entered by the
+//     transaction that writes the first delta row, so an older ckptfs (which
+//     would sweep a base it does not know is used) refuses the store. A
+//     writable Open migrates format 1 in one transaction; a read-only Open
+//     reads it as it is. A newer format than FormatVersion is refused
+//     (ErrNewerFormat). Buckets added without a format bump (reencode,
+//     deltaplans, deltas, bases, remote_chunks) are created by a writable
+//     Open, and a missing one reads as empty.
+//   - A Tx is valid only inside the function given to View or Update;
+//     values it returns are copies the caller owns. Keep transactions
+//     short: no network or FUSE I/O inside one.
+package catalog

@@ -1,0 +1,163 @@
+package catalog
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/ckptfs/ckptfs/cas/object"
+)
+
+// Node is the catalog record of one namespace entry: a directory, a regular file
+// (whose content is the manifest stored under the same Ino) or a symlink.
+type Node struct {
+	Ino    uint64
+	Mode   uint32 // type and permission bits, as in stat(2)
+	UID    uint32
+	GID    uint32
+	Size   int64 // regular files: committed size; symlinks: len(Target)
+	Atime  int64 // nanoseconds since the epoch
+	Mtime  int64
+	Ctime  int64
+	Target string // symlink target
+}
+
+const nodeRecordVersion = 1
+
+func (n *Node) marshal() []byte {
+	b := make([]byte, 0, 61+len(n.Target))
+	b = append(b, nodeRecordVersion)
+	b = binary.LittleEndian.AppendUint32(b, n.Mode)
+	b = binary.LittleEndian.AppendUint32(b, n.UID)
+	b = binary.LittleEndian.AppendUint32(b, n.GID)
+	b = binary.LittleEndian.AppendUint64(b, uint64(n.Size))
+	b = binary.LittleEndian.AppendUint64(b, uint64(n.Atime))
+	b = binary.LittleEndian.AppendUint64(b, uint64(n.Mtime))
+	b = binary.LittleEndian.AppendUint64(b, uint64(n.Ctime))
+	b = append(b, n.Target...)
+	return b
+}
+
+func unmarshalNode(ino uint64, b []byte) (Node, error) {
+	const fixed = 1 + 4*3 + 8*4
+	if len(b) < fixed || b[0] != nodeRecordVersion {
+		return Node{}, fmt.Errorf("node %d: bad record (%d bytes)", ino, len(b))
+	}
+	n := Node{Ino: ino}
+	n.Mode = binary.LittleEndian.Uint32(b[1:])
+	n.UID = binary.LittleEndian.Uint32(b[5:])
+	n.GID = binary.LittleEndian.Uint32(b[9:])
+	n.Size = int64(binary.LittleEndian.Uint64(b[13:]))
+	n.Atime = int64(binary.LittleEndian.Uint64(b[21:]))
+	n.Mtime = int64(binary.LittleEndian.Uint64(b[29:]))
+	n.Ctime = int64(binary.LittleEndian.Uint64(b[37:]))
+	n.Target = string(b[fixed:])
+	return n, nil
+}
+
+// IsDir, IsRegular and IsSymlink report the node's type.
+func (n *Node) IsDir() bool     { return n.Mode&0o170000 == 0o040000 }
+func (n *Node) IsRegular() bool { return n.Mode&0o170000 == 0o100000 }
+func (n *Node) IsSymlink() bool { return n.Mode&0o170000 == 0o120000 }
+
+// ChunkRef is one entry of a manifest: Len raw bytes of chunk ID.
+type ChunkRef struct {
+	ID  ID
+	Len uint32
+}
+
+// Manifest is a file's committed content: its chunks in file order. Extra holds
+// format-specific data (a tensor index) that cas stores but does not interpret.
+type Manifest struct {
+	Chunks []ChunkRef
+	Extra  []byte
+}
+
+// Size is the file size the manifest describes.
+func (m *Manifest) Size() int64 {
+	var s int64
+	for _, c := range m.Chunks {
+		s += int64(c.Len)
+	}
+	return s
+}
+
+const manifestVersion = 1
+
+// Marshal returns m's record, unsealed (the catalog seals it with its key;
+// the remote tier's snapshots carry it as it is). ParseManifest reads it.
+func (m *Manifest) Marshal() []byte {
+	b := make([]byte, 0, 1+10+len(m.Chunks)*(IDSize+5)+10+len(m.Extra))
+	b = append(b, manifestVersion)
+	b = binary.AppendUvarint(b, uint64(len(m.Chunks)))
+	for _, c := range m.Chunks {
+		b = binary.AppendUvarint(b, uint64(c.Len))
+		b = append(b, c.ID[:]...)
+	}
+	b = binary.AppendUvarint(b, uint64(len(m.Extra)))
+	b = append(b, m.Extra...)
+	return b
+}
+
+// ParseManifest decodes a record that Manifest.Marshal made, checking its
+// lengths strictly.
+func ParseManifest(b []byte) (*Manifest, error) {
+	if len(b) < 1 || b[0] != manifestVersion {
+		return nil, errors.New("bad manifest version")
+	}
+	r := bytes.NewReader(b[1:])
+	n, err := binary.ReadUvarint(r)
+	if err != nil {
+		return nil, fmt.Errorf("manifest chunk count: %w", err)
+	}
+	if n > uint64(len(b))/(IDSize+1) {
+		return nil, fmt.Errorf("manifest claims %d chunks in %d bytes", n, len(b))
+	}
+	m := &Manifest{Chunks: make([]ChunkRef, n)}
+	for i := range m.Chunks {
+		l, err := binary.ReadUvarint(r)
+		if err != nil || l > object.MaxChunkSize {
+			return nil, fmt.Errorf("manifest chunk %d: bad length", i)
+		}
+		m.Chunks[i].Len = uint32(l)
+		if _, err := r.Read(m.Chunks[i].ID[:]); err != nil {
+			return nil, fmt.Errorf("manifest chunk %d: %w", i, err)
+		}
+	}
+	el, err := binary.ReadUvarint(r)
+	if err != nil || el > uint64(r.Len()) {
+		return nil, errors.New("manifest extra: bad length")
+	}
+	if el > 0 {
+		m.Extra = make([]byte, el)
+		_, _ = r.Read(m.Extra) // length checked above
+	}
+	return m, nil
+}
+
+// ChunkInfo is the chunk index record of one stored chunk.
+type ChunkInfo struct {
+	RawLen    uint32
+	StoredLen uint32 // size of the object file, header included
+	Codec     Codec
+}
+
+func (c ChunkInfo) marshal() []byte {
+	b := make([]byte, 0, 10)
+	b = append(b, 1)
+	b = binary.LittleEndian.AppendUint32(b, c.RawLen)
+	b = binary.LittleEndian.AppendUint32(b, c.StoredLen)
+	return append(b, byte(c.Codec))
+}
+
+func unmarshalChunkInfo(b []byte) (ChunkInfo, error) {
+	if len(b) != 10 || b[0] != 1 {
+		return ChunkInfo{}, errors.New("bad chunk record")
+	}
+	return ChunkInfo{
+		RawLen:    binary.LittleEndian.Uint32(b[1:]),
+		StoredLen: binary.LittleEndian.Uint32(b[5:]),
+		Codec:     Codec(b[9]),
+	}, nil
+}

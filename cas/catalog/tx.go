@@ -1,0 +1,282 @@
+package catalog
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+)
+
+// Tx is a catalog transaction. It is valid only inside the function passed to
+// DB.View or DB.Update (Store.View, Store.Update); values it returns are
+// copies the caller owns.
+//
+// Its methods are the typed rows: the namespace (nodes, directory entries),
+// manifests, the chunk index, delta rows and the re-encode queue. The rows
+// that only the store's own bookkeeping writes are reached through Index,
+// Queue, Deltas and Uploads.
+type Tx struct {
+	raw
+}
+
+// Node returns the node record of ino.
+func (t *Tx) Node(ino uint64) (Node, bool, error) {
+	key := u64key(ino)
+	v := t.get(bucketNodes, key)
+	if v == nil {
+		return Node{}, false, nil
+	}
+	rec, err := t.openRecord(key, v)
+	if err != nil {
+		return Node{}, false, err
+	}
+	n, err := unmarshalNode(ino, rec)
+	return n, err == nil, errDamaged(err)
+}
+
+// PutNode writes n, keeping the file and directory counters right.
+func (t *Tx) PutNode(n Node) error {
+	old, had, err := t.Node(n.Ino)
+	if err != nil {
+		return err
+	}
+	if err := t.countNode(old, had, -1); err != nil {
+		return err
+	}
+	if err := t.countNode(n, true, +1); err != nil {
+		return err
+	}
+	key := u64key(n.Ino)
+	return t.b(bucketNodes).Put(key, sealRecord(key, n.marshal()))
+}
+
+func (t *Tx) countNode(n Node, exists bool, sign int64) error {
+	switch {
+	case !exists:
+		return nil
+	case n.IsRegular():
+		if err := t.addCounter(keyFiles, sign); err != nil {
+			return err
+		}
+		return t.addCounter(keyLogical, sign*n.Size)
+	case n.IsDir():
+		return t.addCounter(keyDirs, sign)
+	}
+	return nil
+}
+
+// DeleteNode removes ino's node record and manifest (not its directory entry).
+func (t *Tx) DeleteNode(ino uint64) error {
+	old, had, err := t.Node(ino)
+	if err != nil || !had {
+		return err
+	}
+	if err := t.countNode(old, true, -1); err != nil {
+		return err
+	}
+	if err := t.b(bucketManifests).Delete(u64key(ino)); err != nil {
+		return err
+	}
+	return t.b(bucketNodes).Delete(u64key(ino))
+}
+
+// Lookup returns the child ino named name in directory parent.
+func (t *Tx) Lookup(parent uint64, name string) (uint64, bool) {
+	key := direntKey(parent, name)
+	rec, err := t.openRecord(key, t.get(bucketDirents, key))
+	if len(rec) != 8 || err != nil {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(rec), true
+}
+
+// Link sets the directory entry parent/name to ino, replacing any previous one.
+func (t *Tx) Link(parent uint64, name string, ino uint64) error {
+	key := direntKey(parent, name)
+	return t.b(bucketDirents).Put(key, sealRecord(key, u64key(ino)))
+}
+
+// Unlink removes the directory entry parent/name.
+func (t *Tx) Unlink(parent uint64, name string) error {
+	return t.b(bucketDirents).Delete(direntKey(parent, name))
+}
+
+// Children calls fn for each entry of directory parent, in name order.
+func (t *Tx) Children(parent uint64, fn func(name string, ino uint64) error) error {
+	prefix := u64key(parent)
+	c := t.b(bucketDirents).Cursor()
+	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		rec, err := t.openRecord(k, v)
+		if err != nil {
+			return fmt.Errorf("dirent %d/%q: %w", parent, k[8:], err)
+		}
+		if len(rec) != 8 {
+			return fmt.Errorf("dirent %d/%q: %w: bad record", parent, k[8:], ErrCatalogDamaged)
+		}
+		if err := fn(string(k[8:]), binary.BigEndian.Uint64(rec)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Manifest returns the committed manifest of file ino.
+func (t *Tx) Manifest(ino uint64) (*Manifest, bool, error) {
+	key := u64key(ino)
+	v := t.get(bucketManifests, key)
+	if v == nil {
+		return nil, false, nil
+	}
+	rec, err := t.openRecord(key, v)
+	if err != nil {
+		return nil, false, fmt.Errorf("manifest of %d: %w", ino, err)
+	}
+	m, err := ParseManifest(rec)
+	if err != nil {
+		return nil, false, fmt.Errorf("manifest of %d: %w", ino, errDamaged(err))
+	}
+	return m, true, nil
+}
+
+// PutManifest stores m as the content of file ino. Every chunk it names must be
+// in the chunk index or in a Batch committed by the same transaction.
+func (t *Tx) PutManifest(ino uint64, m *Manifest) error {
+	key := u64key(ino)
+	return t.b(bucketManifests).Put(key, sealRecord(key, m.Marshal()))
+}
+
+// ForEachManifest calls fn for every manifest in the catalog.
+func (t *Tx) ForEachManifest(fn func(ino uint64, m *Manifest) error) error {
+	return t.b(bucketManifests).ForEach(func(k, v []byte) error {
+		if len(k) != 8 {
+			return fmt.Errorf("manifest key %x: %w", k, ErrCatalogDamaged)
+		}
+		rec, err := t.openRecord(k, v)
+		if err != nil {
+			return fmt.Errorf("manifest of %d: %w", binary.BigEndian.Uint64(k), err)
+		}
+		m, err := ParseManifest(rec)
+		if err != nil {
+			return fmt.Errorf("manifest of %d: %w", binary.BigEndian.Uint64(k), errDamaged(err))
+		}
+		return fn(binary.BigEndian.Uint64(k), m)
+	})
+}
+
+// ForEachNode calls fn for every node record.
+func (t *Tx) ForEachNode(fn func(n Node) error) error {
+	return t.b(bucketNodes).ForEach(func(k, v []byte) error {
+		if len(k) != 8 {
+			return fmt.Errorf("node key %x: %w", k, ErrCatalogDamaged)
+		}
+		rec, err := t.openRecord(k, v)
+		if err != nil {
+			return err
+		}
+		n, err := unmarshalNode(binary.BigEndian.Uint64(k), rec)
+		if err != nil {
+			return errDamaged(err)
+		}
+		return fn(n)
+	})
+}
+
+// ForEachChunk calls fn for every chunk index row, in ID order.
+func (t *Tx) ForEachChunk(fn func(id ID, c ChunkInfo) error) error {
+	return t.ForEachChunkFrom(ID{}, fn)
+}
+
+// ForEachChunkFrom calls fn for every chunk index row from ID start on, in
+// ID order, so that a long walk can be taken a transaction at a time.
+func (t *Tx) ForEachChunkFrom(start ID, fn func(id ID, c ChunkInfo) error) error {
+	c := t.b(bucketChunks).Cursor()
+	for k, v := c.Seek(start[:]); k != nil; k, v = c.Next() {
+		var id ID
+		copy(id[:], k)
+		rec, err := t.openRecord(k, v)
+		if err != nil {
+			return err
+		}
+		info, err := unmarshalChunkInfo(rec)
+		if err != nil || len(k) != IDSize {
+			return fmt.Errorf("chunk row %x: %w: bad record", k, ErrCatalogDamaged)
+		}
+		if err := fn(id, info); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Chunk returns the index record of chunk id.
+func (t *Tx) Chunk(id ID) (ChunkInfo, bool, error) {
+	v := t.get(bucketChunks, id[:])
+	if v == nil {
+		return ChunkInfo{}, false, nil
+	}
+	rec, err := t.openRecord(id[:], v)
+	if err != nil {
+		return ChunkInfo{}, false, fmt.Errorf("chunk %v: %w", id, err)
+	}
+	c, err := unmarshalChunkInfo(rec)
+	if err != nil {
+		return c, false, fmt.Errorf("chunk %v: %w", id, errDamaged(err))
+	}
+	return c, true, nil
+}
+
+// Counts are the catalog's counters.
+type Counts struct {
+	Files        int64 `json:"files"`
+	Dirs         int64 `json:"dirs"`
+	LogicalBytes int64 `json:"logical_bytes"`
+	UniqueBytes  int64 `json:"unique_bytes"`
+	StoredBytes  int64 `json:"stored_bytes"`
+	Chunks       int64 `json:"chunks"`
+	// ReencodePending counts chunks stored raw that wait for a background
+	// re-encode (queue.go); ReencodePendingBytes is their raw size.
+	ReencodePending      int64 `json:"reencode_pending"`
+	ReencodePendingBytes int64 `json:"reencode_pending_bytes"`
+	// DeltaChunks counts chunks stored as a delta against a base chunk
+	// (deltas.go).
+	DeltaChunks int64 `json:"delta_chunks"`
+}
+
+// Counts returns the catalog's counters.
+func (t *Tx) Counts() Counts {
+	return Counts{
+		Files:        t.counter(keyFiles),
+		Dirs:         t.counter(keyDirs),
+		LogicalBytes: t.counter(keyLogical),
+		UniqueBytes:  t.counter(keyUnique),
+		StoredBytes:  t.counter(keyStored),
+		Chunks:       t.counter(keyChunks),
+
+		ReencodePending:      t.counter(keyReencodeChunks),
+		ReencodePendingBytes: t.counter(keyReencodeBytes),
+		DeltaChunks:          t.counter(keyDeltaChunks),
+	}
+}
+
+// Format is the catalog's format version as this transaction sees it (0
+// when unreadable).
+func (t *Tx) Format() int {
+	if v := t.b(bucketMeta).Get(keyFormat); len(v) == 4 {
+		return int(binary.BigEndian.Uint32(v))
+	}
+	return 0
+}
+
+// OnCommit runs fn after the transaction commits, and never if it does not.
+func (t *Tx) OnCommit(fn func()) { t.tx.OnCommit(fn) }
+
+// StoreID returns the store's identity, "" when it has none yet.
+func (t *Tx) StoreID() string { return string(t.b(bucketMeta).Get(keyStoreID)) }
+
+// SetStoreID gives the store identity id unless it has one already, and
+// returns the identity it has.
+func (t *Tx) SetStoreID(id string) (string, error) {
+	if v := t.b(bucketMeta).Get(keyStoreID); v != nil {
+		return string(v), nil
+	}
+	return id, t.b(bucketMeta).Put(keyStoreID, []byte(id))
+}
