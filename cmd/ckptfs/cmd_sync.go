@@ -51,12 +51,24 @@ func formatSync(r syncResult, old bool) string {
 	case r.Chunks == 0 && r.Present == 0:
 		return fmt.Sprintf("nothing to upload: everything committed is in %s", r.Remote)
 	}
-	s := fmt.Sprintf("uploaded %d chunks, %s to %s", r.Chunks, formatRate(r.RawBytes, d), r.Remote)
+	s := fmt.Sprintf("uploaded %s, %s to %s", countOf(r.Chunks, "chunk"), formatRate(r.RawBytes, d), r.Remote)
 	if sent := formatBytes(r.SentBytes); sent != formatBytes(r.RawBytes) {
 		s += "; " + sent + " sent"
 	}
 	if r.Present > 0 {
-		s += fmt.Sprintf("; %d chunks were there already", r.Present)
+		s += fmt.Sprintf("; %s there already", countOf(r.Present, "chunk was", "chunks were"))
 	}
 	return s
+}
+
+// countOf writes n with its noun: one, or else plural (the noun with an s
+// when no plural is given).
+func countOf(n int64, one string, plural ...string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	if len(plural) > 0 {
+		return fmt.Sprintf("%d %s", n, plural[0])
+	}
+	return fmt.Sprintf("%d %ss", n, one)
 }

@@ -23,7 +23,7 @@ func TestProgressBar(t *testing.T) {
 		summary  string
 		want     string // after finish, with \r\033[K written as |
 	}{
-		{"terminal", true, "import: copied", "|import [..............................] 1.0 MiB/100.0 MiB|import [##############################] 100.0 MiB/100.0 MiB|"},
+		{"terminal", true, "import: copied", "|import [..............................] 1.00 MiB/100 MiB|import [##############################] 100 MiB/100 MiB|"},
 		{"pipe", false, "import: copied", "import: copied\n"},
 		{"pipe, --json", false, "", ""},
 	} {
@@ -104,9 +104,9 @@ func TestFormatSync(t *testing.T) {
 		want string
 	}{
 		{syncResult{Remote: "s3://b/p", Chunks: 3, RawBytes: 300 << 20, SentBytes: 120 << 20, Present: 2, Seconds: 3},
-			false, "uploaded 3 chunks, 300.0 MiB in 3.0s (100.0 MiB/s) to s3://b/p; 120.0 MiB sent; 2 chunks were there already"},
+			false, "uploaded 3 chunks, 300 MiB in 3.0s (100 MiB/s) to s3://b/p; 120 MiB sent; 2 chunks were there already"},
 		{syncResult{Remote: "s3://b/p", Chunks: 1, RawBytes: 1 << 20, SentBytes: 1<<20 + 40, Seconds: 0.5},
-			false, "uploaded 1 chunks, 1.0 MiB in 0.5s (2.0 MiB/s) to s3://b/p"},
+			false, "uploaded 1 chunk, 1.00 MiB in 0.5s (2.00 MiB/s) to s3://b/p"},
 		{syncResult{Remote: "s3://b/p", Present: 4, Seconds: 0.1},
 			false, "uploaded 0 chunks, 0 B in 0.1s to s3://b/p; 4 chunks were there already"},
 		{syncResult{Remote: "s3://b/p", Seconds: 0.1}, false, "nothing to upload: everything committed is in s3://b/p"},
