@@ -8,27 +8,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/crc32"
-	"math/rand/v2"
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/ckptfs/ckptfs/test/testrand"
 )
 
 // This file hand-encodes sample files of every format, following what the
 // real writers emit (see notes/formats.md), so tests need no Python.
 
 // randBytes returns n deterministic pseudo-random bytes.
-func randBytes(seed uint64, n int) []byte {
-	r := rand.New(rand.NewPCG(seed, seed^0x5eed))
-	b := make([]byte, n)
-	for i := 0; i+8 <= n; i += 8 {
-		binary.LittleEndian.PutUint64(b[i:], r.Uint64())
-	}
-	for i := n &^ 7; i < n; i++ {
-		b[i] = byte(r.Uint32())
-	}
-	return b
-}
+func randBytes(seed uint64, n int) []byte { return testrand.Bytes(seed, n) }
 
 // stTensor is a tensor to put in a safetensors file.
 type stTensor struct {

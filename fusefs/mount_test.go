@@ -19,11 +19,11 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/ckptfs/ckptfs/cas"
 	"github.com/ckptfs/ckptfs/cas/backend/local"
+	"github.com/ckptfs/ckptfs/test/testrand"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 )
 
 // TestMain doubles as a client program: tests that must not mmap the mount from
@@ -268,19 +268,7 @@ func (m *testMount) stats() cas.Stats {
 }
 
 // randBytes returns n deterministic pseudo-random bytes.
-func randBytes(seed uint64, n int) []byte {
-	b := make([]byte, n)
-	x := seed*0x9E3779B97F4A7C15 + 1
-	for i := 0; i < n; i += 8 {
-		x ^= x << 13
-		x ^= x >> 7
-		x ^= x << 17
-		for j := 0; j < 8 && i+j < n; j++ {
-			b[i+j] = byte(x >> (8 * j))
-		}
-	}
-	return b
-}
+func randBytes(seed uint64, n int) []byte { return testrand.Bytes(seed, n) }
 
 func mustWrite(t testing.TB, path string, data []byte) {
 	t.Helper()

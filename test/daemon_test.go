@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ckptfs/ckptfs/test/testrand"
 )
 
 // ckptfsBin is the binary under test, built once by TestMain.
@@ -56,19 +58,32 @@ func startDaemon(t testing.TB, store, mnt string, extra ...string) *daemon {
 // (e.g. prlimit --nofile=N:N --): wrap's words, then the binary's.
 func startDaemonUnder(t testing.TB, wrap []string, store, mnt string, extra ...string) *daemon {
 	t.Helper()
-	d := &daemon{t: t, store: store, mnt: mnt, stderr: &bytes.Buffer{}, done: make(chan error, 1)}
 	argv := append(append(append(append([]string{}, wrap...), ckptfsBin, "mount"), extra...), store, mnt)
-	d.cmd = exec.Command(argv[0], argv[1:]...)
-	d.cmd.Stderr = d.stderr
-	stdout, err := d.cmd.StdoutPipe()
+	d, err := launch(t, exec.Command(argv[0], argv[1:]...), store, mnt, 15*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
+	return d
+}
+
+// launch is how every test starts a daemon: it starts cmd, a `ckptfs
+// mount … store mnt` the caller has prepared (user, environment, wrapper;
+// launch takes its stdout and stderr), and waits up to wait for the line
+// "serving" (polling the mountpoint is not enough: a dead mount's cached
+// attributes still stat). A daemon that exits first or does not come up in
+// time is killed and returned as an error, so a caller that expects a mount
+// to fail (the power-loss suite) can tell; otherwise it is killed and its
+// mount detached when the test ends.
+func launch(t testing.TB, cmd *exec.Cmd, store, mnt string, wait time.Duration) (*daemon, error) {
+	d := &daemon{t: t, cmd: cmd, store: store, mnt: mnt, stderr: &bytes.Buffer{}, done: make(chan error, 1)}
+	d.cmd.Stderr = d.stderr
+	stdout, err := d.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
 	}
-	// The daemon prints "serving" once the mount is live. (Polling the
-	// mountpoint is not enough: a dead mount's cached attributes still stat.)
+	if err := d.cmd.Start(); err != nil {
+		return nil, err
+	}
 	serving := make(chan bool, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
@@ -84,18 +99,20 @@ func startDaemonUnder(t testing.TB, wrap []string, store, mnt string, extra ...s
 		}
 	}()
 	go func() { d.done <- d.cmd.Wait() }()
-	t.Cleanup(d.kill)
 	select {
 	case ok := <-serving:
-		if !ok {
-			err := <-d.done
-			d.done <- err
-			t.Fatalf("ckptfs mount exited early: %v\n%s", err, d.stderr)
+		if ok {
+			t.Cleanup(d.kill)
+			return d, nil
 		}
-	case <-time.After(15 * time.Second):
-		t.Fatalf("mount did not come up\n%s", d.stderr)
+		err := <-d.done
+		d.done <- err
+		d.kill()
+		return nil, fmt.Errorf("ckptfs mount exited early: %v: %s", err, strings.TrimSpace(d.stderr.String()))
+	case <-time.After(wait):
+		d.kill()
+		return nil, fmt.Errorf("ckptfs mount did not come up in %v: %s", wait, d.stderr)
 	}
-	return d
 }
 
 // stop sends sig and waits for a clean exit.
@@ -186,19 +203,7 @@ func statsJSON(t testing.TB, path string) map[string]int64 {
 	return m
 }
 
-func randBytes(seed uint64, n int) []byte {
-	b := make([]byte, n)
-	x := seed*0x9E3779B97F4A7C15 + 1
-	for i := range b {
-		if i%8 == 0 {
-			x ^= x << 13
-			x ^= x >> 7
-			x ^= x << 17
-		}
-		b[i] = byte(x >> (8 * (i % 8)))
-	}
-	return b
-}
+func randBytes(seed uint64, n int) []byte { return testrand.Bytes(seed, n) }
 
 func TestDaemonLifecycle(t *testing.T) {
 	store, mnt := filepath.Join(t.TempDir(), "store"), t.TempDir()

@@ -395,7 +395,7 @@ func TestSharedMmapOrdinaryUser(t *testing.T) {
 	d := startUserDaemon(t, u, bin, store, mnt)
 	runMmapPy(t, asUser("sqlite-write", db))
 	runMmapPy(t, asUser("raw-write", raw, src))
-	d.stop(t)
+	d.stop(syscall.SIGTERM)
 	d = startUserDaemon(t, u, bin, store, mnt)
 	runMmapPy(t, asUser("sqlite-check", db))
 	// Root cannot enter another user's mount (no allow_other): compare as
@@ -404,5 +404,5 @@ func TestSharedMmapOrdinaryUser(t *testing.T) {
 	if out, err := check.CombinedOutput(); err != nil {
 		t.Fatalf("cmp %s %s as %s: %v %s", src, raw, u.name, err, out)
 	}
-	d.stop(t)
+	d.stop(syscall.SIGTERM)
 }

@@ -1,7 +1,6 @@
 package test
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
@@ -383,44 +382,9 @@ func plServer(t *testing.T) string {
 // plDaemon starts `bin mount store mnt`; unlike startDaemon, a mount that
 // fails (the power was cut under it) is an error, not a test failure.
 func plDaemon(t *testing.T, bin, store, mnt string, env []string, extra ...string) (*daemon, error) {
-	d := &daemon{t: t, store: store, mnt: mnt, stderr: &bytes.Buffer{}, done: make(chan error, 1)}
-	d.cmd = exec.Command(bin, append(append([]string{"mount"}, extra...), store, mnt)...)
-	d.cmd.Env = append(os.Environ(), env...)
-	d.cmd.Stderr = d.stderr
-	stdout, err := d.cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := d.cmd.Start(); err != nil {
-		return nil, err
-	}
-	serving := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		ok := false
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), "serving") && !ok {
-				ok = true
-				serving <- true
-			}
-		}
-		if !ok {
-			serving <- false
-		}
-	}()
-	go func() { d.done <- d.cmd.Wait() }()
-	select {
-	case ok := <-serving:
-		if ok {
-			t.Cleanup(d.kill)
-			return d, nil
-		}
-		d.kill()
-		return nil, fmt.Errorf("ckptfs mount exited: %s", strings.TrimSpace(d.stderr.String()))
-	case <-time.After(20 * time.Second):
-		d.kill()
-		return nil, fmt.Errorf("mount did not come up: %s", d.stderr)
-	}
+	cmd := exec.Command(bin, append(append([]string{"mount"}, extra...), store, mnt)...)
+	cmd.Env = append(os.Environ(), env...)
+	return launch(t, cmd, store, mnt, 20*time.Second)
 }
 
 // run runs bin with args, returning its exit code and output.

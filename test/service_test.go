@@ -8,7 +8,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -106,80 +105,15 @@ func sharedDir(t *testing.T, u testUser) (dir, bin string) {
 	return home, bin
 }
 
-// userDaemon is `ckptfs mount` run by an ordinary user.
-type userDaemon struct {
-	cmd    *exec.Cmd
-	stderr *bytes.Buffer
-	done   chan error
-	mnt    string
-}
-
-func startUserDaemon(t *testing.T, u testUser, bin, store, mnt string, extra ...string) *userDaemon {
+// startUserDaemon runs `bin mount store mnt` as the ordinary user u (through
+// fusermount3) and waits until the mount serves.
+func startUserDaemon(t *testing.T, u testUser, bin, store, mnt string, extra ...string) *daemon {
 	t.Helper()
-	d := &userDaemon{stderr: &bytes.Buffer{}, done: make(chan error, 1), mnt: mnt}
-	d.cmd = u.command(bin, append(append([]string{"mount"}, extra...), store, mnt)...)
-	d.cmd.Stderr = d.stderr
-	out, err := d.cmd.StdoutPipe()
+	d, err := launch(t, u.command(bin, append(append([]string{"mount"}, extra...), store, mnt)...), store, mnt, 20*time.Second)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	serving := make(chan bool, 1)
-	go func() {
-		b, _ := io.ReadAll(io.TeeReader(out, &lineSignal{ch: serving}))
-		_ = b
-		serving <- false
-	}()
-	go func() { d.done <- d.cmd.Wait() }()
-	t.Cleanup(func() {
-		d.cmd.Process.Kill()
-		if mounted(t, mnt) {
-			exec.Command("fusermount3", "-u", "-z", mnt).Run()
-		}
-	})
-	select {
-	case ok := <-serving:
-		if !ok {
-			t.Fatalf("ckptfs mount as %s failed: %v\n%s", u.name, <-d.done, d.stderr)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatalf("mount as %s did not come up\n%s", u.name, d.stderr)
+		t.Fatalf("mount as %s: %v", u.name, err)
 	}
 	return d
-}
-
-// lineSignal sends true once "serving" has gone by.
-type lineSignal struct {
-	ch   chan bool
-	buf  []byte
-	sent bool
-}
-
-func (l *lineSignal) Write(p []byte) (int, error) {
-	l.buf = append(l.buf, p...)
-	if !l.sent && bytes.Contains(l.buf, []byte("serving")) {
-		l.sent = true
-		l.ch <- true
-	}
-	return len(p), nil
-}
-
-func (d *userDaemon) stop(t *testing.T) {
-	t.Helper()
-	d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-d.done:
-		if err != nil {
-			t.Fatalf("user daemon exited with %v\n%s", err, d.stderr)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("user daemon did not exit\n%s", d.stderr)
-	}
-	if mounted(t, d.mnt) {
-		t.Fatalf("%s still mounted after the user's daemon exited", d.mnt)
-	}
 }
 
 func mode(t *testing.T, p string) os.FileMode {
@@ -279,7 +213,7 @@ print(s.makefile().readline().strip())`
 	if code != 0 || !strings.Contains(out, "negative") {
 		t.Errorf("negative grace: %d %q %q", code, out, errOut)
 	}
-	d.stop(t)
+	d.stop(syscall.SIGTERM)
 	if code, _, errOut := alice.run(t, "cmp", src, filepath.Join(store, "..", "mnt", "runs", "r1", "model.bin")); code == 0 {
 		t.Errorf("the file is still visible after unmount: %s", errOut)
 	}
@@ -288,7 +222,7 @@ print(s.makefile().readline().strip())`
 	if code, _, errOut := alice.run(t, "cmp", src, dst); code != 0 {
 		t.Errorf("after remount: %s", errOut)
 	}
-	d.stop(t)
+	d.stop(syscall.SIGTERM)
 }
 
 // TestRootMountIsPrivateToo: root mounts with mount(2) (no fusermount3), and
