@@ -72,20 +72,15 @@ type Options struct {
 	DeltaKeyframe int
 	// Objects is where chunk objects live, and must be set: the store's own
 	// objects/ directory is local.New(ObjectsDir(dir), ...) (package
-	// cas/backend/local), tests may give a mem backend. The Store closes it;
-	// when Open fails it is the caller's to close.
+	// cas/backend/local), tests may give a mem backend. A backend.Tier
+	// (cas/backend/tiered: a remote behind the local objects) is the remote
+	// tier's read side: chunks missing locally are fetched from it. The
+	// Store closes it; when Open fails it is the caller's to close.
 	Objects backend.Backend
 	// Observer, if set, is told how long each chunk fetch (an object read
 	// and decoded on a cache miss) and each background re-encode took, for
 	// metrics.
 	Observer Observer
-	// Remote, when set, is the store's remote tier (remote.go): committed
-	// files are uploaded to it by UploadRound, and chunks missing locally are
-	// fetched from it. The Store closes it.
-	Remote backend.Backend
-	// LocalCacheSize bounds the bytes of objects fetched from Remote that are
-	// kept locally (default DefaultLocalCacheSize).
-	LocalCacheSize int64
 }
 
 // Observer receives the timings of the store's slow operations. Its methods
@@ -112,8 +107,7 @@ type Store struct {
 	nextIno  uint64 // next number to hand out
 	inoLimit uint64 // first number not reserved in the catalog
 
-	objects backend.Backend // where chunk objects live (backend.go)
-	remote  *remoteState    // the remote tier, or nil (remote.go)
+	objects backend.Backend // where chunk objects live (Options.Objects)
 
 	flightMu sync.Mutex
 	flights  map[ID]*flight // objects being written right now
@@ -226,8 +220,8 @@ func Open(dir string, opts Options) (*Store, error) {
 	s := &Store{dir: dir, db: db, readOnly: opts.ReadOnly, flights: map[ID]*flight{}, objects: objects,
 		pins: map[ID]int{}, deleting: map[ID]chan struct{}{}, hashSlots: make(chan struct{}, opts.HashWorkers),
 		obs: opts.Observer, deltaKeyframe: opts.DeltaKeyframe, maxBacklog: opts.MaxReencodeBacklog}
-	if opts.Remote != nil {
-		s.remote = newRemoteState(opts.Remote, opts.LocalCacheSize)
+	if t, ok := objects.(backend.Tier); ok {
+		t.OnEvict(discardFetched(s))
 	}
 	s.format, s.chunkSize = db.Format(), db.ChunkSize()
 	s.initReencode(opts.InlineEncoders)
@@ -303,11 +297,7 @@ func (s *Store) Close() error {
 	if s.coder != nil {
 		s.coder.Close()
 	}
-	var rerr error
-	if s.remote != nil {
-		rerr = s.remote.be.Close()
-	}
-	return errors.Join(s.objects.Close(), rerr, s.db.Close())
+	return errors.Join(s.objects.Close(), s.db.Close())
 }
 
 // Format is the store's catalog format version, as the catalog says now.
@@ -391,13 +381,23 @@ type Stats struct {
 	CacheBytes     int64 `json:"cache_bytes"`
 }
 
+// RemoteStats are the remote tier's counters (backend.TierStats), in a
+// store whose objects are a backend.Tier.
+type RemoteStats struct {
+	PendingBytes  int64 `json:"remote_pending_bytes"`  // raw bytes of committed chunks not in the bucket yet (as of the last round)
+	UploadedBytes int64 `json:"remote_uploaded_bytes"` // object bytes this process uploaded
+	ReadBytes     int64 `json:"remote_read_bytes"`     // object bytes this process fetched
+}
+
 // Stats returns the catalog counters and this process's read counters.
 func (s *Store) Stats() (Stats, error) {
 	st := Stats{
 		StoreReadBytes: s.storeReadBytes.Load(),
 		ChunkSize:      s.chunkSize,
 		CacheBytes:     s.cache.bytes(),
-		RemoteStats:    s.remoteStats(),
+	}
+	if t, ok := s.objects.(backend.Tier); ok {
+		st.RemoteStats = RemoteStats(t.TierStats())
 	}
 	err := s.View(func(tx *Tx) error {
 		st.Counts = tx.Counts()
@@ -496,30 +496,60 @@ func (s *Store) verifyObject(ctx context.Context, id ID) (ChunkInfo, object.Head
 }
 
 // readObject returns chunk id's decoded, verified bytes and its object, read
-// into buf when it is large enough.
+// into buf when it is large enough. A damaged copy fetched from a remote
+// tier is fetched again (refetchable).
 func (s *Store) readObject(ctx context.Context, id ID, buf []byte, alloc func(int) []byte) (raw, obj []byte, err error) {
-	obj, err = s.objects.Get(ctx, chunkHandle(id), buf)
-	if errors.Is(err, backend.ErrNotExist) {
-		if s.remote != nil {
-			return s.fetchRemote(ctx, id, buf, alloc, false)
-		}
-		return nil, nil, fmt.Errorf("chunk %v: %w", id, ErrMissing)
-	}
+	h := chunkHandle(id)
+	obj, err = s.objects.Get(ctx, h, buf)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read chunk %v: %w", id, err)
+		return nil, nil, s.getErr(id, err)
 	}
 	var baseErr error
 	if raw, baseErr, err = s.decodeChunk(ctx, id, obj, alloc); baseErr != nil {
 		return nil, obj, baseErr
 	}
-	if errors.Is(err, ErrCorrupt) && s.remote != nil && s.fetchedCopy(id) {
-		// A cached copy damaged (or torn by a crash): fetch it again.
-		return s.fetchRemote(ctx, id, obj, alloc, false)
+	if t, ok := s.refetchable(id, err); ok {
+		if obj, err = t.Refetch(ctx, h, obj); err != nil {
+			return nil, nil, s.getErr(id, err)
+		}
+		if raw, baseErr, err = s.decodeChunk(ctx, id, obj, alloc); baseErr != nil {
+			return nil, obj, baseErr // the object fetched may be sound
+		}
+		if err != nil {
+			_ = t.Drop(ctx, h) // keep no copy known to be damaged
+			return nil, obj, fmt.Errorf("in %s: %w", t.Remote().Location(), err)
+		}
 	}
 	if err != nil {
 		return nil, obj, err
 	}
 	return raw, obj, nil
+}
+
+// getErr is the error of reading chunk id's object.
+func (s *Store) getErr(id ID, err error) error {
+	if errors.Is(err, backend.ErrNotExist) {
+		if t, ok := s.objects.(backend.Tier); ok {
+			return fmt.Errorf("chunk %v: %w (neither here nor in %s)", id, ErrMissing, t.Remote().Location())
+		}
+		return fmt.Errorf("chunk %v: %w", id, ErrMissing)
+	}
+	return fmt.Errorf("read chunk %v: %w", id, err)
+}
+
+// refetchable reports whether chunk id's object, which decoding found
+// damaged (err), is a copy a tier fetched (not indexed here: the local
+// catalog indexes only what this store committed) and may fetch again.
+func (s *Store) refetchable(id ID, err error) (backend.Tier, bool) {
+	t, ok := s.objects.(backend.Tier)
+	if !ok || !errors.Is(err, ErrCorrupt) {
+		return nil, false
+	}
+	var indexed bool
+	if err := s.View(func(tx *Tx) error { _, indexed, _ = tx.Chunk(id); return nil }); err != nil {
+		return nil, false
+	}
+	return t, !indexed
 }
 
 // decodeChunk decodes and verifies object obj of chunk id, a delta against
@@ -568,8 +598,8 @@ func (s *Store) bases(ctx context.Context) object.BaseFunc {
 
 // loadBase returns the bytes of base chunk id of a delta object, and the
 // function to call when done with them: from the cache when it is there,
-// else read from its object (fetched from the remote tier when it is
-// missing locally), which must be standalone (a read touches at most two
+// else read from its object (which a backend.Tier fetches from its remote
+// when it is missing locally), which must be standalone (a read touches at most two
 // objects). It never waits for a load in flight: with a damaged store naming
 // bases in a cycle, waiting could deadlock two loads on each other.
 //
@@ -587,9 +617,8 @@ func (s *Store) loadBase(ctx context.Context, id ID) ([]byte, func(), error) {
 }
 
 // readBase reads standalone chunk id's object into a pooled buffer and
-// decodes it into another, hashing the result when verify is set (a copy
-// fetched from the remote is always verified in full before it is kept). A
-// damaged fetched copy is fetched again.
+// decodes it into another, hashing the result when verify is set. A damaged
+// copy fetched from a remote tier is fetched again, and verified in full.
 func (s *Store) readBase(ctx context.Context, id ID, verify bool) (raw []byte, release func(), err error) {
 	buf, _ := s.objBufs.Get().(*[]byte)
 	if buf == nil {
@@ -614,25 +643,25 @@ func (s *Store) readBase(ctx context.Context, id ID, verify bool) (raw []byte, r
 			*buf = obj
 		}
 	}
-	obj, err := s.objects.Get(ctx, chunkHandle(id), *buf)
-	switch {
-	case errors.Is(err, backend.ErrNotExist) && s.remote != nil:
-		raw, obj, err = s.fetchRemote(ctx, id, *buf, alloc, true)
-		keep(obj)
-	case errors.Is(err, backend.ErrNotExist):
-		return nil, nil, fmt.Errorf("chunk %v: %w", id, ErrMissing)
-	case err != nil:
-		return nil, nil, fmt.Errorf("read chunk %v: %w", id, err)
-	default:
-		keep(obj)
-		if verify {
-			raw, err = s.coder.DecodeInto(id, obj, alloc, nil)
-		} else {
-			raw, err = s.coder.DecodeBase(id, obj, alloc)
+	h := chunkHandle(id)
+	obj, err := s.objects.Get(ctx, h, *buf)
+	if err != nil {
+		return nil, nil, s.getErr(id, err)
+	}
+	keep(obj)
+	if verify {
+		raw, err = s.coder.DecodeInto(id, obj, alloc, nil)
+	} else {
+		raw, err = s.coder.DecodeBase(id, obj, alloc)
+	}
+	if t, ok := s.refetchable(id, err); ok {
+		if obj, err = t.Refetch(ctx, h, obj); err != nil {
+			return nil, nil, s.getErr(id, err)
 		}
-		if errors.Is(err, ErrCorrupt) && s.remote != nil && s.fetchedCopy(id) {
-			raw, obj, err = s.fetchRemote(ctx, id, obj, alloc, true)
-			keep(obj)
+		keep(obj)
+		if raw, err = s.coder.DecodeInto(id, obj, alloc, nil); err != nil {
+			_ = t.Drop(ctx, h) // keep no copy known to be damaged
+			err = fmt.Errorf("in %s: %w", t.Remote().Location(), err)
 		}
 	}
 	if err != nil {
@@ -669,3 +698,26 @@ func (s *Store) IOConcurrency() int { return s.objects.Properties().Connections 
 
 // ObjectsLocation names where the store's chunk objects live, for messages.
 func (s *Store) ObjectsLocation() string { return s.objects.Location() }
+
+// DecodeObject decodes and verifies obj, an object of chunk id read from
+// elsewhere than the store's objects (a remote's, for fsck): a delta's base
+// is read as any chunk is.
+func (s *Store) DecodeObject(ctx context.Context, id ID, obj []byte) ([]byte, error) {
+	return s.coder.DecodeInto(id, obj, nil, s.bases(ctx))
+}
+
+// StandaloneObject returns obj, chunk id's object, when it is standalone,
+// and otherwise (a delta) the chunk's standalone encoding. A damaged obj is
+// returned as it is: its reader's checks fail on it.
+func (s *Store) StandaloneObject(ctx context.Context, id ID, obj []byte) ([]byte, error) {
+	h, err := object.ParseHeader(obj)
+	if err != nil || !h.Delta {
+		return obj, nil
+	}
+	raw, err := s.ReadChunk(ctx, ChunkRef{ID: id, Len: h.RawLen})
+	if err != nil {
+		return nil, err
+	}
+	enc, _ := s.coder.Encode(raw, Hint{ElemSize: h.Elem})
+	return enc, nil
+}

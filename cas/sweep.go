@@ -294,3 +294,20 @@ func (s *Store) discardUnnamed(ctx context.Context, ids []ID) (int, error) {
 	}
 	return n, nil
 }
+
+// discardFetched deletes the copies a backend.Tier evicted from its local
+// cache, through discardUnnamed as a released batch's chunks: a copy that a
+// batch in flight found and pinned (it is about to commit it) or that a
+// sweep is deleting is left alone, and so is one the index names. Best
+// effort: a copy left over is only space.
+func discardFetched(s *Store) func(ctx context.Context, hs []backend.Handle) {
+	return func(ctx context.Context, hs []backend.Handle) {
+		ids := make([]ID, 0, len(hs))
+		for _, h := range hs {
+			if id, ok := handleID(h); ok {
+				ids = append(ids, id)
+			}
+		}
+		_, _ = s.discardUnnamed(ctx, ids)
+	}
+}
