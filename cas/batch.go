@@ -374,14 +374,14 @@ func (s *Store) writeObject(ctx context.Context, id ID, data []byte, h Hint) (in
 	}
 	var obj []byte
 	codec := CodecRaw
-	release, ok := s.tryEncodeSlot(len(data))
-	if !ok && s.encodeSlots != nil && s.ReencodeBacklog() >= s.maxBacklog {
+	release, ok := s.re.tryEncodeSlot(len(data))
+	if !ok && s.re.slots != nil && s.ReencodeBacklog() >= s.re.maxBacklog {
 		// The queue is full: this commit waits for an encoder rather than
 		// add to it, so a store written without pause keeps at most
 		// maxBacklog raw (reencode.go).
 		select {
-		case s.encodeSlots <- struct{}{}:
-			release, ok = func() { <-s.encodeSlots }, true
+		case s.re.slots <- struct{}{}:
+			release, ok = func() { <-s.re.slots }, true
 		case <-ctx.Done():
 			return ChunkInfo{}, false, ctx.Err()
 		}

@@ -112,20 +112,12 @@ type Store struct {
 	flightMu sync.Mutex
 	flights  map[ID]*flight // objects being written right now
 
-	// Re-encoding (reencode.go): encodeSlots bounds inline encoders (nil: none);
-	// reencodeSem (capacity 1) serialises ReencodeOne and guards reencodeNext,
-	// the queue key after which the next ReencodeOne looks.
-	encodeSlots chan struct{}
-	// deltaKeyframe is Options.DeltaKeyframe; deltaScratch is the re-encoder's
-	// (reencodeSem held).
+	re *reencoder // re-encoding (reencode.go)
+	// deltaKeyframe is Options.DeltaKeyframe.
 	deltaKeyframe int
-	deltaScratch  object.DeltaScratch
 	// baseBufs holds *[]byte buffers for the decoded bases of deltas being
 	// read (readBase): fresh memory costs a page fault per 4 KiB.
-	baseBufs     sync.Pool
-	maxBacklog   int64 // Options.MaxReencodeBacklog
-	reencodeSem  chan struct{}
-	reencodeNext []byte
+	baseBufs sync.Pool
 
 	// Coordination with garbage collection (see sweep.go): chunks named by
 	// batches not committed yet are pinned; chunks being swept are deleting.
@@ -219,12 +211,12 @@ func Open(dir string, opts Options) (*Store, error) {
 	objects := opts.Objects
 	s := &Store{dir: dir, db: db, readOnly: opts.ReadOnly, flights: map[ID]*flight{}, objects: objects,
 		pins: map[ID]int{}, deleting: map[ID]chan struct{}{}, hashSlots: make(chan struct{}, opts.HashWorkers),
-		obs: opts.Observer, deltaKeyframe: opts.DeltaKeyframe, maxBacklog: opts.MaxReencodeBacklog}
+		obs: opts.Observer, deltaKeyframe: opts.DeltaKeyframe}
 	if t, ok := objects.(backend.Tier); ok {
 		t.OnEvict(discardFetched(s))
 	}
 	s.format, s.chunkSize = db.Format(), db.ChunkSize()
-	s.initReencode(opts.InlineEncoders)
+	s.re = newReencoder(s, opts.InlineEncoders, opts.MaxReencodeBacklog)
 	if s.coder, err = object.NewCoder(); err != nil {
 		db.Close()
 		return nil, err
