@@ -366,7 +366,7 @@ func (s *Store) writeObject(ctx context.Context, id ID, data []byte, h Hint) (in
 		// A delta object is not reused: no row records its base (it was
 		// swept, or its commit never happened), so nothing would keep the
 		// base from being swept. It is replaced by a standalone one.
-		if info, h, err := s.verifyObject(ctx, id); err == nil && !h.Delta {
+		if info, h, err := s.rd.verifyObject(ctx, id); err == nil && !h.Delta {
 			return info, info.Codec == CodecRaw && info.RawLen > 0, nil
 		} else if ctx.Err() != nil {
 			return ChunkInfo{}, false, ctx.Err()

@@ -345,7 +345,7 @@ func (r *reencoder) decide(ctx context.Context, id ID) (*reencodeItem, *ID, erro
 		err = fmt.Errorf("chunk %v: %w", id, ErrMissing)
 	}
 	if err == nil {
-		raw, obj, err = s.readObject(ctx, id, nil, nil)
+		raw, obj, err = s.rd.readObject(ctx, id, nil, nil)
 	}
 	if errors.Is(err, ErrCorrupt) || errors.Is(err, ErrMissing) {
 		return it, nil, fmt.Errorf("%w (dropped from the re-encode queue)", err)
