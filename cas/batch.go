@@ -105,7 +105,7 @@ func (b *Batch) PutHinted(ctx context.Context, data []byte, h Hint) (ChunkRef, e
 	ref := ChunkRef{ID: id, Len: uint32(len(data))}
 	// Pin before looking at the index: from here until Release, a sweep will
 	// not delete this chunk, and a sweep already deleting it finishes first.
-	if err := b.s.pin(ctx, id); err != nil {
+	if err := b.s.gc.pin(ctx, id); err != nil {
 		return ref, err
 	}
 	b.mu.Lock()
@@ -225,7 +225,7 @@ func (b *Batch) Sync(ctx context.Context) error {
 //
 // A batch that was never committed (its write failed or was abandoned) nor
 // kept (Keep) also deletes the objects it names that no index row names and
-// no other batch pins (Store.discardUnnamed): they would otherwise fill the
+// no other batch pins (collector.discardUnnamed): they would otherwise fill the
 // disk until a collection's grace period is over.
 func (b *Batch) Release() {
 	b.mu.Lock()
@@ -252,11 +252,11 @@ func (b *Batch) Release() {
 	if f, ok := b.s.objects.(forgetter); ok && len(abandoned) > 0 {
 		f.Forget(abandoned)
 	}
-	b.s.unpin(pinned)
+	b.s.gc.unpin(pinned)
 	if len(unnamed) > 0 && !b.s.readOnly {
 		// A failure leaves the objects to the collector, as before this
 		// existed; the write that failed has reported its own error.
-		_, _ = b.s.discardUnnamed(context.Background(), unnamed)
+		_, _ = b.s.gc.discardUnnamed(context.Background(), unnamed)
 	}
 }
 

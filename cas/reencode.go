@@ -234,7 +234,7 @@ func (r *reencoder) reencode(ctx context.Context, ids []ID, afterRename func(ID)
 	// From here on no sweep deletes the chunks (or their rows); one that
 	// was deleting them has finished.
 	var pinned []ID
-	defer func() { s.unpin(pinned) }()
+	defer func() { s.gc.unpin(pinned) }()
 	var items []reencodeItem
 	var errs []error
 	for _, id := range ids {
@@ -242,7 +242,7 @@ func (r *reencoder) reencode(ctx context.Context, ids []ID, afterRename func(ID)
 			errs = append(errs, err)
 			break
 		}
-		if err := s.pin(ctx, id); err != nil {
+		if err := s.gc.pin(ctx, id); err != nil {
 			errs = append(errs, err)
 			break
 		}
@@ -377,7 +377,7 @@ func (r *reencoder) decide(ctx context.Context, id ID) (*reencodeItem, *ID, erro
 	}
 	var pinned *ID
 	if planned {
-		if err := s.pin(ctx, plan.Base); err != nil {
+		if err := s.gc.pin(ctx, plan.Base); err != nil {
 			return nil, nil, err
 		}
 		pinned = &plan.Base

@@ -119,11 +119,7 @@ type Store struct {
 
 	// Coordination with garbage collection (see sweep.go): chunks named by
 	// batches not committed yet are pinned; chunks being swept are deleting.
-	pinMu     sync.Mutex
-	pins      map[ID]int
-	watch     map[ID]struct{}      // while a collection runs: chunks of batches released since it began
-	deleting  map[ID]chan struct{} // closed when the step deleting the chunk ends
-	collectMu sync.Mutex           // one collection at a time
+	gc *collector
 
 	storeReadBytes atomic.Int64
 	obs            Observer // Options.Observer, or nil
@@ -207,14 +203,15 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	objects := opts.Objects
 	s := &Store{dir: dir, db: db, readOnly: opts.ReadOnly, flights: map[ID]*flight{}, objects: objects,
-		pins: map[ID]int{}, deleting: map[ID]chan struct{}{}, hashSlots: make(chan struct{}, opts.HashWorkers),
-		obs: opts.Observer, deltaKeyframe: opts.DeltaKeyframe}
+		hashSlots: make(chan struct{}, opts.HashWorkers),
+		obs:       opts.Observer, deltaKeyframe: opts.DeltaKeyframe}
 	if t, ok := objects.(backend.Tier); ok {
 		t.OnEvict(discardFetched(s))
 	}
 	s.format, s.chunkSize = db.Format(), db.ChunkSize()
 	s.re = newReencoder(s, opts.InlineEncoders, opts.MaxReencodeBacklog)
 	s.rd = &reader{s: s}
+	s.gc = &collector{s: s, pins: map[ID]int{}, deleting: map[ID]chan struct{}{}}
 	if s.coder, err = object.NewCoder(); err != nil {
 		db.Close()
 		return nil, err
