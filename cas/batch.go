@@ -304,7 +304,7 @@ func (s *Store) CommitWith(ctx context.Context, b *Batch, body func(update func(
 			if err := fn(tx); err != nil {
 				return err
 			}
-			return tx.Uploads().CountCommit() // the remote tier uploads up to it (remote.go)
+			return tx.Uploads().CountCommit() // the remote tier uploads up to it (cas/remote)
 		})
 	})
 }

@@ -307,6 +307,9 @@ func ObjectsDir(dir string) string {
 	return filepath.Join(dir, objectsName)
 }
 
+// ReadOnly reports whether the store was opened read-only (writes fail).
+func (s *Store) ReadOnly() bool { return s.readOnly }
+
 // Dir returns the store directory.
 func (s *Store) Dir() string { return s.dir }
 

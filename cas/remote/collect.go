@@ -2,6 +2,7 @@ package remote
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -29,6 +30,9 @@ type CollectResult struct {
 func (r *Tier) Collect(ctx context.Context, before time.Time, live []*cas.Manifest, dryRun bool) (CollectResult, error) {
 	var res CollectResult
 	s := r.store
+	if s.ReadOnly() {
+		return res, errors.New("store is open read-only")
+	}
 	r.upMu.Lock()
 	defer r.upMu.Unlock()
 

@@ -4,8 +4,8 @@
 // read side is not here: the store's objects are a cas/backend/tiered
 // backend with the same bucket behind them, and cas fetches through it.
 // This package works over cas's exported API only (Store.View/Update and
-// the catalog's Tx, Store.StandaloneObject, Store.DecodeObject), never its
-// internals.
+// the catalog's Tx, Store.StandaloneObject, Store.DecodeObject,
+// Store.ReadOnly), never its internals.
 //
 // # What it does
 //

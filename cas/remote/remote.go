@@ -111,6 +111,9 @@ func (r *Tier) UploadPending() (bool, error) {
 // some chunks (remembered) and nothing else; the next round resumes.
 func (r *Tier) UploadRound(ctx context.Context) error {
 	s := r.store
+	if s.ReadOnly() {
+		return errors.New("store is open read-only")
+	}
 	r.upMu.Lock()
 	defer r.upMu.Unlock()
 

@@ -144,10 +144,7 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 		}
 		return err
 	}
-	var tier *remote.Tier // the remote tier's write side, or nil
-	if objects != nil {
-		tier = remote.New(store, objects)
-	}
+	tier := remoteTier(store, objects)
 	defer func() {
 		store.Close()
 		if !mounted {

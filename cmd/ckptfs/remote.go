@@ -48,6 +48,15 @@ func openTiered(ctx context.Context, url, storeDir string, cacheSize int64) (*ti
 	return tiered.New(local.New(cas.ObjectsDir(storeDir), local.Options{}), be, tiered.Options{CacheSize: cacheSize}), nil
 }
 
+// remoteTier is the remote tier's write side of store, whose objects are
+// objects; nil without a remote (objects nil).
+func remoteTier(store *cas.Store, objects *tiered.Backend) *remote.Tier {
+	if objects == nil {
+		return nil
+	}
+	return remote.New(store, objects)
+}
+
 // uploader runs upload rounds in the background of a writing mount.
 type uploader struct {
 	tier   *remote.Tier
