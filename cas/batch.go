@@ -105,7 +105,7 @@ func (b *Batch) PutHinted(ctx context.Context, data []byte, h Hint) (ChunkRef, e
 	ref := ChunkRef{ID: id, Len: uint32(len(data))}
 	// Pin before looking at the index: from here until Release, a sweep will
 	// not delete this chunk, and a sweep already deleting it finishes first.
-	if err := b.s.pin(ctx, id); err != nil {
+	if err := b.s.gc.pin(ctx, id); err != nil {
 		return ref, err
 	}
 	b.mu.Lock()
@@ -225,7 +225,7 @@ func (b *Batch) Sync(ctx context.Context) error {
 //
 // A batch that was never committed (its write failed or was abandoned) nor
 // kept (Keep) also deletes the objects it names that no index row names and
-// no other batch pins (Store.discardUnnamed): they would otherwise fill the
+// no other batch pins (collector.discardUnnamed): they would otherwise fill the
 // disk until a collection's grace period is over.
 func (b *Batch) Release() {
 	b.mu.Lock()
@@ -252,11 +252,11 @@ func (b *Batch) Release() {
 	if f, ok := b.s.objects.(forgetter); ok && len(abandoned) > 0 {
 		f.Forget(abandoned)
 	}
-	b.s.unpin(pinned)
+	b.s.gc.unpin(pinned)
 	if len(unnamed) > 0 && !b.s.readOnly {
 		// A failure leaves the objects to the collector, as before this
 		// existed; the write that failed has reported its own error.
-		_, _ = b.s.discardUnnamed(context.Background(), unnamed)
+		_, _ = b.s.gc.discardUnnamed(context.Background(), unnamed)
 	}
 }
 
@@ -304,7 +304,7 @@ func (s *Store) CommitWith(ctx context.Context, b *Batch, body func(update func(
 			if err := fn(tx); err != nil {
 				return err
 			}
-			return tx.Uploads().CountCommit() // the remote tier uploads up to it (remote.go)
+			return tx.Uploads().CountCommit() // the remote tier uploads up to it (cas/remote)
 		})
 	})
 }
@@ -366,7 +366,7 @@ func (s *Store) writeObject(ctx context.Context, id ID, data []byte, h Hint) (in
 		// A delta object is not reused: no row records its base (it was
 		// swept, or its commit never happened), so nothing would keep the
 		// base from being swept. It is replaced by a standalone one.
-		if info, h, err := s.verifyObject(ctx, id); err == nil && !h.Delta {
+		if info, h, err := s.rd.verifyObject(ctx, id); err == nil && !h.Delta {
 			return info, info.Codec == CodecRaw && info.RawLen > 0, nil
 		} else if ctx.Err() != nil {
 			return ChunkInfo{}, false, ctx.Err()
@@ -374,14 +374,14 @@ func (s *Store) writeObject(ctx context.Context, id ID, data []byte, h Hint) (in
 	}
 	var obj []byte
 	codec := CodecRaw
-	release, ok := s.tryEncodeSlot(len(data))
-	if !ok && s.encodeSlots != nil && s.ReencodeBacklog() >= s.maxBacklog {
+	release, ok := s.re.tryEncodeSlot(len(data))
+	if !ok && s.re.slots != nil && s.ReencodeBacklog() >= s.re.maxBacklog {
 		// The queue is full: this commit waits for an encoder rather than
 		// add to it, so a store written without pause keeps at most
 		// maxBacklog raw (reencode.go).
 		select {
-		case s.encodeSlots <- struct{}{}:
-			release, ok = func() { <-s.encodeSlots }, true
+		case s.re.slots <- struct{}{}:
+			release, ok = func() { <-s.re.slots }, true
 		case <-ctx.Done():
 			return ChunkInfo{}, false, ctx.Err()
 		}

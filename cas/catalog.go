@@ -1,6 +1,11 @@
 package cas
 
-import "github.com/ckptfs/ckptfs/cas/catalog"
+import (
+	"crypto/rand"
+	"encoding/hex"
+
+	"github.com/ckptfs/ckptfs/cas/catalog"
+)
 
 // The catalog's rows are cas's API: these names keep cas's importers (fusefs,
 // gc, cmd, test) independent of the catalog's package. cas/catalog has the
@@ -44,3 +49,28 @@ const FormatVersion = catalog.FormatVersion
 // records do not check: Open refuses such a store, reads of a damaged record
 // fail, and fsck names the damage.
 var ErrCatalogDamaged = catalog.ErrCatalogDamaged
+
+// ID returns the store's random identity, made when it is first asked for
+// (the remote writer lock names it: a store reopened after its daemon died
+// may take its own lock back at once, since the catalog's flock proves the
+// old holder gone). A read-only store that never had one returns "".
+func (s *Store) ID() (string, error) {
+	var id string
+	err := s.View(func(tx *Tx) error {
+		id = tx.StoreID()
+		return nil
+	})
+	if err != nil || id != "" || s.readOnly {
+		return id, err
+	}
+	var rnd [16]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		return "", err
+	}
+	err = s.Update(func(tx *Tx) error {
+		var err error
+		id, err = tx.SetStoreID(hex.EncodeToString(rnd[:]))
+		return err
+	})
+	return id, err
+}

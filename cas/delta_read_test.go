@@ -7,11 +7,14 @@ import (
 	"errors"
 	"hash/crc32"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/ckptfs/ckptfs/cas/backend"
+	"github.com/ckptfs/ckptfs/cas/backend/local"
 	"github.com/ckptfs/ckptfs/cas/backend/mem"
+	"github.com/ckptfs/ckptfs/cas/backend/tiered"
 	"github.com/ckptfs/ckptfs/cas/internal/tensortest"
 	"github.com/ckptfs/ckptfs/cas/object"
 )
@@ -170,7 +173,9 @@ func TestDeltaBaseFromRemote(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			remote := mem.New(backend.Properties{DurableOnPut: true})
-			s := testStore(t, Options{Remote: &keepOpen{remote}})
+			dir := filepath.Join(t.TempDir(), "store")
+			tier := tiered.New(local.New(ObjectsDir(dir), local.Options{}), &keepOpen{remote}, tiered.Options{})
+			s := testStore(t, Options{Objects: tier}, dir)
 			dobj := s.coder.EncodeDelta(next, base, bid, 2, new(object.DeltaScratch))
 			bobj, _ := s.coder.Encode(base, Hint{ElemSize: 2})
 			putObj := func(be backend.Backend, id ID, obj []byte) {

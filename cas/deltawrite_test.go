@@ -233,7 +233,7 @@ func TestDeltaReencodeCrashWindow(t *testing.T) {
 	drain(t, s)
 	r1 := commitVersion(t, s, vs[1], &r0)
 	crash := errors.New("crash")
-	if _, err := s.reencodeGroup(ctx, 1, func(ID) error { return crash }); !errors.Is(err, crash) {
+	if _, err := s.re.reencodeGroup(ctx, 1, func(ID) error { return crash }); !errors.Is(err, crash) {
 		t.Fatalf("re-encode: %v", err)
 	}
 	if r, err := s.Sweep(ctx, []ID{r0.ID}); err != nil || r.BasesKept != 1 {
@@ -280,7 +280,7 @@ func TestReencodeGroup(t *testing.T) {
 		}
 		if crash {
 			stop := errors.New("crash")
-			if _, err := s.reencodeGroup(ctx, 16, func(ID) error { return stop }); !errors.Is(err, stop) {
+			if _, err := s.re.reencodeGroup(ctx, 16, func(ID) error { return stop }); !errors.Is(err, stop) {
 				t.Fatalf("group: %v", err)
 			}
 			if c := mustCounts(t, s); c.ReencodePending != 9 {

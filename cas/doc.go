@@ -9,7 +9,11 @@
 //	                    byte grouping, delta kernels); no I/O
 //	cas/catalog         the bbolt catalog (its only importer): Tx and every
 //	                    row, the format and its migration, the page check
-//	cas/backend         where objects live: Backend, and local, mem, s3
+//	cas/backend         where objects live: Backend, and local, mem, s3;
+//	                    tiered: local first, remote on a miss (a decorator)
+//	cas/remote          the remote tier's write side, over cas's public API:
+//	                    upload rounds, published snapshots, the bucket's
+//	                    collection, the writer's lock
 //	cas/internal/fsutil directory fsync and descriptor wait, shared with local
 //	cas/internal/faults fault injection points for the power-loss tests
 //	cas/internal/tensortest  synthetic tensors for the tests of cas and object
@@ -32,9 +36,8 @@
 // state, and a store that fails at run time in a binary that forgot the
 // import), an interface cas would call to make the default (someone must
 // still pass it), or the caller choosing. The caller chooses: the command
-// line does it once (cmd/ckptfs's openStore), as it already chooses the
-// remote tier, and a tiered or decorated backend (issue #23) is composed
-// there too. The two file-system helpers cas shared with local (a directory
+// line does it once (cmd/ckptfs's openStore), and composes the remote
+// tier's tiered backend there too. The two file-system helpers cas shared with local (a directory
 // fsync, and waiting for a file descriptor when the process has none) live
 // in cas/internal/fsutil, used by both.
 //
@@ -47,10 +50,19 @@
 // then one transaction that indexes them and runs the caller's changes, then
 // release the batch's pins, in that order whatever fails.
 //
-// A store may also have a remote tier (Options.Remote, an S3-compatible
-// bucket): committed files are written back to it in the background, and
-// chunks missing locally are fetched from it. remote.go states the design
-// and its limits.
+// A store may also have a remote tier (an S3-compatible bucket). cas knows
+// only its read side, and only as a backend: Options.Objects is then a
+// backend.Tier (cas/backend/tiered), whose Get fetches a chunk missing
+// locally from the bucket and keeps a copy. cas verifies every object it
+// reads, fetched or not (decode checks the BLAKE3 of the raw bytes); a
+// damaged object that the index does not name (so a copy the tier fetched,
+// never one this store committed) is fetched again through Tier.Refetch,
+// and dropped (Tier.Drop) when the fresh copy is damaged too: the read
+// fails with ErrCorrupt naming the bucket, never with wrong bytes. The
+// tier's evictions go through the store (discardFetched), which leaves
+// alone copies that a commit in flight pinned. The write side (upload
+// rounds, snapshots, collection, the writer's lock) is cas/remote, which
+// uses only this package's exported API; its doc states the protocol.
 //
 // Loads honour their context: a chunk load runs once for all its concurrent
 // readers, detached from any one reader's cancellation, and each reader
@@ -195,7 +207,9 @@
 //     test/delta/cold_read.py through a mount): 2.0-2.9 and 2.2, from
 //     4.3-6.3 and 3.5 before the read path was worked on.
 //   - A base missing locally is fetched from the remote tier like any chunk
-//     (verified in full there, and kept as a local copy).
+//     and kept as a local copy; it is read unhashed like a local base, and a
+//     delta that fails against it makes the base be verified in full (and a
+//     damaged fetched copy fetched again).
 //   - The delta's rows commit before its object is renamed into place, and
 //     Sweep never deletes a chunk that a delta row names as its base, so no
 //     crash or collection leaves a delta without its base; gc sweeps deltas

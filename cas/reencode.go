@@ -75,24 +75,37 @@ func newEncodeSlots(n int) chan struct{} {
 
 // tryEncodeSlot takes an inline-encode slot without waiting. An empty chunk
 // needs none (it is raw whatever the codec).
-func (s *Store) tryEncodeSlot(n int) (release func(), ok bool) {
+func (r *reencoder) tryEncodeSlot(n int) (release func(), ok bool) {
 	if n == 0 {
 		return func() {}, true
 	}
 	select {
-	case s.encodeSlots <- struct{}{}: // a nil channel is never ready
-		return func() { <-s.encodeSlots }, true
+	case r.slots <- struct{}{}: // a nil channel is never ready
+		return func() { <-r.slots }, true
 	default:
 		return nil, false
 	}
 }
 
-// initReencode sets up the encode budget and ReencodeOne's lock. (The
+// reencoder is the store's re-encoding state (the queue's consumer and the
+// inline encoders' budget), reached from Store as s.re.
+type reencoder struct {
+	s *Store
+	// slots bounds inline encoders (nil: none).
+	slots chan struct{}
+	// sem (capacity 1) serialises reencodeGroup and guards next, the queue
+	// key after which the next group looks, and scratch.
+	sem        chan struct{}
+	next       []byte
+	scratch    object.DeltaScratch
+	maxBacklog int64 // Options.MaxReencodeBacklog
+}
+
+// newReencoder sets up the encode budget and ReencodeOne's lock. (The
 // catalog's Open creates the queue's bucket in a store made before it
 // existed.)
-func (s *Store) initReencode(inlineEncoders int) {
-	s.encodeSlots = newEncodeSlots(inlineEncoders)
-	s.reencodeSem = make(chan struct{}, 1)
+func newReencoder(s *Store, inlineEncoders int, maxBacklog int64) *reencoder {
+	return &reencoder{s: s, slots: newEncodeSlots(inlineEncoders), sem: make(chan struct{}, 1), maxBacklog: maxBacklog}
 }
 
 // ReencodeBacklog is the raw bytes of the chunks in the re-encode queue
@@ -106,7 +119,7 @@ func (s *Store) ReencodeBacklog() int64 {
 // ReencodeOne takes one chunk off the re-encode queue and stores it encoded if
 // that makes it smaller: Reencode(ctx, 1).
 func (s *Store) ReencodeOne(ctx context.Context) (more bool, err error) {
-	return s.reencodeGroup(ctx, 1, nil)
+	return s.re.reencodeGroup(ctx, 1, nil)
 }
 
 // Reencode takes up to n chunks off the re-encode queue and stores each
@@ -128,32 +141,33 @@ func (s *Store) ReencodeOne(ctx context.Context) (more bool, err error) {
 //
 // Calls are serialised, and give up between steps when ctx is done.
 func (s *Store) Reencode(ctx context.Context, n int) (more bool, err error) {
-	return s.reencodeGroup(ctx, max(1, n), nil)
+	return s.re.reencodeGroup(ctx, max(1, n), nil)
 }
 
 // reencodeGroup is Reencode with a hook run after the group's objects have
 // been renamed into place and synced, before its transaction; an error from
 // it ends the call there (SimulateReencodeCrash).
-func (s *Store) reencodeGroup(ctx context.Context, n int, afterRename func(ID) error) (bool, error) {
+func (r *reencoder) reencodeGroup(ctx context.Context, n int, afterRename func(ID) error) (bool, error) {
+	s := r.s
 	if s.readOnly {
 		return false, errors.New("store is open read-only")
 	}
 	select {
-	case s.reencodeSem <- struct{}{}:
+	case r.sem <- struct{}{}:
 	case <-ctx.Done():
 		return false, ctx.Err()
 	}
-	defer func() { <-s.reencodeSem }()
+	defer func() { <-r.sem }()
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	ids, more, err := s.nextQueued(n)
+	ids, more, err := r.nextQueued(n)
 	if err != nil || len(ids) == 0 {
 		return false, err
 	}
-	s.reencodeNext = append(s.reencodeNext[:0], ids[len(ids)-1][:]...)
+	r.next = append(r.next[:0], ids[len(ids)-1][:]...)
 	start := time.Now()
-	err = s.reencode(ctx, ids, afterRename)
+	err = r.reencode(ctx, ids, afterRename)
 	if s.obs != nil {
 		d := time.Since(start) / time.Duration(len(ids))
 		for range ids {
@@ -163,11 +177,12 @@ func (s *Store) reencodeGroup(ctx context.Context, n int, afterRename func(ID) e
 	return more, err
 }
 
-// nextQueued returns up to n queue rows after s.reencodeNext, wrapping
+// nextQueued returns up to n queue rows after r.next, wrapping
 // around once, and whether rows remain beyond them.
-func (s *Store) nextQueued(n int) (ids []ID, more bool, err error) {
+func (r *reencoder) nextQueued(n int) (ids []ID, more bool, err error) {
+	s := r.s
 	err = s.View(func(tx *Tx) error {
-		ids, more, err = tx.Queue().Next(s.reencodeNext, n)
+		ids, more, err = tx.Queue().Next(r.next, n)
 		return err
 	})
 	return ids, more, err
@@ -175,7 +190,8 @@ func (s *Store) nextQueued(n int) (ids []ID, more bool, err error) {
 
 // reencodeRows returns chunk id's index row, its re-encode queue row and its
 // delta plan.
-func (s *Store) reencodeRows(id ID) (info ChunkInfo, indexed bool, p PendingReencode, queued bool, plan catalog.DeltaLink, planned bool, err error) {
+func (r *reencoder) reencodeRows(id ID) (info ChunkInfo, indexed bool, p PendingReencode, queued bool, plan catalog.DeltaLink, planned bool, err error) {
+	s := r.s
 	err = s.View(func(tx *Tx) error {
 		var err error
 		if info, indexed, err = tx.Chunk(id); err != nil {
@@ -213,11 +229,12 @@ type reencodeItem struct {
 // reencode re-encodes the chunks ids as one group: decide each (reading
 // their objects, trying plans), commit the rows of the deltas, write and
 // sync every object, then one transaction.
-func (s *Store) reencode(ctx context.Context, ids []ID, afterRename func(ID) error) error {
+func (r *reencoder) reencode(ctx context.Context, ids []ID, afterRename func(ID) error) error {
+	s := r.s
 	// From here on no sweep deletes the chunks (or their rows); one that
 	// was deleting them has finished.
 	var pinned []ID
-	defer func() { s.unpin(pinned) }()
+	defer func() { s.gc.unpin(pinned) }()
 	var items []reencodeItem
 	var errs []error
 	for _, id := range ids {
@@ -225,12 +242,12 @@ func (s *Store) reencode(ctx context.Context, ids []ID, afterRename func(ID) err
 			errs = append(errs, err)
 			break
 		}
-		if err := s.pin(ctx, id); err != nil {
+		if err := s.gc.pin(ctx, id); err != nil {
 			errs = append(errs, err)
 			break
 		}
 		pinned = append(pinned, id)
-		it, base, err := s.decide(ctx, id)
+		it, base, err := r.decide(ctx, id)
 		if base != nil {
 			pinned = append(pinned, *base)
 		}
@@ -299,7 +316,7 @@ func (s *Store) reencode(ctx context.Context, ids []ID, afterRename func(ID) err
 			}
 		}
 	}
-	if err := s.finishReencode(items); err != nil {
+	if err := r.finishReencode(items); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -309,8 +326,9 @@ func (s *Store) reencode(ctx context.Context, ids []ID, afterRename func(ID) err
 // It returns the plan's base when it pinned it (the caller unpins). An item
 // with an error is still to be finished (a corrupt or missing object is
 // dropped from the queue); an error without an item leaves the row.
-func (s *Store) decide(ctx context.Context, id ID) (*reencodeItem, *ID, error) {
-	info, indexed, p, queued, plan, planned, err := s.reencodeRows(id)
+func (r *reencoder) decide(ctx context.Context, id ID) (*reencodeItem, *ID, error) {
+	s := r.s
+	info, indexed, p, queued, plan, planned, err := r.reencodeRows(id)
 	if err != nil || !queued {
 		return nil, nil, err
 	}
@@ -327,7 +345,7 @@ func (s *Store) decide(ctx context.Context, id ID) (*reencodeItem, *ID, error) {
 		err = fmt.Errorf("chunk %v: %w", id, ErrMissing)
 	}
 	if err == nil {
-		raw, obj, err = s.readObject(ctx, id, nil, nil)
+		raw, obj, err = s.rd.readObject(ctx, id, nil, nil)
 	}
 	if errors.Is(err, ErrCorrupt) || errors.Is(err, ErrMissing) {
 		return it, nil, fmt.Errorf("%w (dropped from the re-encode queue)", err)
@@ -359,11 +377,11 @@ func (s *Store) decide(ctx context.Context, id ID) (*reencodeItem, *ID, error) {
 	}
 	var pinned *ID
 	if planned {
-		if err := s.pin(ctx, plan.Base); err != nil {
+		if err := s.gc.pin(ctx, plan.Base); err != nil {
 			return nil, nil, err
 		}
 		pinned = &plan.Base
-		if dobj := s.deltaObject(ctx, raw, plan.Base, p.Hint); dobj != nil && len(dobj) < len(best)-len(best)/deltaMinGain {
+		if dobj := r.deltaObject(ctx, raw, plan.Base, p.Hint); dobj != nil && len(dobj) < len(best)-len(best)/deltaMinGain {
 			dh, _ := object.ParseHeader(dobj)
 			best, bestCodec, it.delta, it.link = dobj, dh.Codec, true, plan
 		}
@@ -379,7 +397,8 @@ func (s *Store) decide(ctx context.Context, id ID) (*reencodeItem, *ID, error) {
 // when base cannot serve (gone, damaged, a delta itself, another length).
 // The base is verified (from the cache, or its object decoded and hashed):
 // a delta against wrong bytes would fail every read.
-func (s *Store) deltaObject(ctx context.Context, raw []byte, base ID, h Hint) []byte {
+func (r *reencoder) deltaObject(ctx context.Context, raw []byte, base ID, h Hint) []byte {
+	s := r.s
 	var bd []byte
 	if e, ok := s.cache.peek(base); ok {
 		k := &Chunk{Data: e.data, c: s.cache, e: e}
@@ -401,7 +420,7 @@ func (s *Store) deltaObject(ctx context.Context, raw []byte, base ID, h Hint) []
 	if elem < 0 || elem > 255 {
 		elem = 0
 	}
-	return s.coder.EncodeDelta(raw, bd, base, elem, &s.deltaScratch)
+	return s.coder.EncodeDelta(raw, bd, base, elem, &r.scratch)
 }
 
 // finishReencode records a group in one transaction: for each chunk, its
@@ -409,7 +428,8 @@ func (s *Store) deltaObject(ctx context.Context, raw []byte, base ID, h Hint) []
 // row's stored length and codec set (keeping the stored-bytes counter
 // right); a chunk whose object is not a delta loses a delta row an
 // interrupted run left.
-func (s *Store) finishReencode(items []reencodeItem) error {
+func (r *reencoder) finishReencode(items []reencodeItem) error {
+	s := r.s
 	return s.Update(func(tx *Tx) error {
 		for _, it := range items {
 			id := it.id

@@ -32,7 +32,7 @@ func putHinted(t *testing.T, s *Store, data []byte, h Hint) ChunkRef {
 // rows returns chunk id's index row and queue row.
 func rows(t *testing.T, s *Store, id ID) (ChunkInfo, bool, PendingReencode, bool) {
 	t.Helper()
-	info, indexed, p, queued, _, _, err := s.reencodeRows(id)
+	info, indexed, p, queued, _, _, err := s.re.reencodeRows(id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,8 +108,8 @@ func TestInlineEncodeBudget(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			s := testStore(t, Options{InlineEncoders: c.encoders})
 			if c.busy {
-				for range cap(s.encodeSlots) {
-					s.encodeSlots <- struct{}{}
+				for range cap(s.re.slots) {
+					s.re.slots <- struct{}{}
 				}
 			}
 			ref := putHinted(t, s, c.data, c.hint)
@@ -390,7 +390,7 @@ func TestOpenAddsQueueToOlderStore(t *testing.T) {
 func TestBacklogBound(t *testing.T) {
 	ctx := context.Background()
 	s := testStore(t, Options{InlineEncoders: 1, MaxReencodeBacklog: 64 << 10})
-	s.encodeSlots <- struct{}{}                           // every inline encoder busy
+	s.re.slots <- struct{}{}                              // every inline encoder busy
 	a := bytes.Repeat([]byte("0123456789abcdef"), 4096+1) // 64 KiB + 16
 	b := bytes.Repeat([]byte("fedcba9876543210"), 4096+1)
 	putCommit := func(data []byte) ChunkRef {
@@ -415,7 +415,7 @@ func TestBacklogBound(t *testing.T) {
 		t.Fatal("a chunk joined a full queue without waiting for an encoder")
 	case <-time.After(200 * time.Millisecond):
 	}
-	<-s.encodeSlots // an encoder frees up
+	<-s.re.slots // an encoder frees up
 	ref := <-done
 	info, _, _, queued := rows(t, s, ref.ID)
 	if queued || info.Codec == CodecRaw {

@@ -72,20 +72,15 @@ type Options struct {
 	DeltaKeyframe int
 	// Objects is where chunk objects live, and must be set: the store's own
 	// objects/ directory is local.New(ObjectsDir(dir), ...) (package
-	// cas/backend/local), tests may give a mem backend. The Store closes it;
-	// when Open fails it is the caller's to close.
+	// cas/backend/local), tests may give a mem backend. A backend.Tier
+	// (cas/backend/tiered: a remote behind the local objects) is the remote
+	// tier's read side: chunks missing locally are fetched from it. The
+	// Store closes it; when Open fails it is the caller's to close.
 	Objects backend.Backend
 	// Observer, if set, is told how long each chunk fetch (an object read
 	// and decoded on a cache miss) and each background re-encode took, for
 	// metrics.
 	Observer Observer
-	// Remote, when set, is the store's remote tier (remote.go): committed
-	// files are uploaded to it by UploadRound, and chunks missing locally are
-	// fetched from it. The Store closes it.
-	Remote backend.Backend
-	// LocalCacheSize bounds the bytes of objects fetched from Remote that are
-	// kept locally (default DefaultLocalCacheSize).
-	LocalCacheSize int64
 }
 
 // Observer receives the timings of the store's slow operations. Its methods
@@ -112,40 +107,24 @@ type Store struct {
 	nextIno  uint64 // next number to hand out
 	inoLimit uint64 // first number not reserved in the catalog
 
-	objects backend.Backend // where chunk objects live (backend.go)
-	remote  *remoteState    // the remote tier, or nil (remote.go)
+	objects backend.Backend // where chunk objects live (Options.Objects)
 
 	flightMu sync.Mutex
 	flights  map[ID]*flight // objects being written right now
 
-	// Re-encoding (reencode.go): encodeSlots bounds inline encoders (nil: none);
-	// reencodeSem (capacity 1) serialises ReencodeOne and guards reencodeNext,
-	// the queue key after which the next ReencodeOne looks.
-	encodeSlots chan struct{}
-	// deltaKeyframe is Options.DeltaKeyframe; deltaScratch is the re-encoder's
-	// (reencodeSem held).
+	re *reencoder // re-encoding (reencode.go)
+	// deltaKeyframe is Options.DeltaKeyframe.
 	deltaKeyframe int
-	deltaScratch  object.DeltaScratch
-	// baseBufs holds *[]byte buffers for the decoded bases of deltas being
-	// read (readBase): fresh memory costs a page fault per 4 KiB.
-	baseBufs     sync.Pool
-	maxBacklog   int64 // Options.MaxReencodeBacklog
-	reencodeSem  chan struct{}
-	reencodeNext []byte
+	rd            *reader // the read path (read.go)
 
 	// Coordination with garbage collection (see sweep.go): chunks named by
 	// batches not committed yet are pinned; chunks being swept are deleting.
-	pinMu     sync.Mutex
-	pins      map[ID]int
-	watch     map[ID]struct{}      // while a collection runs: chunks of batches released since it began
-	deleting  map[ID]chan struct{} // closed when the step deleting the chunk ends
-	collectMu sync.Mutex           // one collection at a time
+	gc *collector
 
 	storeReadBytes atomic.Int64
 	obs            Observer // Options.Observer, or nil
 
 	hashSlots chan struct{} // see Options.HashWorkers
-	objBufs   sync.Pool     // *[]byte: objects being read
 }
 
 // Open opens the store in dir, creating it (and dir) when dir holds no store.
@@ -224,13 +203,15 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	objects := opts.Objects
 	s := &Store{dir: dir, db: db, readOnly: opts.ReadOnly, flights: map[ID]*flight{}, objects: objects,
-		pins: map[ID]int{}, deleting: map[ID]chan struct{}{}, hashSlots: make(chan struct{}, opts.HashWorkers),
-		obs: opts.Observer, deltaKeyframe: opts.DeltaKeyframe, maxBacklog: opts.MaxReencodeBacklog}
-	if opts.Remote != nil {
-		s.remote = newRemoteState(opts.Remote, opts.LocalCacheSize)
+		hashSlots: make(chan struct{}, opts.HashWorkers),
+		obs:       opts.Observer, deltaKeyframe: opts.DeltaKeyframe}
+	if t, ok := objects.(backend.Tier); ok {
+		t.OnEvict(discardFetched(s))
 	}
 	s.format, s.chunkSize = db.Format(), db.ChunkSize()
-	s.initReencode(opts.InlineEncoders)
+	s.re = newReencoder(s, opts.InlineEncoders, opts.MaxReencodeBacklog)
+	s.rd = &reader{s: s}
+	s.gc = &collector{s: s, pins: map[ID]int{}, deleting: map[ID]chan struct{}{}}
 	if s.coder, err = object.NewCoder(); err != nil {
 		db.Close()
 		return nil, err
@@ -303,11 +284,7 @@ func (s *Store) Close() error {
 	if s.coder != nil {
 		s.coder.Close()
 	}
-	var rerr error
-	if s.remote != nil {
-		rerr = s.remote.be.Close()
-	}
-	return errors.Join(s.objects.Close(), rerr, s.db.Close())
+	return errors.Join(s.objects.Close(), s.db.Close())
 }
 
 // Format is the store's catalog format version, as the catalog says now.
@@ -329,6 +306,9 @@ func ObjectsDir(dir string) string {
 	}
 	return filepath.Join(dir, objectsName)
 }
+
+// ReadOnly reports whether the store was opened read-only (writes fail).
+func (s *Store) ReadOnly() bool { return s.readOnly }
 
 // Dir returns the store directory.
 func (s *Store) Dir() string { return s.dir }
@@ -391,13 +371,23 @@ type Stats struct {
 	CacheBytes     int64 `json:"cache_bytes"`
 }
 
+// RemoteStats are the remote tier's counters (backend.TierStats), in a
+// store whose objects are a backend.Tier.
+type RemoteStats struct {
+	PendingBytes  int64 `json:"remote_pending_bytes"`  // raw bytes of committed chunks not in the bucket yet (as of the last round)
+	UploadedBytes int64 `json:"remote_uploaded_bytes"` // object bytes this process uploaded
+	ReadBytes     int64 `json:"remote_read_bytes"`     // object bytes this process fetched
+}
+
 // Stats returns the catalog counters and this process's read counters.
 func (s *Store) Stats() (Stats, error) {
 	st := Stats{
 		StoreReadBytes: s.storeReadBytes.Load(),
 		ChunkSize:      s.chunkSize,
 		CacheBytes:     s.cache.bytes(),
-		RemoteStats:    s.remoteStats(),
+	}
+	if t, ok := s.objects.(backend.Tier); ok {
+		st.RemoteStats = RemoteStats(t.TierStats())
 	}
 	err := s.View(func(tx *Tx) error {
 		st.Counts = tx.Counts()
@@ -405,249 +395,6 @@ func (s *Store) Stats() (Stats, error) {
 		return nil
 	})
 	return st, err
-}
-
-// ReadChunk returns the raw bytes of ref's chunk, from the cache or loaded and
-// verified from its object. The returned slice is shared: never modify it.
-func (s *Store) ReadChunk(ctx context.Context, ref ChunkRef) ([]byte, error) {
-	data, err := s.cache.get(ctx, ref.ID, func(ctx context.Context, alloc func(int) []byte) ([]byte, error) {
-		return s.loadChunk(ctx, ref.ID, alloc)
-	})
-	if err != nil {
-		return nil, err
-	}
-	if len(data) != int(ref.Len) {
-		return nil, fmt.Errorf("chunk %v: %w: %d bytes, manifest says %d", ref.ID, ErrCorrupt, len(data), ref.Len)
-	}
-	return data, nil
-}
-
-// AcquireChunk is ReadChunk for callers that give the bytes back: the chunk's
-// buffer is reused for another chunk after Release (and after the cache let it
-// go). Reads through the mount use it, so streaming a large file recycles a
-// few buffers instead of faulting in fresh memory for every chunk.
-func (s *Store) AcquireChunk(ctx context.Context, ref ChunkRef) (*Chunk, error) {
-	e, err := s.cache.acquire(ctx, ref.ID, func(ctx context.Context, alloc func(int) []byte) ([]byte, error) {
-		return s.loadChunk(ctx, ref.ID, alloc)
-	})
-	if err != nil {
-		return nil, err
-	}
-	k := &Chunk{Data: e.data, c: s.cache, e: e}
-	if len(e.data) != int(ref.Len) {
-		k.Release()
-		return nil, fmt.Errorf("chunk %v: %w: %d bytes, manifest says %d", ref.ID, ErrCorrupt, len(e.data), ref.Len)
-	}
-	return k, nil
-}
-
-// Cached reports whether chunk id is in the decoded-chunk cache.
-func (s *Store) Cached(id ID) bool { return s.cache.has(id) }
-
-// CacheSize is the decoded-chunk cache's budget in bytes.
-func (s *Store) CacheSize() int64 { return s.cache.budget }
-
-// loadChunk reads, verifies and decodes chunk id from its object. The
-// object is read into a recycled buffer: the decoded bytes never alias it.
-func (s *Store) loadChunk(ctx context.Context, id ID, alloc func(int) []byte) ([]byte, error) {
-	buf, _ := s.objBufs.Get().(*[]byte)
-	if buf == nil {
-		buf = new([]byte)
-	}
-	var start time.Time
-	if s.obs != nil {
-		start = time.Now()
-	}
-	raw, obj, err := s.readObject(ctx, id, *buf, alloc)
-	if cap(obj) > 0 {
-		*buf = obj
-	}
-	s.objBufs.Put(buf)
-	if s.obs != nil {
-		s.obs.Fetch(time.Since(start), len(raw), err)
-	}
-	if err != nil {
-		return nil, err
-	}
-	s.storeReadBytes.Add(int64(len(raw)))
-	return raw, nil
-}
-
-// VerifyObject reads and fully verifies chunk id's object, bypassing the cache.
-func (s *Store) VerifyObject(ctx context.Context, id ID) (ChunkInfo, error) {
-	info, _, err := s.verifyObject(ctx, id)
-	return info, err
-}
-
-// VerifyObjectBase is VerifyObject that also says whether the object is a
-// delta, and against which base.
-func (s *Store) VerifyObjectBase(ctx context.Context, id ID) (info ChunkInfo, base ID, delta bool, err error) {
-	info, h, err := s.verifyObject(ctx, id)
-	return info, h.Base, h.Delta, err
-}
-
-func (s *Store) verifyObject(ctx context.Context, id ID) (ChunkInfo, object.Header, error) {
-	raw, obj, err := s.readObject(ctx, id, nil, nil)
-	if err != nil {
-		return ChunkInfo{}, object.Header{}, err
-	}
-	h, _ := object.ParseHeader(obj) // Decode parsed it already
-	return ChunkInfo{RawLen: uint32(len(raw)), StoredLen: uint32(len(obj)), Codec: h.Codec}, h, nil
-}
-
-// readObject returns chunk id's decoded, verified bytes and its object, read
-// into buf when it is large enough.
-func (s *Store) readObject(ctx context.Context, id ID, buf []byte, alloc func(int) []byte) (raw, obj []byte, err error) {
-	obj, err = s.objects.Get(ctx, chunkHandle(id), buf)
-	if errors.Is(err, backend.ErrNotExist) {
-		if s.remote != nil {
-			return s.fetchRemote(ctx, id, buf, alloc, false)
-		}
-		return nil, nil, fmt.Errorf("chunk %v: %w", id, ErrMissing)
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("read chunk %v: %w", id, err)
-	}
-	var baseErr error
-	if raw, baseErr, err = s.decodeChunk(ctx, id, obj, alloc); baseErr != nil {
-		return nil, obj, baseErr
-	}
-	if errors.Is(err, ErrCorrupt) && s.remote != nil && s.fetchedCopy(id) {
-		// A cached copy damaged (or torn by a crash): fetch it again.
-		return s.fetchRemote(ctx, id, obj, alloc, false)
-	}
-	if err != nil {
-		return nil, obj, err
-	}
-	return raw, obj, nil
-}
-
-// decodeChunk decodes and verifies object obj of chunk id, a delta against
-// its base from loadBase. An error loading the base is returned as baseErr
-// (obj itself may be sound). A delta that does not decode, or whose result
-// does not hash to id, is decoded again against its base read and verified
-// in full (loadBase does not hash a base it reads): a base that fails the
-// verification (a damaged fetched copy is fetched again first) is to
-// blame, and its error is baseErr too. Otherwise err is the object's.
-func (s *Store) decodeChunk(ctx context.Context, id ID, obj []byte, alloc func(int) []byte) (raw []byte, baseErr, err error) {
-	baseFailed := false
-	raw, err = s.coder.DecodeInto(id, obj, alloc, func(b ID) ([]byte, func(), error) {
-		data, release, err := s.loadBase(ctx, b)
-		baseFailed = err != nil
-		return data, release, err
-	})
-	if baseFailed {
-		return nil, err, nil
-	}
-	if base, ok := object.FailedDelta(err); ok {
-		return s.retryDelta(ctx, id, obj, alloc, base)
-	}
-	return raw, nil, err
-}
-
-// retryDelta is decodeChunk's second try.
-func (s *Store) retryDelta(ctx context.Context, id ID, obj []byte, alloc func(int) []byte, base ID) (raw []byte, baseErr, err error) {
-	bd, release, err := s.readBase(ctx, base, true)
-	if err != nil {
-		return nil, &BaseError{Chunk: id, Base: base, Err: err}, nil
-	}
-	defer release()
-	raw, err = s.coder.DecodeInto(id, obj, alloc, func(b ID) ([]byte, func(), error) {
-		if b != base {
-			return nil, nil, fmt.Errorf("chunk %v: %w: its base changed", id, ErrCorrupt)
-		}
-		return bd, func() {}, nil
-	})
-	return raw, nil, err
-}
-
-// bases is the base loader that decoding a delta object uses under ctx.
-func (s *Store) bases(ctx context.Context) object.BaseFunc {
-	return func(b ID) ([]byte, func(), error) { return s.loadBase(ctx, b) }
-}
-
-// loadBase returns the bytes of base chunk id of a delta object, and the
-// function to call when done with them: from the cache when it is there,
-// else read from its object (fetched from the remote tier when it is
-// missing locally), which must be standalone (a read touches at most two
-// objects). It never waits for a load in flight: with a damaged store naming
-// bases in a cycle, waiting could deadlock two loads on each other.
-//
-// A base read from its object is not hashed (object.Coder.DecodeBase): the delta's
-// result is, so a damaged base can only fail the read, and decodeChunk then
-// verifies the base to tell which of the two is damaged. Such bytes are
-// therefore never put in the cache; they live in a pooled buffer until the
-// delta is decoded.
-func (s *Store) loadBase(ctx context.Context, id ID) ([]byte, func(), error) {
-	if e, ok := s.cache.peek(id); ok {
-		k := &Chunk{Data: e.data, c: s.cache, e: e}
-		return e.data, k.Release, nil
-	}
-	return s.readBase(ctx, id, false)
-}
-
-// readBase reads standalone chunk id's object into a pooled buffer and
-// decodes it into another, hashing the result when verify is set (a copy
-// fetched from the remote is always verified in full before it is kept). A
-// damaged fetched copy is fetched again.
-func (s *Store) readBase(ctx context.Context, id ID, verify bool) (raw []byte, release func(), err error) {
-	buf, _ := s.objBufs.Get().(*[]byte)
-	if buf == nil {
-		buf = new([]byte)
-	}
-	defer s.objBufs.Put(buf)
-	rb, _ := s.baseBufs.Get().(*[]byte)
-	if rb == nil {
-		rb = new([]byte)
-	}
-	alloc := func(n int) []byte {
-		*rb = growBuf(*rb, n)
-		return *rb
-	}
-	defer func() {
-		if err != nil {
-			s.baseBufs.Put(rb)
-		}
-	}()
-	keep := func(obj []byte) {
-		if cap(obj) > 0 {
-			*buf = obj
-		}
-	}
-	obj, err := s.objects.Get(ctx, chunkHandle(id), *buf)
-	switch {
-	case errors.Is(err, backend.ErrNotExist) && s.remote != nil:
-		raw, obj, err = s.fetchRemote(ctx, id, *buf, alloc, true)
-		keep(obj)
-	case errors.Is(err, backend.ErrNotExist):
-		return nil, nil, fmt.Errorf("chunk %v: %w", id, ErrMissing)
-	case err != nil:
-		return nil, nil, fmt.Errorf("read chunk %v: %w", id, err)
-	default:
-		keep(obj)
-		if verify {
-			raw, err = s.coder.DecodeInto(id, obj, alloc, nil)
-		} else {
-			raw, err = s.coder.DecodeBase(id, obj, alloc)
-		}
-		if errors.Is(err, ErrCorrupt) && s.remote != nil && s.fetchedCopy(id) {
-			raw, obj, err = s.fetchRemote(ctx, id, obj, alloc, true)
-			keep(obj)
-		}
-	}
-	if err != nil {
-		return nil, nil, err
-	}
-	s.storeReadBytes.Add(int64(len(raw)))
-	return raw, func() { s.baseBufs.Put(rb) }, nil
-}
-
-// growBuf returns b resized to n bytes, reallocated if its capacity is short.
-func growBuf(b []byte, n int) []byte {
-	if cap(b) < n {
-		return make([]byte, n)
-	}
-	return b[:n]
 }
 
 // chunkHandle names chunk id's object in the backend.
@@ -669,3 +416,19 @@ func (s *Store) IOConcurrency() int { return s.objects.Properties().Connections 
 
 // ObjectsLocation names where the store's chunk objects live, for messages.
 func (s *Store) ObjectsLocation() string { return s.objects.Location() }
+
+// StandaloneObject returns obj, chunk id's object, when it is standalone,
+// and otherwise (a delta) the chunk's standalone encoding. A damaged obj is
+// returned as it is: its reader's checks fail on it.
+func (s *Store) StandaloneObject(ctx context.Context, id ID, obj []byte) ([]byte, error) {
+	h, err := object.ParseHeader(obj)
+	if err != nil || !h.Delta {
+		return obj, nil
+	}
+	raw, err := s.ReadChunk(ctx, ChunkRef{ID: id, Len: h.RawLen})
+	if err != nil {
+		return nil, err
+	}
+	enc, _ := s.coder.Encode(raw, Hint{ElemSize: h.Elem})
+	return enc, nil
+}

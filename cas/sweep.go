@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/ckptfs/ckptfs/cas/backend"
@@ -12,7 +13,7 @@ import (
 // Garbage collection runs beside commits. The race it must never lose (the one
 // that cost xet users data): a commit deduplicates against an existing chunk
 // that the collector, which saw no manifest naming it, deletes before the
-// commit's manifest lands. Three in-memory sets close it, all under pinMu:
+// commit's manifest lands. Three in-memory sets close it, all under collector.mu:
 //
 //   - pins: every chunk a live Batch has Put, deduplicated or written, from
 //     before Put looks at the index until the batch is released (after its
@@ -23,6 +24,17 @@ import (
 //   - deleting: the chunks a sweep step (or a discard, below) has chosen, from
 //     the choice until their index rows are removed and their objects are gone.
 //
+// collector holds the three sets and the steps on them; Store reaches it as
+// s.gc.
+type collector struct {
+	s         *Store
+	mu        sync.Mutex // guards pins, watch, deleting
+	pins      map[ID]int
+	watch     map[ID]struct{}      // while a collection runs: chunks of batches released since it began
+	deleting  map[ID]chan struct{} // closed when the step deleting the chunk ends
+	collectMu sync.Mutex           // one collection at a time
+}
+
 // The collector calls BeginCollect before it reads any manifest, so a chunk
 // named by a manifest it did not see is pinned or watched when Sweep chooses.
 // Sweep chooses only chunks in neither set; Put on a chunk being deleted waits
@@ -32,47 +44,47 @@ import (
 // mark, and call the returned function when the collection is over. Only one
 // collection runs at a time; a second waits.
 func (s *Store) BeginCollect() (end func()) {
-	s.collectMu.Lock()
-	s.pinMu.Lock()
-	s.watch = map[ID]struct{}{}
-	s.pinMu.Unlock()
+	s.gc.collectMu.Lock()
+	s.gc.mu.Lock()
+	s.gc.watch = map[ID]struct{}{}
+	s.gc.mu.Unlock()
 	return func() {
-		s.pinMu.Lock()
-		s.watch = nil
-		s.pinMu.Unlock()
-		s.collectMu.Unlock()
+		s.gc.mu.Lock()
+		s.gc.watch = nil
+		s.gc.mu.Unlock()
+		s.gc.collectMu.Unlock()
 	}
 }
 
-func (s *Store) pin(ctx context.Context, id ID) error {
-	s.pinMu.Lock()
+func (c *collector) pin(ctx context.Context, id ID) error {
+	c.mu.Lock()
 	for {
-		done, ok := s.deleting[id]
+		done, ok := c.deleting[id]
 		if !ok {
 			break
 		}
-		s.pinMu.Unlock()
+		c.mu.Unlock()
 		select {
 		case <-done:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		s.pinMu.Lock()
+		c.mu.Lock()
 	}
-	s.pins[id]++
-	s.pinMu.Unlock()
+	c.pins[id]++
+	c.mu.Unlock()
 	return nil
 }
 
-func (s *Store) unpin(ids []ID) {
-	s.pinMu.Lock()
-	defer s.pinMu.Unlock()
+func (c *collector) unpin(ids []ID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for _, id := range ids {
-		if s.watch != nil {
-			s.watch[id] = struct{}{}
+		if c.watch != nil {
+			c.watch[id] = struct{}{}
 		}
-		if s.pins[id]--; s.pins[id] <= 0 {
-			delete(s.pins, id)
+		if c.pins[id]--; c.pins[id] <= 0 {
+			delete(c.pins, id)
 		}
 	}
 }
@@ -143,23 +155,23 @@ func (s *Store) Sweep(ctx context.Context, candidates []ID) (SweepResult, error)
 	if s.readOnly {
 		return res, errors.New("store is open read-only")
 	}
-	s.pinMu.Lock()
+	s.gc.mu.Lock()
 	chosen := make([]ID, 0, len(candidates))
 	done := make(chan struct{})
 	for _, id := range candidates {
-		_, watched := s.watch[id]
-		if s.pins[id] > 0 || watched {
+		_, watched := s.gc.watch[id]
+		if s.gc.pins[id] > 0 || watched {
 			res.Skipped++
 			continue
 		}
-		if _, ok := s.deleting[id]; ok {
+		if _, ok := s.gc.deleting[id]; ok {
 			continue
 		}
-		s.deleting[id] = done
+		s.gc.deleting[id] = done
 		chosen = append(chosen, id)
 	}
-	s.pinMu.Unlock()
-	defer s.endDeleting(chosen, done)
+	s.gc.mu.Unlock()
+	defer s.gc.endDeleting(chosen, done)
 
 	var doomed []ID
 	err := s.Update(func(tx *Tx) error {
@@ -235,13 +247,13 @@ func (s *Store) Sweep(ctx context.Context, candidates []ID) (SweepResult, error)
 }
 
 // endDeleting ends a deletion step: pins waiting for its chunks go on.
-func (s *Store) endDeleting(chosen []ID, done chan struct{}) {
-	s.pinMu.Lock()
+func (c *collector) endDeleting(chosen []ID, done chan struct{}) {
+	c.mu.Lock()
 	for _, id := range chosen {
-		delete(s.deleting, id)
+		delete(c.deleting, id)
 	}
 	close(done)
-	s.pinMu.Unlock()
+	c.mu.Unlock()
 }
 
 // discardUnnamed deletes the objects of ids that no index row names and no
@@ -253,19 +265,20 @@ func (s *Store) endDeleting(chosen []ID, done chan struct{}) {
 // on disk, and may commit it) is kept, a chunk indexed meanwhile is kept, and
 // a Put of a chosen chunk waits until the object is gone and writes it anew.
 // Errors are returned for logging only: what is left is the collector's.
-func (s *Store) discardUnnamed(ctx context.Context, ids []ID) (int, error) {
-	s.pinMu.Lock()
+func (c *collector) discardUnnamed(ctx context.Context, ids []ID) (int, error) {
+	s := c.s
+	c.mu.Lock()
 	chosen := make([]ID, 0, len(ids))
 	done := make(chan struct{})
 	for _, id := range ids {
-		if _, ok := s.deleting[id]; ok || s.pins[id] > 0 {
+		if _, ok := c.deleting[id]; ok || c.pins[id] > 0 {
 			continue
 		}
-		s.deleting[id] = done
+		c.deleting[id] = done
 		chosen = append(chosen, id)
 	}
-	s.pinMu.Unlock()
-	defer s.endDeleting(chosen, done)
+	c.mu.Unlock()
+	defer c.endDeleting(chosen, done)
 	if len(chosen) == 0 {
 		return 0, nil
 	}
@@ -293,4 +306,21 @@ func (s *Store) discardUnnamed(ctx context.Context, ids []ID) (int, error) {
 		n++
 	}
 	return n, nil
+}
+
+// discardFetched deletes the copies a backend.Tier evicted from its local
+// cache, through discardUnnamed as a released batch's chunks: a copy that a
+// batch in flight found and pinned (it is about to commit it) or that a
+// sweep is deleting is left alone, and so is one the index names. Best
+// effort: a copy left over is only space.
+func discardFetched(s *Store) func(ctx context.Context, hs []backend.Handle) {
+	return func(ctx context.Context, hs []backend.Handle) {
+		ids := make([]ID, 0, len(hs))
+		for _, h := range hs {
+			if id, ok := handleID(h); ok {
+				ids = append(ids, id)
+			}
+		}
+		_, _ = s.gc.discardUnnamed(ctx, ids)
+	}
 }

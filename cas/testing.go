@@ -21,7 +21,7 @@ func SimulateReencodeCrash(tb testing.TB, s *Store) ID {
 	var hit ID
 	stop := func(id ID) error { hit = id; return errSimulatedCrash }
 	for {
-		more, err := s.reencodeGroup(context.Background(), 1, stop)
+		more, err := s.re.reencodeGroup(context.Background(), 1, stop)
 		if errors.Is(err, errSimulatedCrash) {
 			return hit
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/cas"
+	"github.com/ckptfs/ckptfs/cas/remote"
 )
 
 // DefaultGrace is how old an unreferenced object must be before Collect
@@ -32,9 +33,10 @@ type Options struct {
 	Live func() []*cas.Manifest
 	// Progress, when set, is called as phases advance.
 	Progress func(Progress)
-	// Remote also collects the store's remote (cas.Store.CollectRemote) with
-	// the same grace period. Only the remote's writer (lock holder) sets it.
-	Remote bool
+	// Remote, when set, is the store's remote tier, collected too
+	// (remote.Tier.Collect) with the same grace period. Only the remote's
+	// writer (lock holder) sets it.
+	Remote *remote.Tier
 }
 
 // Progress reports how far a phase has come; Total is 0 when unknown. Bytes
@@ -66,7 +68,7 @@ type Result struct {
 	BasesKeptRawBytes int64 `json:"bases_kept_raw_bytes"` // their raw bytes
 	LiveDeltas        int   `json:"live_deltas"`          // the kept deltas coded against them
 	// The remote's collection, when Options.Remote.
-	cas.RemoteCollectResult
+	remote.CollectResult
 }
 
 func report(opts Options, phase string, done, total int64) {
@@ -338,15 +340,15 @@ func markDeltaBases(s *cas.Store, marked *idSet) (*idSet, keptBases, error) {
 
 // collectRemote runs the remote's collection when asked to.
 func collectRemote(ctx context.Context, s *cas.Store, opts Options, start time.Time, res Result) (Result, error) {
-	if !opts.Remote {
+	if opts.Remote == nil {
 		return res, nil
 	}
 	var live []*cas.Manifest
 	if opts.Live != nil {
 		live = opts.Live()
 	}
-	r, err := s.CollectRemote(ctx, start.Add(-opts.Grace), live, opts.DryRun)
-	res.RemoteCollectResult = r
+	r, err := opts.Remote.Collect(ctx, start.Add(-opts.Grace), live, opts.DryRun)
+	res.CollectResult = r
 	if err != nil {
 		return res, fmt.Errorf("collect the remote: %w", err)
 	}

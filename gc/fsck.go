@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/ckptfs/ckptfs/cas"
+	"github.com/ckptfs/ckptfs/cas/remote"
 )
 
 // FsckOptions configure Fsck.
@@ -20,6 +21,9 @@ type FsckOptions struct {
 	// Progress, when set, is called as ReadData's reading advances: phase
 	// "read", in raw bytes of the indexed chunks.
 	Progress func(Progress)
+	// Remote, when set, is the store's remote tier: a chunk missing
+	// locally is looked for (and, with ReadData, verified) in its bucket.
+	Remote *remote.Tier
 }
 
 // Problem is one fault Fsck found. Path names the file (relative to the
@@ -387,7 +391,7 @@ func (c *fscker) checkFile(tx *cas.Tx, e entry) error {
 		if err != nil {
 			return err
 		}
-		if !ok && !c.s.HasRemote() {
+		if !ok && c.opts.Remote == nil {
 			c.problem("unindexed-chunk", e.path, ref.ID.String(), "chunk is not in the chunk index")
 		} else if ok && info.RawLen != ref.Len {
 			c.problem("chunk-length", e.path, ref.ID.String(), "manifest says %d bytes, index says %d", ref.Len, info.RawLen)

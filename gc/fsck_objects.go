@@ -112,15 +112,15 @@ func (c *fscker) checkObjects(ctx context.Context) error {
 		for _, id := range unindexed {
 			_, local := find(id)
 			switch {
-			case local && c.s.HasRemote() && c.opts.ReadData:
+			case local && c.opts.Remote != nil && c.opts.ReadData:
 				c.res.ObjectsRead++
 				if _, err := c.s.VerifyObject(ctx, id); err != nil && !c.baseFailed(id, err) {
 					c.chunkProblem("corrupt-chunk", id, "%v", unwrapCorrupt(err))
 				}
 			case local:
-			case c.s.HasRemote():
+			case c.opts.Remote != nil:
 				c.res.ObjectsRead++
-				if err := c.s.VerifyRemoteObject(ctx, id); errors.Is(err, cas.ErrMissing) {
+				if err := c.opts.Remote.VerifyObject(ctx, id); errors.Is(err, cas.ErrMissing) {
 					c.chunkProblem("missing-chunk", id, "named by a manifest, in neither the local store nor the remote")
 				} else if err != nil {
 					c.chunkProblem("corrupt-chunk", id, "in the remote: %v", unwrapCorrupt(err))

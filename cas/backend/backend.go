@@ -199,3 +199,37 @@ func CheckHandle(h Handle) error {
 	}
 	return nil
 }
+
+// Tier is implemented by a backend that fronts a slower one with a local
+// cache of the objects it fetched from it (cas/backend/tiered): Get reads
+// the local copy, and on a miss fetches from the remote and keeps a copy.
+// The tier does not verify what it fetches; its caller does (cas decodes
+// and hashes every object it reads), and tells the tier about a damaged
+// copy through Refetch and Drop.
+type Tier interface {
+	Backend
+	// Remote is the backend behind the local one.
+	Remote() Backend
+	// Refetch replaces the local copy of h, found damaged by the caller,
+	// with a fresh one fetched from the remote, and returns its bytes
+	// (read into buf when it is large enough).
+	Refetch(ctx context.Context, h Handle, buf []byte) ([]byte, error)
+	// Drop deletes the local copy of h (a fetched copy that failed the
+	// caller's checks even when fetched again): it is not kept.
+	Drop(ctx context.Context, h Handle) error
+	// OnEvict sets what deletes the fetched copies the tier's budget
+	// evicts (by default it deletes them from the local backend itself):
+	// cas sets a function that leaves alone the copies a commit in flight
+	// is about to name. Set once, before the tier is used.
+	OnEvict(fn func(ctx context.Context, hs []Handle))
+	// TierStats returns the tier's traffic counters.
+	TierStats() TierStats
+}
+
+// TierStats counts a Tier's traffic since it was made: bytes fetched, and
+// the counters of the upload rounds that write back to it (cas/remote).
+type TierStats struct {
+	PendingBytes  int64 // raw bytes of committed chunks not in the remote yet (as of the last round)
+	UploadedBytes int64 // object bytes uploaded
+	ReadBytes     int64 // object bytes fetched
+}

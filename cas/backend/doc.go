@@ -1,7 +1,8 @@
 // Package backend is the seam between ckptfs's chunk store (package cas) and
 // the places its objects live: the store's local objects/ directory
 // (cas/backend/local), memory for tests (cas/backend/mem), and an
-// S3-compatible bucket (cas/backend/s3).
+// S3-compatible bucket (cas/backend/s3); cas/backend/tiered composes two
+// (local first, remote on a miss: the remote tier's read side, a Tier).
 //
 // Who implements it: cas/backend/local and cas/backend/mem are written with
 // the seam (remote-seam, issue #14); cas/backend/s3 by the S3 work (remote-s3,
@@ -12,8 +13,8 @@
 //		backendtest.Run(t, func(t testing.TB) backend.Backend { return newBackend(t) })
 //	}
 //
-// Only cas (and cmd/ckptfs, to construct a remote) imports this package and its
-// sub-packages; fusefs and gc never see object names or paths. This package
+// Only cas, cas/remote (the remote tier's write side) and cmd/ckptfs (to
+// construct the backends) import this package and its sub-packages; fusefs and gc never see object names or paths. This package
 // imports nothing from ckptfs and only the standard library.
 //
 // # Objects

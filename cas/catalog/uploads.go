@@ -2,7 +2,7 @@ package catalog
 
 import "encoding/binary"
 
-// Uploads writes and reads the rows of the remote tier (cas's remote.go):
+// Uploads writes and reads the rows of the remote tier (cas/remote):
 // the commit generation (counted by every commit), the generation uploaded
 // last, and the set of chunks known to be in the remote (bucket
 // remote_chunks, chunk ID → empty). An older ckptfs ignores them.

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/cas"
+	"github.com/ckptfs/ckptfs/cas/backend/tiered"
+	"github.com/ckptfs/ckptfs/cas/remote"
 	"github.com/ckptfs/ckptfs/gc"
 )
 
@@ -35,20 +37,26 @@ func runFsck(ctx context.Context, c command, args []string, stdout, stderr io.Wr
 	} else {
 		var s *cas.Store
 		opts := cas.Options{KeepSpool: true}
+		var objects *tiered.Backend
 		if *remoteURL != "" {
-			if opts.Remote, err = openRemote(ctx, *remoteURL); err != nil {
+			if objects, err = openTiered(ctx, *remoteURL, t.storeDir, tiered.DefaultCacheSize); err != nil {
 				return err
 			}
+			opts.Objects = objects
 		}
 		s, err = openStore(t.storeDir, opts)
 		if err != nil {
-			if opts.Remote != nil {
-				opts.Remote.Close()
+			if objects != nil {
+				objects.Close()
 			}
 			return err
 		}
 		defer s.Close()
-		res, err = gc.Fsck(ctx, s, gc.FsckOptions{ReadData: *readData, Progress: bar.update})
+		fopts := gc.FsckOptions{ReadData: *readData, Progress: bar.update}
+		if objects != nil {
+			fopts.Remote = remote.New(s, objects)
+		}
+		res, err = gc.Fsck(ctx, s, fopts)
 	}
 	if err != nil {
 		bar.finish("")

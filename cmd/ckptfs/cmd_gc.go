@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/cas"
+	"github.com/ckptfs/ckptfs/cas/remote"
 	"github.com/ckptfs/ckptfs/gc"
 )
 
@@ -56,7 +57,7 @@ func runGC(ctx context.Context, c command, args []string, stdout, stderr io.Writ
 		return enc.Encode(res)
 	}
 	bar.finish(fmt.Sprintf("gc: %s %s (%d chunks) of %d objects in %.1fs",
-		verb, formatBytes(res.FreedBytes+res.RemoteCollectResult.FreedBytes), res.Chunks+res.RemoteCollectResult.Freed, res.Objects, bar.elapsed().Seconds()))
+		verb, formatBytes(res.FreedBytes+res.CollectResult.FreedBytes), res.Chunks+res.CollectResult.Freed, res.Objects, bar.elapsed().Seconds()))
 	fmt.Fprintf(stdout, "%s %d chunks, %s (%s raw)\n", verb, res.Chunks, formatBytes(res.FreedBytes), formatBytes(res.FreedRawBytes))
 	fmt.Fprintf(stdout, "objects %d, referenced %d, unreferenced %d (%d kept: younger than %v; %d in use by commits)\n",
 		res.Objects, res.Marked, res.Unreferenced, res.Young, time.Duration(grace), res.Skipped)
@@ -64,7 +65,7 @@ func runGC(ctx context.Context, c command, args []string, stdout, stderr io.Writ
 		fmt.Fprintf(stdout, "kept %d chunks no file names, %s (%s raw): bases of %d live deltas (freed with the last of them)\n",
 			res.BasesKept, formatBytes(res.BasesKeptBytes), formatBytes(res.BasesKeptRawBytes), res.LiveDeltas)
 	}
-	if r := res.RemoteCollectResult; r != (cas.RemoteCollectResult{}) {
+	if r := res.CollectResult; r != (remote.CollectResult{}) {
 		fmt.Fprintf(stdout, "remote: %s %d of %d chunk objects, %s (%d unreferenced kept: younger than %v)\n",
 			verb, r.Freed, r.Objects, formatBytes(r.FreedBytes), r.Young, time.Duration(grace))
 	}

@@ -19,6 +19,8 @@ import (
 	"syscall"
 
 	"github.com/ckptfs/ckptfs/cas"
+	"github.com/ckptfs/ckptfs/cas/backend/tiered"
+	"github.com/ckptfs/ckptfs/cas/remote"
 	"github.com/ckptfs/ckptfs/fusefs"
 )
 
@@ -31,7 +33,7 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 	commitMode := fl.String("commit", "sync", "sync: close returns once the file is committed; async: once its bytes are staged (fsync waits for the commit); remote: once it is also uploaded to --remote")
 	remoteURL := fl.String("remote", "", "s3://BUCKET/PREFIX: upload committed files there in the background, fetch missing chunks from there (endpoint and credentials: AWS_* variables)")
 	readOnly := fl.Bool("read-only", false, "with --remote: mount read-only, showing the files the remote's writer uploaded (refreshed every few seconds)")
-	localCache := byteSize(cas.DefaultLocalCacheSize)
+	localCache := byteSize(tiered.DefaultCacheSize)
 	fl.Var(&localCache, "local-cache-size", "with --remote: local space for chunks fetched from the remote (e.g. 10GiB)")
 	encoders := inlineEncodersFlag(fl)
 	keyframe := fl.Int("delta-keyframe", cas.DefaultDeltaKeyframe, "store a changed tensor as a delta against its version up to N-1 saves earlier, then start again with a whole one (1: no deltas)")
@@ -128,32 +130,33 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 	} else if n < lowFileLimit {
 		logger.Printf("the file limit is %d descriptors (ulimit -n): reads and commits wait when they are all in use", n)
 	}
+	var objects *tiered.Backend // with --remote: the local objects in front of the bucket
 	if *remoteURL != "" {
-		remote, err := openRemote(ctx, *remoteURL)
-		if err != nil {
+		if objects, err = openTiered(ctx, *remoteURL, storeDir, int64(localCache)); err != nil {
 			return err
 		}
-		storeOpts.Remote, storeOpts.LocalCacheSize = remote, int64(localCache)
+		storeOpts.Objects = objects
 	}
 	store, err := openStore(storeDir, storeOpts)
 	if err != nil {
-		if storeOpts.Remote != nil {
-			storeOpts.Remote.Close()
+		if objects != nil {
+			objects.Close()
 		}
 		return err
 	}
+	tier := remoteTier(store, objects)
 	defer func() {
 		store.Close()
 		if !mounted {
 			removeNew()
 		}
 	}()
-	if storeOpts.Remote != nil && !*readOnly {
+	if tier != nil && !*readOnly {
 		id, err := store.ID()
 		if err != nil {
 			return err
 		}
-		lock, err := cas.LockRemote(ctx, storeOpts.Remote, id, logger.Printf)
+		lock, err := remote.TakeLock(ctx, objects.Remote(), id, logger.Printf)
 		if err != nil {
 			return err
 		}
@@ -169,8 +172,8 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 	defer stopBG()
 	var up *uploader
 	syncFn := func(context.Context) error { return errors.New("this mount has no remote (--remote)") }
-	if storeOpts.Remote != nil && !*readOnly {
-		up = newUploader(store, logger)
+	if tier != nil && !*readOnly {
+		up = newUploader(tier, logger)
 		syncFn = up.sync
 		if *commitMode == "remote" {
 			fsOpts = append(fsOpts, fusefs.WithAfterCommit(up.sync))
@@ -187,7 +190,7 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 	defer fsys.Close() // stops the background re-encoder; runs before store.Close
 	var ref *refresher
 	if *readOnly {
-		ref = &refresher{store: store, fsys: fsys, logger: logger}
+		ref = &refresher{tier: tier, fsys: fsys, logger: logger}
 		if err := ref.refresh(ctx); err != nil {
 			return fmt.Errorf("read the files of %s: %w", *remoteURL, err)
 		}
@@ -206,7 +209,7 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 	if ref != nil {
 		bgWG.Go(func() { ref.run(bg) })
 	}
-	stopControl, err := serveControl(ctx, store, fsys, logger, remoteControl{sync: syncFn, writer: up != nil})
+	stopControl, err := serveControl(ctx, store, fsys, logger, remoteControl{sync: syncFn, tier: tier, writer: up != nil})
 	if err != nil {
 		srv.Unmount()
 		return err

@@ -14,10 +14,12 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ckptfs/ckptfs/cas"
+	"github.com/ckptfs/ckptfs/cas/remote"
 	"github.com/ckptfs/ckptfs/fusefs"
 	"github.com/ckptfs/ckptfs/gc"
-	"golang.org/x/sys/unix"
 )
 
 // The serving daemon listens on STORE/daemon.sock so that gc, fsck and du,
@@ -106,11 +108,11 @@ func handleControl(ctx context.Context, conn net.Conn, store *cas.Store, fsys *f
 			break
 		}
 		var r gc.Result
-		r, err = gc.Collect(ctx, store, gc.Options{Grace: req.Grace, DryRun: req.DryRun, Live: fsys.LiveManifests, Progress: progress, Remote: rc.writer})
+		r, err = gc.Collect(ctx, store, gc.Options{Grace: req.Grace, DryRun: req.DryRun, Live: fsys.LiveManifests, Progress: progress, Remote: rc.collected()})
 		result = r
 	case "fsck":
 		var r gc.FsckResult
-		r, err = gc.Fsck(ctx, store, gc.FsckOptions{ReadData: req.ReadData, Progress: progress})
+		r, err = gc.Fsck(ctx, store, gc.FsckOptions{ReadData: req.ReadData, Progress: progress, Remote: rc.tier})
 		result = r
 	case "earliest":
 		var r map[string]int64
@@ -118,7 +120,7 @@ func handleControl(ctx context.Context, conn net.Conn, store *cas.Store, fsys *f
 		result = r
 	case "sync":
 		var r syncResult
-		r, err = syncWatched(ctx, store, rc.sync, progress)
+		r, err = syncWatched(ctx, rc.tier, rc.sync, progress)
 		result = r
 	case "du":
 		var r duResult
@@ -159,7 +161,7 @@ func throttle(send func(gc.Progress)) func(gc.Progress) {
 // syncResult is the daemon's answer to sync: what upload rounds put into
 // the bucket while it ran. Rounds are serialised, and the uploader may be
 // in one when sync asks for its own, so this counts every round's work over
-// the call (the store's cas.UploadProgress before and after), not only the
+// the call (remote.Tier.Progress before and after), not only the
 // one sync started: what the caller waited for.
 type syncResult struct {
 	Remote    string  `json:"remote"`     // the bucket's location
@@ -179,9 +181,12 @@ const syncPoll = 100 * time.Millisecond
 // Total that plus what the current round has left. An upload round has no
 // progress callback of its own: a round sync waits for was started by the
 // uploader, so polling the store's counters is what sees both.
-func syncWatched(ctx context.Context, store *cas.Store, run func(context.Context) error, progress func(gc.Progress)) (syncResult, error) {
+func syncWatched(ctx context.Context, tier *remote.Tier, run func(context.Context) error, progress func(gc.Progress)) (syncResult, error) {
+	if tier == nil { // no remote: run says so
+		return syncResult{}, run(ctx)
+	}
 	start := time.Now()
-	before := store.UploadProgress()
+	before := tier.Progress()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -196,7 +201,7 @@ func syncWatched(ctx context.Context, store *cas.Store, run func(context.Context
 				return
 			case <-t.C:
 			}
-			now := store.UploadProgress()
+			now := tier.Progress()
 			p := gc.Progress{Phase: "upload", Done: now.SettledBytes - before.SettledBytes, Bytes: true}
 			p.Total = p.Done + now.PendingBytes
 			if p != sent && p.Total > 0 {
@@ -211,7 +216,7 @@ func syncWatched(ctx context.Context, store *cas.Store, run func(context.Context
 	if err != nil {
 		return syncResult{}, err
 	}
-	after := store.UploadProgress()
+	after := tier.Progress()
 	res := syncResult{
 		Chunks:    after.Chunks - before.Chunks,
 		RawBytes:  after.RawBytes - before.RawBytes,
@@ -219,9 +224,7 @@ func syncWatched(ctx context.Context, store *cas.Store, run func(context.Context
 		Present:   after.Present - before.Present,
 		Seconds:   time.Since(start).Seconds(),
 	}
-	if be := store.Remote(); be != nil {
-		res.Remote = be.Location()
-	}
+	res.Remote = tier.Location()
 	return res, nil
 }
 
@@ -325,7 +328,16 @@ func callDaemon(ctx context.Context, socket string, req controlRequest, onProgre
 // remoteControl is what the control socket needs of the remote tier.
 type remoteControl struct {
 	sync   func(context.Context) error // ckptfs sync
+	tier   *remote.Tier                // the remote tier, or nil (fsck looks there for chunks missing here)
 	writer bool                        // this daemon holds the remote's writer lock: gc collects the remote too
+}
+
+// collected is the remote tier gc collects: the writer's only.
+func (rc remoteControl) collected() *remote.Tier {
+	if !rc.writer {
+		return nil
+	}
+	return rc.tier
 }
 
 // isSocket reports whether path is a live daemon's control socket.

@@ -10,7 +10,10 @@ import (
 
 	"github.com/ckptfs/ckptfs/cas"
 	"github.com/ckptfs/ckptfs/cas/backend"
+	"github.com/ckptfs/ckptfs/cas/backend/local"
 	"github.com/ckptfs/ckptfs/cas/backend/s3"
+	"github.com/ckptfs/ckptfs/cas/backend/tiered"
+	"github.com/ckptfs/ckptfs/cas/remote"
 	"github.com/ckptfs/ckptfs/fusefs"
 )
 
@@ -35,9 +38,28 @@ func openRemote(ctx context.Context, url string) (backend.Backend, error) {
 	return be, nil
 }
 
+// openTiered opens the bucket at url behind the local objects of the store
+// in storeDir, keeping up to cacheSize bytes of fetched objects.
+func openTiered(ctx context.Context, url, storeDir string, cacheSize int64) (*tiered.Backend, error) {
+	be, err := openRemote(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	return tiered.New(local.New(cas.ObjectsDir(storeDir), local.Options{}), be, tiered.Options{CacheSize: cacheSize}), nil
+}
+
+// remoteTier is the remote tier's write side of store, whose objects are
+// objects; nil without a remote (objects nil).
+func remoteTier(store *cas.Store, objects *tiered.Backend) *remote.Tier {
+	if objects == nil {
+		return nil
+	}
+	return remote.New(store, objects)
+}
+
 // uploader runs upload rounds in the background of a writing mount.
 type uploader struct {
-	store  *cas.Store
+	tier   *remote.Tier
 	logger *log.Logger
 	kick   chan struct{}
 
@@ -45,8 +67,8 @@ type uploader struct {
 	lastErr error // of the last round, nil once one succeeded
 }
 
-func newUploader(store *cas.Store, logger *log.Logger) *uploader {
-	return &uploader{store: store, logger: logger, kick: make(chan struct{}, 1)}
+func newUploader(tier *remote.Tier, logger *log.Logger) *uploader {
+	return &uploader{tier: tier, logger: logger, kick: make(chan struct{}, 1)}
 }
 
 // poke asks for a round soon; it never blocks (a commit calls it).
@@ -82,13 +104,13 @@ func (u *uploader) run(ctx context.Context) {
 			return
 		default:
 			wait = min(max(2*wait, retryMin), retryMax)
-			u.logger.Printf("upload to %s: %v (retrying in %v)", u.store.Remote().Location(), err, wait)
+			u.logger.Printf("upload to %s: %v (retrying in %v)", u.tier.Location(), err, wait)
 		}
 	}
 }
 
 func (u *uploader) round(ctx context.Context) error {
-	err := u.store.UploadRound(ctx)
+	err := u.tier.UploadRound(ctx)
 	u.mu.Lock()
 	u.lastErr = err
 	u.mu.Unlock()
@@ -99,14 +121,14 @@ func (u *uploader) round(ctx context.Context) error {
 // is in the bucket (ckptfs sync, --commit=remote).
 func (u *uploader) sync(ctx context.Context) error {
 	if err := u.round(ctx); err != nil {
-		return fmt.Errorf("upload to %s: %w", u.store.Remote().Location(), err)
+		return fmt.Errorf("upload to %s: %w", u.tier.Location(), err)
 	}
 	return nil
 }
 
 // refresher imports the remote's new snapshots into a reading mount.
 type refresher struct {
-	store  *cas.Store
+	tier   *remote.Tier
 	fsys   *fusefs.FS
 	logger *log.Logger
 	known  string
@@ -114,7 +136,7 @@ type refresher struct {
 
 // refresh imports the newest snapshot if it is new.
 func (r *refresher) refresh(ctx context.Context) error {
-	snap, name, err := r.store.RemoteSnapshot(ctx, r.known)
+	snap, name, err := r.tier.Snapshot(ctx, r.known)
 	if err != nil || snap == nil {
 		return err
 	}
@@ -139,7 +161,7 @@ func (r *refresher) run(ctx context.Context) {
 		case <-t.C:
 		}
 		if err := r.refresh(ctx); err != nil && ctx.Err() == nil {
-			r.logger.Printf("refresh from %s: %v", r.store.Remote().Location(), err)
+			r.logger.Printf("refresh from %s: %v", r.tier.Location(), err)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package cas
+package remote
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/ckptfs/ckptfs/cas"
 	"github.com/ckptfs/ckptfs/cas/backend"
 )
 
@@ -19,8 +20,8 @@ const (
 	StaleLockAge      = 2 * time.Minute
 )
 
-// ErrRemoteLocked means another writer holds the remote's writer lock.
-var ErrRemoteLocked = errors.New("the remote is mounted for writing elsewhere")
+// ErrLocked means another writer holds the remote's writer lock.
+var ErrLocked = errors.New("the remote is mounted for writing elsewhere")
 
 type lockRecord struct {
 	Holder string    `json:"holder"` // random, to recognise our own lock
@@ -31,8 +32,8 @@ type lockRecord struct {
 	Beat   time.Time `json:"beat"`
 }
 
-// RemoteLock is a held writer lock; Unlock releases it.
-type RemoteLock struct {
+// Lock is a held writer lock; Unlock releases it.
+type Lock struct {
 	be   backend.Backend
 	rec  lockRecord
 	stop context.CancelFunc
@@ -40,18 +41,18 @@ type RemoteLock struct {
 	logf func(format string, args ...any)
 }
 
-// LockRemote takes be's writer lock (locks/writer) for the store whose ID is
+// TakeLock takes be's writer lock (locks/writer) for the store whose ID is
 // storeID, with a put-if-absent, and keeps it fresh with a heartbeat until
 // Unlock. A lock held by a live writer gives an error wrapping
-// ErrRemoteLocked that names its host and process; a stale one (no heartbeat
+// ErrLocked that names its host and process; a stale one (no heartbeat
 // for StaleLockAge), or one held for the same store (whose daemon died: the
 // caller has the store open, so no other process has), is taken over. logf
 // reports a heartbeat that failed or found the lock taken from us.
-func LockRemote(ctx context.Context, be backend.Backend, storeID string, logf func(format string, args ...any)) (*RemoteLock, error) {
+func TakeLock(ctx context.Context, be backend.Backend, storeID string, logf func(format string, args ...any)) (*Lock, error) {
 	host, _ := os.Hostname()
 	now := time.Now().UTC()
-	l := &RemoteLock{be: be, logf: logf, rec: lockRecord{
-		Holder: Sum([]byte(fmt.Sprint(host, os.Getpid(), now.UnixNano()))).String()[:16],
+	l := &Lock{be: be, logf: logf, rec: lockRecord{
+		Holder: cas.Sum([]byte(fmt.Sprint(host, os.Getpid(), now.UnixNano()))).String()[:16],
 		Store:  storeID, Host: host, PID: os.Getpid(), Since: now, Beat: now,
 	}}
 	h := backend.Handle{Kind: backend.Lock, Name: writerName}
@@ -66,7 +67,7 @@ func LockRemote(ctx context.Context, be backend.Backend, storeID string, logf fu
 		}
 		if !errors.Is(err, backend.ErrExists) || attempt > 0 {
 			if errors.Is(err, backend.ErrExists) {
-				return nil, fmt.Errorf("%s: %w (another writer took the stale lock first)", be.Location(), ErrRemoteLocked)
+				return nil, fmt.Errorf("%s: %w (another writer took the stale lock first)", be.Location(), ErrLocked)
 			}
 			return nil, fmt.Errorf("take the writer lock of %s: %w", be.Location(), err)
 		}
@@ -84,7 +85,7 @@ func LockRemote(ctx context.Context, be backend.Backend, storeID string, logf fu
 		same := storeID != "" && other.Store == storeID
 		if age < StaleLockAge && !same {
 			return nil, fmt.Errorf("%s: %w: held by %s pid %d since %s, last heartbeat %s ago; mount it read-only (--read-only), or stop that writer",
-				be.Location(), ErrRemoteLocked, other.Host, other.PID, other.Since.Format(time.RFC3339), age.Round(time.Second))
+				be.Location(), ErrLocked, other.Host, other.PID, other.Since.Format(time.RFC3339), age.Round(time.Second))
 		}
 		if logf != nil {
 			logf("taking over the writer lock of %s (held by %s pid %d for this store, silent for %s)", be.Location(), other.Host, other.PID, age.Round(time.Second))
@@ -99,7 +100,7 @@ func LockRemote(ctx context.Context, be backend.Backend, storeID string, logf fu
 	return l, nil
 }
 
-func (l *RemoteLock) heartbeat(ctx context.Context) {
+func (l *Lock) heartbeat(ctx context.Context) {
 	defer close(l.done)
 	h := backend.Handle{Kind: backend.Lock, Name: writerName}
 	t := time.NewTicker(HeartbeatInterval)
@@ -133,7 +134,7 @@ func (l *RemoteLock) heartbeat(ctx context.Context) {
 }
 
 // Unlock stops the heartbeat and removes the lock if it is still ours.
-func (l *RemoteLock) Unlock(ctx context.Context) error {
+func (l *Lock) Unlock(ctx context.Context) error {
 	l.stop()
 	<-l.done
 	h := backend.Handle{Kind: backend.Lock, Name: writerName}

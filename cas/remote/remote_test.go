@@ -1,4 +1,4 @@
-package cas
+package remote
 
 import (
 	"bytes"
@@ -10,9 +10,38 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckptfs/ckptfs/cas"
 	"github.com/ckptfs/ckptfs/cas/backend"
+	"github.com/ckptfs/ckptfs/cas/backend/local"
 	"github.com/ckptfs/ckptfs/cas/backend/mem"
+	"github.com/ckptfs/ckptfs/cas/backend/tiered"
+	"github.com/ckptfs/ckptfs/cas/internal/tensortest"
 )
+
+// openTiered opens the store in dir with its objects in front of remote
+// (cacheSize 0: the default budget of fetched copies), and its remote tier.
+func openTiered(dir string, remote backend.Backend, cacheSize int64) (*cas.Store, *Tier, error) {
+	t := tiered.New(local.New(cas.ObjectsDir(dir), local.Options{}), remote, tiered.Options{CacheSize: cacheSize})
+	s, err := cas.Open(dir, cas.Options{Objects: t})
+	if err != nil {
+		t.Close()
+		return nil, nil, err
+	}
+	return s, New(s, t), nil
+}
+
+// testStore is openTiered in a temporary directory, closed when t ends.
+func testStore(t *testing.T, remote backend.Backend) (*cas.Store, *Tier) {
+	t.Helper()
+	s, r, err := openTiered(filepath.Join(t.TempDir(), "store"), remote, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, r
+}
+
+func pseudoRandom(n int, seed byte) []byte { return tensortest.PseudoRandom(n, seed) }
 
 // flakyRemote fails every Put while down is set: a server that went away.
 type flakyRemote struct {
@@ -30,14 +59,14 @@ func (f *flakyRemote) Put(ctx context.Context, h backend.Handle, obj []byte, opt
 }
 
 // commitNamed commits data as file name in the root directory.
-func commitNamed(t *testing.T, s *Store, name string, data []byte) {
+func commitNamed(t *testing.T, s *cas.Store, name string, data []byte) {
 	t.Helper()
 	ino, err := s.AllocIno()
 	if err != nil {
 		t.Fatal(err)
 	}
 	b := s.NewBatch()
-	m := &Manifest{}
+	m := &cas.Manifest{}
 	for off := 0; off < len(data); off += 1 << 16 {
 		ref, err := b.Put(context.Background(), data[off:min(off+1<<16, len(data))])
 		if err != nil {
@@ -45,14 +74,14 @@ func commitNamed(t *testing.T, s *Store, name string, data []byte) {
 		}
 		m.Chunks = append(m.Chunks, ref)
 	}
-	err = s.Commit(context.Background(), b, func(tx *Tx) error {
+	err = s.Commit(context.Background(), b, func(tx *cas.Tx) error {
 		if err := tx.PutManifest(ino, m); err != nil {
 			return err
 		}
-		if err := tx.PutNode(Node{Ino: ino, Mode: 0o100644, Size: m.Size()}); err != nil {
+		if err := tx.PutNode(cas.Node{Ino: ino, Mode: 0o100644, Size: m.Size()}); err != nil {
 			return err
 		}
-		return tx.Link(RootIno, name, ino)
+		return tx.Link(cas.RootIno, name, ino)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -66,19 +95,19 @@ func TestRemoteRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	remote := &flakyRemote{Backend: mem.New(backend.Properties{DurableOnPut: true, AtomicPut: true})}
 	dirA := filepath.Join(t.TempDir(), "a")
-	a, err := openLocal(dirA, Options{Remote: remote})
+	a, ra, err := openTiered(dirA, remote, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	one := pseudoRandom(300000, 1)
 	commitNamed(t, a, "one.bin", one)
-	if pending, _ := a.UploadPending(); !pending {
+	if pending, _ := ra.UploadPending(); !pending {
 		t.Fatal("a commit left nothing pending for upload")
 	}
-	if err := a.UploadRound(ctx); err != nil {
+	if err := ra.UploadRound(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if pending, _ := a.UploadPending(); pending {
+	if pending, _ := ra.UploadPending(); pending {
 		t.Fatal("pending after a successful round")
 	}
 	if st, _ := a.Stats(); st.RemoteStats.UploadedBytes == 0 || st.RemoteStats.PendingBytes != 0 {
@@ -90,7 +119,7 @@ func TestRemoteRoundTrip(t *testing.T) {
 	remote.down.Store(true)
 	two := append(bytes.Repeat([]byte("shared prefix "), 5000), pseudoRandom(200000, 2)...)
 	commitNamed(t, a, "two.bin", two)
-	if err := a.UploadRound(ctx); !errors.Is(err, errDown) {
+	if err := ra.UploadRound(ctx); !errors.Is(err, errDown) {
 		t.Fatalf("upload round with the server down: %v", err)
 	}
 	if st, _ := a.Stats(); st.RemoteStats.PendingBytes < int64(len(two))/2 {
@@ -98,29 +127,29 @@ func TestRemoteRoundTrip(t *testing.T) {
 	}
 	a.Close()
 	remote.down.Store(false)
-	a, err = openLocal(dirA, Options{Remote: remote})
+	a, ra, err = openTiered(dirA, remote, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	if pending, _ := a.UploadPending(); !pending {
+	if pending, _ := ra.UploadPending(); !pending {
 		t.Fatal("a reopened store forgot its pending upload")
 	}
-	if err := a.UploadRound(ctx); err != nil {
+	if err := ra.UploadRound(ctx); err != nil {
 		t.Fatal(err)
 	}
 
 	// A fresh store on the same remote.
-	b, err := openLocal(filepath.Join(t.TempDir(), "b"), Options{Remote: remote, LocalCacheSize: 1 << 20})
+	b, rb, err := openTiered(filepath.Join(t.TempDir(), "b"), remote, 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	snap, name, err := b.RemoteSnapshot(ctx, "")
+	snap, name, err := rb.Snapshot(ctx, "")
 	if err != nil || snap == nil {
 		t.Fatalf("snapshot: %v", err)
 	}
-	if again, same, err := b.RemoteSnapshot(ctx, name); err != nil || again != nil || same != name {
+	if again, same, err := rb.Snapshot(ctx, name); err != nil || again != nil || same != name {
 		t.Fatalf("an unchanged head was fetched again (%v)", err)
 	}
 	fds := func() int {
@@ -157,7 +186,7 @@ func TestRemoteRoundTrip(t *testing.T) {
 	}
 	// The local copies stay within LocalCacheSize (1 MiB, plus the newest).
 	var kept int64
-	if err := b.WalkObjects(ctx, func(o ObjectInfo) error { kept += o.Size; return nil }); err != nil {
+	if err := b.WalkObjects(ctx, func(o cas.ObjectInfo) error { kept += o.Size; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if kept > 1<<20+1<<16+1024 {
@@ -170,13 +199,13 @@ func TestRemoteRoundTrip(t *testing.T) {
 func TestRemoteDamagedObject(t *testing.T) {
 	ctx := context.Background()
 	remote := mem.New(backend.Properties{DurableOnPut: true})
-	a := testStore(t, Options{Remote: remote})
+	a, ra := testStore(t, remote)
 	data := pseudoRandom(100000, 3)
 	commitNamed(t, a, "f", data)
-	if err := a.UploadRound(ctx); err != nil {
+	if err := ra.UploadRound(ctx); err != nil {
 		t.Fatal(err)
 	}
-	id := Sum(data[:1<<16])
+	id := cas.Sum(data[:1<<16])
 	h := chunkHandle(id)
 	obj, err := remote.Get(ctx, h, nil)
 	if err != nil {
@@ -186,12 +215,12 @@ func TestRemoteDamagedObject(t *testing.T) {
 	if err := remote.Put(ctx, h, obj, backend.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	b := testStore(t, Options{Remote: remote})
-	if _, err := b.ReadChunk(ctx, ChunkRef{ID: id, Len: 1 << 16}); !errors.Is(err, ErrCorrupt) {
+	b, rb := testStore(t, remote)
+	if _, err := b.ReadChunk(ctx, cas.ChunkRef{ID: id, Len: 1 << 16}); !errors.Is(err, cas.ErrCorrupt) {
 		t.Fatalf("read of a damaged remote object: %v, want ErrCorrupt", err)
 	}
-	if err := b.VerifyRemoteObject(ctx, id); !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("VerifyRemoteObject: %v", err)
+	if err := rb.VerifyObject(ctx, id); !errors.Is(err, cas.ErrCorrupt) {
+		t.Fatalf("VerifyObject: %v", err)
 	}
 }
 
@@ -200,29 +229,29 @@ func TestRemoteDamagedObject(t *testing.T) {
 func TestRemoteWriterLock(t *testing.T) {
 	ctx := context.Background()
 	remote := mem.New(backend.Properties{})
-	l, err := LockRemote(ctx, remote, "store-a", t.Logf)
+	l, err := TakeLock(ctx, remote, "store-a", t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := LockRemote(ctx, remote, "store-b", t.Logf); !errors.Is(err, ErrRemoteLocked) {
-		t.Fatalf("second writer: %v, want ErrRemoteLocked", err)
+	if _, err := TakeLock(ctx, remote, "store-b", t.Logf); !errors.Is(err, ErrLocked) {
+		t.Fatalf("second writer: %v, want ErrLocked", err)
 	} else {
 		t.Logf("refused: %v", err)
 	}
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	l2, err := LockRemote(ctx, remote, "store-b", t.Logf)
+	l2, err := TakeLock(ctx, remote, "store-b", t.Logf)
 	if err != nil {
 		t.Fatalf("lock after unlock: %v", err)
 	}
 	// Store b's daemon dies holding the lock; b, reopened, takes it back at
 	// once; store a still may not.
-	l3, err := LockRemote(ctx, remote, "store-b", t.Logf)
+	l3, err := TakeLock(ctx, remote, "store-b", t.Logf)
 	if err != nil {
 		t.Fatalf("the same store relocking after its daemon died: %v", err)
 	}
-	if _, err := LockRemote(ctx, remote, "store-a", t.Logf); !errors.Is(err, ErrRemoteLocked) {
+	if _, err := TakeLock(ctx, remote, "store-a", t.Logf); !errors.Is(err, ErrLocked) {
 		t.Fatalf("another store took a fresh lock: %v", err)
 	}
 	l2.stop()
@@ -238,7 +267,7 @@ func TestRemoteStaleLock(t *testing.T) {
 	if err := remote.Put(ctx, h, []byte(`{"holder":"x","store":"dead","host":"gone","pid":1}`), backend.PutOptions{ModTime: old}); err != nil {
 		t.Fatal(err)
 	}
-	l, err := LockRemote(ctx, remote, "store-a", t.Logf)
+	l, err := TakeLock(ctx, remote, "store-a", t.Logf)
 	if err != nil {
 		t.Fatalf("a stale lock was not taken over: %v", err)
 	}
@@ -251,16 +280,16 @@ func TestRemoteStaleLock(t *testing.T) {
 func TestCollectRemote(t *testing.T) {
 	ctx := context.Background()
 	remote := mem.New(backend.Properties{DurableOnPut: true})
-	s := testStore(t, Options{Remote: remote})
+	s, rs := testStore(t, remote)
 	keep, drop := pseudoRandom(100000, 11), pseudoRandom(100000, 12)
 	commitNamed(t, s, "keep", keep)
 	commitNamed(t, s, "drop", drop)
-	if err := s.UploadRound(ctx); err != nil {
+	if err := rs.UploadRound(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Update(func(tx *Tx) error {
-		ino, _ := tx.Lookup(RootIno, "drop")
-		if err := tx.Unlink(RootIno, "drop"); err != nil {
+	if err := s.Update(func(tx *cas.Tx) error {
+		ino, _ := tx.Lookup(cas.RootIno, "drop")
+		if err := tx.Unlink(cas.RootIno, "drop"); err != nil {
 			return err
 		}
 		if err := tx.DeleteNode(ino); err != nil {
@@ -270,7 +299,7 @@ func TestCollectRemote(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.UploadRound(ctx); err != nil {
+	if err := rs.UploadRound(ctx); err != nil {
 		t.Fatal(err)
 	}
 	count := func() int {
@@ -279,25 +308,25 @@ func TestCollectRemote(t *testing.T) {
 		return n
 	}
 	all := count()
-	res, err := s.CollectRemote(ctx, time.Now().Add(-time.Hour), nil, false)
+	res, err := rs.Collect(ctx, time.Now().Add(-time.Hour), nil, false)
 	if err != nil || res.Freed != 0 || res.Young != 2 {
 		t.Fatalf("within the grace period: %+v %v; want 2 young, none freed", res, err)
 	}
-	res, err = s.CollectRemote(ctx, time.Now().Add(time.Second), nil, false)
+	res, err = rs.Collect(ctx, time.Now().Add(time.Second), nil, false)
 	if err != nil || res.Freed != 2 || count() != all-2 {
 		t.Fatalf("past the grace period: %+v %v (%d of %d objects left); want the 2 chunks of drop freed", res, err, count(), all)
 	}
 	// keep still reads from the remote alone.
-	fresh := testStore(t, Options{Remote: remote})
+	fresh, _ := testStore(t, remote)
 	for off := 0; off < len(keep); off += 1 << 16 {
 		part := keep[off:min(off+1<<16, len(keep))]
-		if got, err := fresh.ReadChunk(ctx, ChunkRef{ID: Sum(part), Len: uint32(len(part))}); err != nil || !bytes.Equal(got, part) {
+		if got, err := fresh.ReadChunk(ctx, cas.ChunkRef{ID: cas.Sum(part), Len: uint32(len(part))}); err != nil || !bytes.Equal(got, part) {
 			t.Fatalf("a kept file after the remote's gc: %v", err)
 		}
 	}
 	// drop's bytes committed again are uploaded again.
 	commitNamed(t, s, "again", drop)
-	if err := s.UploadRound(ctx); err != nil {
+	if err := rs.UploadRound(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if count() != all {
@@ -314,21 +343,21 @@ func TestUploadProgress(t *testing.T) {
 	data := pseudoRandom(300000, 3)
 	var chunks int64 // distinct chunks of data, from the first store's index
 	for i, dir := range []string{"a", "b"} {
-		s, err := openLocal(filepath.Join(t.TempDir(), dir), Options{Remote: remote})
+		s, rs, err := openTiered(filepath.Join(t.TempDir(), dir), remote, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer s.Close()
-		if got := s.UploadProgress(); got != (UploadProgress{}) {
+		if got := rs.Progress(); got != (UploadProgress{}) {
 			t.Fatalf("store %s before any round: %+v", dir, got)
 		}
 		commitNamed(t, s, "one.bin", data)
-		if err := s.UploadRound(ctx); err != nil {
+		if err := rs.UploadRound(ctx); err != nil {
 			t.Fatal(err)
 		}
-		got := s.UploadProgress()
-		var counts Counts
-		if err := s.View(func(tx *Tx) error { counts = tx.Counts(); return nil }); err != nil {
+		got := rs.Progress()
+		var counts cas.Counts
+		if err := s.View(func(tx *cas.Tx) error { counts = tx.Counts(); return nil }); err != nil {
 			t.Fatal(err)
 		}
 		if got.PendingBytes != 0 || got.SettledBytes != counts.UniqueBytes {
