@@ -25,6 +25,40 @@ import (
 )
 
 func runMount(ctx context.Context, c command, args []string, stdout, stderr io.Writer) error {
+	cfg, err := parseMount(c, args, stderr)
+	if err != nil {
+		return err
+	}
+	if cfg.background { // the usage checked here, the rest by the daemon
+		return mountInBackground(cfg.flagArgs, []string{cfg.storeDir, cfg.mnt}, cfg.logFile, stderr)
+	}
+	return serveMount(ctx, cfg, stdout, stderr)
+}
+
+// mountConfig is what the command line of `ckptfs mount` asks for, checked.
+type mountConfig struct {
+	storeDir, mnt string
+	flagArgs      []string // the flags as given, for a daemon started in the background
+
+	cacheSize   int64 // 0: the default share of the memory budget
+	readAhead   int
+	debug       bool
+	commitMode  string // sync, async or remote
+	remoteURL   string
+	readOnly    bool
+	localCache  int64
+	encoders    int
+	keyframe    int
+	allowOther  bool
+	metricsAddr string
+	background  bool
+	logFile     string
+	nonEmpty    bool
+}
+
+// parseMount parses and checks mount's flags and arguments; a bad one is a
+// usage error (exit 2) before anything is started or created.
+func parseMount(c command, args []string, stderr io.Writer) (*mountConfig, error) {
 	fl := newFlags(c, stderr)
 	var cacheSize byteSize
 	fl.Var(&cacheSize, "cache-size", "memory for decoded chunks (e.g. 256MiB, 1GiB; default: a quarter of the memory the daemon may use (cgroup limit or RAM), at most 256MiB)")
@@ -44,32 +78,28 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 	nonEmpty := fl.Bool("nonempty", false, "mount over a MOUNTPOINT that has files in it (hiding them until the unmount); refused by default")
 	flagArgs, pos, err := parseFlagArgs(fl, args, 2)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	storeDir, mnt := pos[0], pos[1]
 	if err := checkInlineEncoders(*encoders, c, stderr); err != nil {
-		return err
+		return nil, err
 	}
 	if *readAhead < 0 || *readAhead > maxReadAheadKB {
-		return usageError(c, stderr, "--readahead-kb must be 0 (the kernel's default) to %d (%s), not %d", maxReadAheadKB, formatBytes(maxReadAheadKB<<10), *readAhead)
+		return nil, usageError(c, stderr, "--readahead-kb must be 0 (the kernel's default) to %d (%s), not %d", maxReadAheadKB, formatBytes(maxReadAheadKB<<10), *readAhead)
 	}
-	var fsOpts []fusefs.Option
 	switch *commitMode {
-	case "sync":
-	case "async":
-		fsOpts = append(fsOpts, fusefs.WithAsyncCommit())
+	case "sync", "async":
 	case "remote":
 		if *remoteURL == "" || *readOnly {
 			fmt.Fprintf(stderr, "ckptfs mount: --commit=remote needs --remote (and a writing mount)\n")
-			return errUsage
+			return nil, errUsage
 		}
 	default:
 		fmt.Fprintf(stderr, "ckptfs mount: --commit must be sync, async or remote, not %q\n", *commitMode)
-		return errUsage
+		return nil, errUsage
 	}
 	if *readOnly && *remoteURL == "" {
 		fmt.Fprintf(stderr, "ckptfs mount: --read-only needs --remote\n")
-		return errUsage
+		return nil, errUsage
 	}
 	if *readOnly && !flagSet(fl, "readahead-kb") {
 		// On a reading mount every chunk the kernel's readahead touches
@@ -78,49 +108,59 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 		// (fusefs/prefetch.go). A writing mount reads its own local chunks.
 		*readAhead = remoteReadAheadKB
 	}
-	cacheSet := false
-	fl.Visit(func(f *flag.Flag) { cacheSet = cacheSet || f.Name == "cache-size" })
-	if cacheSet && cacheSize <= 0 {
+	if flagSet(fl, "cache-size") && cacheSize <= 0 {
 		fmt.Fprintf(stderr, "ckptfs mount: --cache-size must be more than 0\n")
-		return errUsage
+		return nil, errUsage
 	}
 	if *keyframe < 1 {
 		fmt.Fprintf(stderr, "ckptfs mount: --delta-keyframe must be 1 (no deltas) or more, not %d\n", *keyframe)
-		return errUsage
+		return nil, errUsage
 	}
-	if *background { // the usage checked here, the rest by the daemon
-		return mountInBackground(flagArgs, pos, *logFile, stderr)
+	return &mountConfig{
+		storeDir: pos[0], mnt: pos[1], flagArgs: flagArgs,
+		cacheSize: int64(cacheSize), readAhead: *readAhead, debug: *debug, commitMode: *commitMode,
+		remoteURL: *remoteURL, readOnly: *readOnly, localCache: int64(localCache), encoders: *encoders,
+		keyframe: *keyframe, allowOther: *allowOther, metricsAddr: *metricsAddr, background: *background,
+		logFile: *logFile, nonEmpty: *nonEmpty,
+	}, nil
+}
+
+// serveMount mounts cfg's store and serves it until it is unmounted (from
+// outside, or by a signal: ctx). A mount that fails changes nothing: the
+// mountpoint and what mounting needs are checked before the store is
+// touched, and a store this call created is removed again.
+func serveMount(ctx context.Context, cfg *mountConfig, stdout, stderr io.Writer) error {
+	var fsOpts []fusefs.Option
+	if cfg.commitMode == "async" {
+		fsOpts = append(fsOpts, fusefs.WithAsyncCommit())
 	}
 	ready := readyNotifier() // started by mount.fuse.ckptfs or mount --background
-	mem := planMemory(int64(cacheSize), cgroupFS{root: "/"}.memoryBudget(physicalMemory()))
+	mem := planMemory(cfg.cacheSize, cgroupFS{root: "/"}.memoryBudget(physicalMemory()))
 	setMemoryLimit(mem.goLimit)
 	fsOpts = append(fsOpts, fusefs.WithWriteMemory(mem.write))
 	cores := setProcs()
 
-	// Check the mountpoint and what mounting needs before touching the
-	// store, and remove a store this call created if the mount still fails:
-	// a refused mount changes nothing.
-	mnt, err = checkMountpoint(mnt, *nonEmpty)
+	mnt, err := checkMountpoint(cfg.mnt, cfg.nonEmpty)
 	if err != nil {
 		return err
 	}
-	if err := checkMountPrereqs(mnt, *allowOther); err != nil {
+	if err := checkMountPrereqs(mnt, cfg.allowOther); err != nil {
 		return err
 	}
 	var metrics *promMetrics
 	var metricsLn net.Listener
-	if *metricsAddr != "" {
+	if cfg.metricsAddr != "" {
 		metrics = newPromMetrics()
 		fsOpts = append(fsOpts, fusefs.WithObserver(metrics))
 		// Listen now, so a taken port fails the mount before it exists.
-		if metricsLn, err = net.Listen("tcp", *metricsAddr); err != nil {
+		if metricsLn, err = net.Listen("tcp", cfg.metricsAddr); err != nil {
 			return fmt.Errorf("--metrics-addr: %w", err)
 		}
 		defer metricsLn.Close()
 	}
-	removeNew := newStoreCleanup(storeDir)
+	removeNew := newStoreCleanup(cfg.storeDir)
 	mounted := false
-	storeOpts := storeOptions(cores, *encoders, cas.Options{CacheSize: mem.cache, DeltaKeyframe: *keyframe})
+	storeOpts := storeOptions(cores, cfg.encoders, cas.Options{CacheSize: mem.cache, DeltaKeyframe: cfg.keyframe})
 	if metrics != nil {
 		storeOpts.Observer = metrics
 	}
@@ -130,18 +170,8 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 	} else if n < lowFileLimit {
 		logger.Printf("the file limit is %d descriptors (ulimit -n): reads and commits wait when they are all in use", n)
 	}
-	var objects *tiered.Backend // with --remote: the local objects in front of the bucket
-	if *remoteURL != "" {
-		if objects, err = openTiered(ctx, *remoteURL, storeDir, int64(localCache)); err != nil {
-			return err
-		}
-		storeOpts.Objects = objects
-	}
-	store, err := openStore(storeDir, storeOpts)
+	store, objects, err := openMountStore(ctx, cfg, storeOpts)
 	if err != nil {
-		if objects != nil {
-			objects.Close()
-		}
 		return err
 	}
 	tier := remoteTier(store, objects)
@@ -151,37 +181,20 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 			removeNew()
 		}
 	}()
-	if tier != nil && !*readOnly {
-		id, err := store.ID()
+	if tier != nil && !cfg.readOnly {
+		unlock, err := takeWriterLock(ctx, store, objects, logger)
 		if err != nil {
 			return err
 		}
-		lock, err := remote.TakeLock(ctx, objects.Remote(), id, logger.Printf)
-		if err != nil {
-			return err
-		}
-		defer func() { // before store.Close (deferred earlier)
-			if err := lock.Unlock(context.Background()); err != nil {
-				logger.Printf("%v", err)
-			}
-		}()
+		defer unlock() // before store.Close (deferred earlier)
 	}
 
 	logger.Print(mem)
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBG()
-	var up *uploader
-	syncFn := func(context.Context) error { return errors.New("this mount has no remote (--remote)") }
-	if tier != nil && !*readOnly {
-		up = newUploader(tier, logger)
-		syncFn = up.sync
-		if *commitMode == "remote" {
-			fsOpts = append(fsOpts, fusefs.WithAfterCommit(up.sync))
-		} else {
-			fsOpts = append(fsOpts, fusefs.WithAfterCommit(up.poke))
-		}
-	} else if *readOnly {
-		syncFn = func(context.Context) error { return errReadOnlyRemote }
+	up, syncFn, afterCommit := remoteSync(cfg, tier, logger)
+	if afterCommit != nil {
+		fsOpts = append(fsOpts, fusefs.WithAfterCommit(afterCommit))
 	}
 	fsys, err := fusefs.New(store, logger, fsOpts...)
 	if err != nil {
@@ -189,13 +202,13 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 	}
 	defer fsys.Close() // stops the background re-encoder; runs before store.Close
 	var ref *refresher
-	if *readOnly {
+	if cfg.readOnly {
 		ref = &refresher{tier: tier, fsys: fsys, logger: logger}
 		if err := ref.refresh(ctx); err != nil {
-			return fmt.Errorf("read the files of %s: %w", *remoteURL, err)
+			return fmt.Errorf("read the files of %s: %w", cfg.remoteURL, err)
 		}
 	}
-	srv, err := fusefs.Mount(fsys, mnt, fusefs.MountOptions{ReadAheadKB: *readAhead, Debug: *debug, AllowOther: *allowOther, ReadOnly: *readOnly})
+	srv, err := fusefs.Mount(fsys, mnt, fusefs.MountOptions{ReadAheadKB: cfg.readAhead, Debug: cfg.debug, AllowOther: cfg.allowOther, ReadOnly: cfg.readOnly})
 	if err != nil {
 		return err
 	}
@@ -219,7 +232,78 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 		stopMetrics := metrics.serve(metricsLn, fsys, logger)
 		defer stopMetrics()
 	}
-	if msg, err := tightenStore(store.Dir()); err != nil {
+	announce(stdout, ready, logger, store.Dir(), mnt)
+	if err := waitForUnmount(ctx, srv, mnt, logger, stderr); err != nil {
+		return err
+	}
+	if err := fsys.CommitAll(context.Background()); err != nil {
+		return fmt.Errorf("commit at unmount: %w", err)
+	}
+	fmt.Fprintf(stdout, "ckptfs: unmounted %s\n", mnt)
+	return nil
+}
+
+// openMountStore opens (or creates) cfg's store; with --remote its objects
+// are a tier with the bucket behind the store's own directory.
+func openMountStore(ctx context.Context, cfg *mountConfig, opts cas.Options) (*cas.Store, *tiered.Backend, error) {
+	var objects *tiered.Backend
+	if cfg.remoteURL != "" {
+		var err error
+		if objects, err = openTiered(ctx, cfg.remoteURL, cfg.storeDir, cfg.localCache); err != nil {
+			return nil, nil, err
+		}
+		opts.Objects = objects
+	}
+	store, err := openStore(cfg.storeDir, opts)
+	if err != nil {
+		if objects != nil {
+			objects.Close()
+		}
+		return nil, nil, err
+	}
+	return store, objects, nil
+}
+
+// takeWriterLock takes the bucket prefix's writer lock for store, and
+// returns the function that gives it back.
+func takeWriterLock(ctx context.Context, store *cas.Store, objects *tiered.Backend, logger *log.Logger) (func(), error) {
+	id, err := store.ID()
+	if err != nil {
+		return nil, err
+	}
+	lock, err := remote.TakeLock(ctx, objects.Remote(), id, logger.Printf)
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		if err := lock.Unlock(context.Background()); err != nil {
+			logger.Printf("%v", err)
+		}
+	}, nil
+}
+
+// remoteSync returns a writing remote mount's uploader, what `ckptfs sync`
+// runs in the daemon, and what runs after each commit (the upload itself
+// with --commit=remote, else a nudge to the uploader); up and afterCommit
+// are nil without a writing remote.
+func remoteSync(cfg *mountConfig, tier *remote.Tier, logger *log.Logger) (up *uploader, syncFn func(context.Context) error, afterCommit func(context.Context) error) {
+	switch {
+	case tier != nil && !cfg.readOnly:
+		up = newUploader(tier, logger)
+		if cfg.commitMode == "remote" {
+			return up, up.sync, up.sync
+		}
+		return up, up.sync, up.poke
+	case cfg.readOnly:
+		return nil, func(context.Context) error { return errReadOnlyRemote }, nil
+	}
+	return nil, func(context.Context) error { return errors.New("this mount has no remote (--remote)") }, nil
+}
+
+// announce says the mount is live: the "serving" line (what a test or a
+// service manager waits for), after making a store open to others private.
+func announce(stdout io.Writer, ready *readyPipe, logger *log.Logger, storeDir, mnt string) {
+	if msg, err := tightenStore(storeDir); err != nil {
 		logger.Printf("%v", err)
 	} else if msg != "" {
 		logger.Print(msg) // the foreground's stderr, or the background daemon's log
@@ -228,12 +312,23 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 		}
 	}
 	if ready != nil { // a daemon in the background: no terminal to press Ctrl-C in
-		fmt.Fprintf(stdout, "ckptfs: serving %s at %s (unmount: %s)\n", store.Dir(), mnt, unmountCommand(mnt))
+		fmt.Fprintf(stdout, "ckptfs: serving %s at %s (unmount: %s)\n", storeDir, mnt, unmountCommand(mnt))
 		ready.ready()
-	} else {
-		fmt.Fprintf(stdout, "ckptfs: serving %s at %s (Ctrl-C to unmount)\n", store.Dir(), mnt)
+		return
 	}
+	fmt.Fprintf(stdout, "ckptfs: serving %s at %s (Ctrl-C to unmount)\n", storeDir, mnt)
+}
 
+// mountServer is the FUSE server of a mount (fusefs.Mount's).
+type mountServer interface {
+	Wait()
+	Unmount() error
+}
+
+// waitForUnmount serves until the mount goes away: unmounted from outside,
+// or by us when ctx ends (a signal). A mount still in use is detached; the
+// kernel lets go once its files are closed.
+func waitForUnmount(ctx context.Context, srv mountServer, mnt string, logger *log.Logger, stderr io.Writer) error {
 	served := make(chan struct{})
 	go func() {
 		srv.Wait()
@@ -242,7 +337,6 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 	select {
 	case <-ctx.Done():
 		if err := srv.Unmount(); err != nil {
-			// Files are still open: detach the mount; the kernel lets go when they close.
 			logger.Printf("unmount: %v", err)
 			if err := detach(mnt); err != nil {
 				return fmt.Errorf("unmount %s: %w", mnt, err)
@@ -252,10 +346,6 @@ func runMount(ctx context.Context, c command, args []string, stdout, stderr io.W
 		<-served
 	case <-served: // unmounted from outside (umount)
 	}
-	if err := fsys.CommitAll(context.Background()); err != nil {
-		return fmt.Errorf("commit at unmount: %w", err)
-	}
-	fmt.Fprintf(stdout, "ckptfs: unmounted %s\n", mnt)
 	return nil
 }
 
