@@ -315,7 +315,11 @@ func TestChmodDuringForkCommit(t *testing.T) {
 	if _, err := w.Write(v2); err != nil {
 		t.Fatal(err)
 	}
-	if m.fileNodeAt("f").fork == nil {
+	origin := m.fileNodeAt("f")
+	origin.mu.RLock()
+	forked := origin.fork != nil
+	origin.mu.RUnlock()
+	if !forked {
 		t.Fatal("the rewrite of a file open for reading made no fork: the test tests nothing")
 	}
 	armed.Store(true)
