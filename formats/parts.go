@@ -42,7 +42,7 @@ func IsPartFormat(format string) bool {
 // store object; 500 trees of 1 KiB must not cost 500 of them). Grouping
 // counts from the last forced cut, so unchanged parts group alike in every
 // save.
-const partGroup = 4 << 10
+const partGroup = 2 << 10
 
 // cutRule is what a scanner asks for at the point where it stopped.
 type cutRule uint8
@@ -86,9 +86,10 @@ func sniffParts(b []byte) (partScanner, string) {
 
 // partState is a Chunker's state inside a part format.
 type partState struct {
-	sc    partScanner
-	err   error // the scanner gave up: CDC to EOF
-	group int64
+	sc     partScanner
+	err    error // the scanner gave up: CDC to EOF
+	group  int64
+	forced bool // the last cut was a forced one (cutAlways)
 }
 
 // stepParts starts a part format after the sniff.
@@ -117,10 +118,15 @@ func (c *Chunker) consumeParts(b []byte) int {
 		switch rule {
 		case cutAlways:
 			c.emit(c.done)
+			ps.forced = true
 		case cutGroup:
-			if c.done-c.lastCut >= ps.group {
+			// The first part boundary after a forced cut ends a chunk too: the
+			// bytes between the skeleton and the first part (which change
+			// with the skeleton) do not take the first parts with them.
+			if ps.forced || c.done-c.lastCut >= ps.group {
 				c.emit(c.done)
 			}
+			ps.forced = false
 		case cutData:
 			// The rest of the run so far is metadata; a data segment follows.
 			c.segs.add(c.restStart, c.done-c.restStart, c.restKind, "")

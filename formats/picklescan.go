@@ -19,22 +19,29 @@ import (
 // frame of one save is longer in the next; cut apart, the header alone
 // differs), and at the start of every buffer part (grouped).
 type pickleParts struct {
-	pos     int64
-	hdr     [9]byte // the current opcode and its fixed-size argument so far
-	hdrN    int
-	need    int   // header bytes the current opcode takes (0: between opcodes)
-	skip    int64 // argument bytes left to skip
-	lines   int   // newline-ended lines left in a text argument
-	lineLen int
-	held    bool // the FRAME at pos had its cut before it
-	stopped bool // STOP seen, at an opcode boundary
-	bufs    int
-	out     []Tensor
-	data    int64
+	pos      int64
+	hdr      [9]byte // the current opcode and its fixed-size argument so far
+	hdrN     int
+	need     int   // header bytes the current opcode takes (0: between opcodes)
+	skip     int64 // argument bytes left to skip
+	lines    int   // newline-ended lines left in a text argument
+	lineLen  int
+	held     bool // the FRAME at pos had its cut before it
+	stopped  bool // STOP seen, at an opcode boundary
+	bufs     int
+	out      []Tensor
+	data     int64
+	cutAfter int64 // a buffer being skipped ends with a cut
 }
 
 // minPartBuf is the least argument size pickleParts calls a buffer.
 const minPartBuf = 256
+
+// minPartAlone is the least size of a buffer that is a chunk of its own
+// (cut at both ends) although it is no data segment: a pickled model's
+// skeleton holds such buffers (a RandomState's 2.5 KiB of state) between
+// bytes that change with every save.
+const minPartAlone = 2 << 10
 
 // maxPickleParts bounds the parts a pickle's index holds.
 const maxPickleParts = 1 << 20
@@ -63,6 +70,10 @@ func (s *pickleParts) scan(b []byte) (int, cutRule, error) {
 			k := int(min(s.skip, int64(len(b)-i)))
 			s.skip -= int64(k)
 			i += k
+			if s.skip == 0 && s.cutAfter > 0 { // the end of a buffer of minPartAlone bytes
+				s.cutAfter = 0
+				return s.advance(i), cutAlways, nil
+			}
 			continue
 		}
 		if s.lines > 0 {
@@ -176,6 +187,10 @@ func (s *pickleParts) opcode(at int64) (cutRule, error) {
 		return cutData, nil
 	}
 	s.skip = n
+	if n >= minPartAlone {
+		s.cutAfter = s.pos + n // advance adds the header bytes of this call
+		return cutAlways, nil
+	}
 	return cutGroup, nil
 }
 

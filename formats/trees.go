@@ -255,11 +255,337 @@ func (s *lgbTrees) dataLen() int64    { return 0 }
 func (s *lgbTrees) parts() []Tensor   { return s.out }
 func (s *lgbTrees) complete() bool    { return s.ended }
 
-// ubjTrees scans XGBoost's UBJSON model (stub until its scanner lands).
-type ubjTrees struct{ treeList }
+// ubjTrees scans XGBoost's UBJSON model byte by byte: markers, big-endian
+// numbers, strings, keys (a length without the 'S' marker), and containers
+// with an optional '$' element type and '#' count (a counted container has
+// no end marker; a typed one has no per-element markers, and a typed array
+// of fixed-size elements is skipped whole). Cuts as for JSON: after the
+// trees array's header, after each tree, and at the array's end.
+type ubjTrees struct {
+	treeList
+	at       int64 // file offset of the byte being looked at (after scan's loop: of the next)
+	st       ubjState
+	frames   []ubjFrame // per open container, parallel to treeList.stack
+	num      [8]byte    // a number being read
+	numN     int
+	numW     int
+	then     ubjState // what the number read is for
+	skip     int64
+	skipEnds bool // the skip is a typed array's elements: it closes the array
+	key      []byte
+	keyLen   int64
+	treesHdr bool // the trees array's header is being read
+	held     bool // the byte at `at` had its cut before it
+}
+
+type ubjState uint8
+
+const (
+	ubjValue    ubjState = iota // a value's marker (or an array's ']')
+	ubjKey                      // a member's key length marker (or an object's '}')
+	ubjInt                      // an integer's marker, for then
+	ubjNumber                   // reading an integer's or number's bytes, for then
+	ubjHeader                   // just after '[' or '{': '$', '#' or the first element
+	ubjType                     // the '$' element type
+	ubjHash                     // the '#' after a '$' type
+	ubjSkip                     // skipping bytes
+	ubjKeyBytes                 // reading a key
+	ubjDone                     // after the root value
+)
+
+// What an integer read is for (ubjState values reused as tags).
+const (
+	forValue  ubjState = iota // a number value
+	forStrLen                 // a string's length
+	forKeyLen                 // a key's length
+	forCount                  // a container's count
+)
+
+type ubjFrame struct {
+	typ     byte  // element type after '$', 0 if none
+	counted bool  // '#' given: no end marker
+	left    int64 // elements (members) left in a counted container
+}
+
+// ubjWidth is the payload size of a fixed-size UBJSON type, or -1.
+func ubjWidth(m byte) int {
+	switch m {
+	case 'Z', 'N', 'T', 'F':
+		return 0
+	case 'i', 'U', 'C':
+		return 1
+	case 'I':
+		return 2
+	case 'l', 'd':
+		return 4
+	case 'L', 'D':
+		return 8
+	}
+	return -1
+}
+
+// maxUBJLen bounds lengths and counts (a sanity bound, not a memory one:
+// nothing is buffered).
+const maxUBJLen = 1 << 50
 
 func newUBJTrees() *ubjTrees { return &ubjTrees{} }
 
+func (s *ubjTrees) complete() bool { return s.st == ubjDone && s.treeList.complete() }
+
 func (s *ubjTrees) scan(b []byte) (int, cutRule, error) {
-	return 0, cutNone, errors.New("xgboost ubj: not followed yet")
+	base := s.at
+	for i := 0; i < len(b); {
+		s.at = base + int64(i)
+		r, n, err := s.step(b[i:])
+		i += n
+		s.at = base + int64(i)
+		if err != nil {
+			return i, cutNone, fmt.Errorf("xgboost ubj: %w at %d", err, s.at)
+		}
+		if r != cutNone {
+			return i, r, nil
+		}
+	}
+	return len(b), cutNone, nil
+}
+
+// step consumes bytes from the start of b (non-empty) and returns the cut
+// due after them. It consumes nothing only when it returns a cut due before
+// b[0] (held).
+func (s *ubjTrees) step(b []byte) (cutRule, int, error) {
+	ch := b[0]
+	switch s.st {
+	case ubjDone:
+		return cutNone, 0, errors.New("bytes after the document")
+	case ubjSkip:
+		k := int(min(s.skip, int64(len(b))))
+		s.skip -= int64(k)
+		if s.skip > 0 {
+			return cutNone, k, nil
+		}
+		if s.skipEnds {
+			s.skipEnds = false
+			r, err := s.closeFrame()
+			return r, k, err
+		}
+		r, err := s.valueDone()
+		return r, k, err
+	case ubjKeyBytes:
+		k := int(min(s.keyLen, int64(len(b))))
+		if room := maxPartKey - len(s.key); room > 0 {
+			s.key = append(s.key, b[:min(k, room)]...)
+		}
+		s.keyLen -= int64(k)
+		if s.keyLen == 0 {
+			s.setKey(s.key, len(s.key) >= maxPartKey)
+			s.st = ubjValue
+		}
+		return cutNone, k, nil
+	case ubjNumber:
+		s.num[s.numN] = ch
+		if s.numN++; s.numN < s.numW {
+			return cutNone, 1, nil
+		}
+		r, err := s.number()
+		return r, 1, err
+	case ubjInt:
+		w := ubjWidth(ch)
+		if w < 1 || ch == 'd' || ch == 'D' || ch == 'C' {
+			return cutNone, 0, fmt.Errorf("integer marker %q", ch)
+		}
+		s.num[0], s.numN, s.numW, s.st = ch, 0, w, ubjNumber
+		return cutNone, 1, nil
+	case ubjType:
+		if ubjWidth(ch) < 0 && ch != 'S' && ch != 'H' {
+			return cutNone, 0, fmt.Errorf("element type %q", ch)
+		}
+		s.frames[len(s.frames)-1].typ = ch
+		s.st = ubjHash
+		return cutNone, 1, nil
+	case ubjHash:
+		if ch != '#' {
+			return cutNone, 0, errors.New("typed container without a count")
+		}
+		s.st, s.then = ubjInt, forCount
+		return cutNone, 1, nil
+	case ubjHeader:
+		switch ch {
+		case '$':
+			s.st = ubjType
+			return cutNone, 1, nil
+		case '#':
+			s.st, s.then = ubjInt, forCount
+			return cutNone, 1, nil
+		}
+		// An uncounted container: its elements start here.
+		if s.treesHdr {
+			s.treesHdr = false
+			s.st = s.elementState()
+			return cutAlways, 0, nil
+		}
+		s.st = s.elementState()
+		return cutNone, 0, nil
+	}
+	// ubjKey or ubjValue: an end marker, a key length or a value.
+	var f *ubjFrame
+	if len(s.frames) > 0 {
+		f = &s.frames[len(s.frames)-1]
+	}
+	if f != nil && !f.counted && f.typ == 0 && (ch == ']' || ch == '}') {
+		if ch != map[byte]byte{'[': ']', '{': '}'}[s.stack[len(s.stack)-1]] {
+			return cutNone, 0, errors.New("unbalanced containers")
+		}
+		if ch == ']' && s.closingTrees() && !s.held {
+			s.held = true
+			return cutAlways, 0, nil
+		}
+		s.held = false
+		s.at++
+		r, err := s.closeFrame()
+		return r, 1, err
+	}
+	if s.st == ubjKey {
+		s.st, s.then = ubjInt, forKeyLen
+		return cutNone, 0, nil
+	}
+	if f != nil && f.typ != 0 {
+		r, err := s.value(f.typ, s.at) // a typed container's elements have no marker
+		return r, 0, err
+	}
+	s.at++
+	r, err := s.value(ch, s.at-1)
+	return r, 1, err
+}
+
+// elementState is the state at the start of the current container's next
+// element.
+func (s *ubjTrees) elementState() ubjState {
+	if s.inObject() {
+		return ubjKey
+	}
+	return ubjValue
+}
+
+// value starts a value of type m whose marker (if any) is at offset at.
+func (s *ubjTrees) value(m byte, at int64) (cutRule, error) {
+	switch m {
+	case '[', '{':
+		if s.isTreeStart() {
+			s.treeStart = at
+		}
+		isTrees, err := s.open(m)
+		if err != nil {
+			return cutNone, err
+		}
+		s.frames = append(s.frames, ubjFrame{})
+		s.treesHdr = isTrees
+		s.st = ubjHeader
+		return cutNone, nil
+	case 'S', 'H':
+		s.st, s.then = ubjInt, forStrLen
+		return cutNone, nil
+	}
+	w := ubjWidth(m)
+	if w < 0 {
+		return cutNone, fmt.Errorf("marker %q", m)
+	}
+	if w == 0 {
+		return s.valueDone()
+	}
+	s.num[0], s.numN, s.numW, s.then, s.st = m, 0, w, forValue, ubjNumber
+	return cutNone, nil
+}
+
+// number acts on a complete number.
+func (s *ubjTrees) number() (cutRule, error) {
+	var v uint64
+	for _, x := range s.num[:s.numW] {
+		v = v<<8 | uint64(x)
+	}
+	if s.then == forValue {
+		return s.valueDone()
+	}
+	n := int64(v)
+	switch s.numW { // signed types but U (uint8)
+	case 2:
+		n = int64(int16(v))
+	case 4:
+		n = int64(int32(v))
+	}
+	if n < 0 || n > maxUBJLen {
+		return cutNone, fmt.Errorf("length or count %d", n)
+	}
+	switch s.then {
+	case forStrLen:
+		s.skip, s.st = n, ubjSkip
+		if n == 0 {
+			return s.valueDone()
+		}
+	case forKeyLen:
+		s.key, s.keyLen, s.st = s.key[:0], n, ubjKeyBytes
+		if n == 0 {
+			s.setKey(nil, false)
+			s.st = ubjValue
+		}
+	case forCount:
+		f := &s.frames[len(s.frames)-1]
+		f.counted, f.left = true, n
+		r := cutNone
+		if s.treesHdr {
+			s.treesHdr, r = false, cutAlways
+		}
+		if w := ubjWidth(f.typ); f.typ != 0 && w >= 0 && s.stack[len(s.stack)-1] == '[' {
+			// A typed array of fixed-size elements: skip them whole.
+			if w > 0 && n > maxUBJLen/int64(w) {
+				return cutNone, fmt.Errorf("array of %d elements", n)
+			}
+			f.left = 0
+			s.skip, s.st, s.skipEnds = n*int64(w), ubjSkip, true
+			if s.skip == 0 {
+				s.skipEnds = false
+				return s.closeFrame()
+			}
+			return r, nil
+		}
+		s.st = s.elementState()
+		if n == 0 {
+			return s.closeFrame()
+		}
+		return r, nil
+	}
+	return cutNone, nil
+}
+
+// valueDone ends a value in the current container.
+func (s *ubjTrees) valueDone() (cutRule, error) {
+	if len(s.frames) == 0 {
+		s.st = ubjDone
+		return cutNone, nil
+	}
+	f := &s.frames[len(s.frames)-1]
+	if f.counted {
+		if f.left--; f.left <= 0 {
+			return s.closeFrame()
+		}
+	}
+	s.st = s.elementState()
+	return cutNone, nil
+}
+
+// closeFrame ends the current container (at offset s.at): a value of its
+// parent.
+func (s *ubjTrees) closeFrame() (cutRule, error) {
+	tree, trees, err := s.close(s.stack[len(s.stack)-1], s.at)
+	if err != nil {
+		return cutNone, err
+	}
+	s.frames = s.frames[:len(s.frames)-1]
+	r, err := s.valueDone()
+	switch {
+	case trees:
+		r = cutAlways
+	case tree && r == cutNone:
+		r = cutGroup
+	}
+	return r, err
 }
