@@ -144,6 +144,9 @@ func Parse(r io.ReaderAt, size int64) (*Index, error) {
 	case "zip":
 		ix, err = parseZip(r, size)
 	default:
+		if sc, _ := sniffParts(head[:n]); sc != nil {
+			return parseParts(r, size)
+		}
 		return unknownIndex(size), nil
 	}
 	if err == nil {

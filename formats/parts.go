@@ -1,6 +1,9 @@
 package formats
 
-import "fmt"
+import (
+	"fmt"
+	"io"
+)
 
 // Tree models and pickles (issue #29) are cut by parts: a scanner follows the
 // file's syntax byte by byte as it streams past (no buffering, no lookahead
@@ -152,3 +155,23 @@ func (c *Chunker) consumeParts(b []byte) int {
 
 // partName names the i-th part of kind.
 func partName(kind string, i int) string { return fmt.Sprintf("%s.%d", kind, i) }
+
+// parseParts is Parse for the part formats: their scanners stream, so it
+// runs a Chunker over the file and returns what the Chunker learned. A file
+// that only starts like one (a pickle that is not one, a legacy torch file
+// with storages after its pickles) is unknown, never an error: the sniff
+// of these formats is weak.
+func parseParts(r io.ReaderAt, size int64) (*Index, error) {
+	c := NewChunker(0)
+	buf := make([]byte, min(size, 1<<20))
+	for off := int64(0); off < size; {
+		n := min(int64(len(buf)), size-off)
+		if _, err := readFull(r, buf[:n], off); err != nil {
+			return nil, fmt.Errorf("formats: reading at %d: %w", off, err)
+		}
+		c.Write(buf[:n])
+		off += n
+	}
+	_, ix := c.Close()
+	return ix, nil
+}
