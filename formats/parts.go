@@ -62,9 +62,10 @@ type partScanner interface {
 	// scan consumes a prefix of b, the next bytes of the file, and returns
 	// its length and what to do there: it stops at the first point where a
 	// cut may go (cutNone: it consumed all of b). cutData: the scanner
-	// treats the next dataLen() bytes as consumed, unseen.
+	// treats the next bytes as consumed, unseen: as many as dataLen says,
+	// which also gives their element type.
 	scan(b []byte) (int, cutRule, error)
-	dataLen() int64
+	dataLen() (int64, string)
 	// parts returns the parts seen so far.
 	parts() []Tensor
 	// complete reports whether the file may end here.
@@ -134,7 +135,8 @@ func (c *Chunker) consumeParts(b []byte) int {
 			// The rest of the run so far is metadata; a data segment follows.
 			c.segs.add(c.restStart, c.done-c.restStart, c.restKind, "")
 			c.claim = 0
-			c.claimData(ps.sc.dataLen(), "", func(c *Chunker, b []byte, eof bool) {
+			n, dtype := ps.sc.dataLen()
+			c.claimData(n, dtype, func(c *Chunker, b []byte, eof bool) {
 				c.claimRest(KindMeta, false)
 			})
 			if c.failed {

@@ -2,6 +2,7 @@ package formats
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 )
 
@@ -31,7 +32,15 @@ type pickleParts struct {
 	bufs     int
 	out      []Tensor
 	data     int64
+	dataType string
 	cutAfter int64 // a buffer being skipped ends with a cut
+
+	vm      pvm   // the stack model (joblib arrays)
+	outer   []pvm // the pickles a nested one interrupts
+	capture bool  // the string being skipped is kept in capBuf
+	capBuf  []byte
+	arr     int // arrNone, or where in a joblib array's bytes the scan is
+	array   arrayBytes
 }
 
 // minPartBuf is the least argument size pickleParts calls a buffer.
@@ -68,9 +77,21 @@ func (s *pickleParts) scan(b []byte) (int, cutRule, error) {
 	for i < len(b) {
 		if s.skip > 0 {
 			k := int(min(s.skip, int64(len(b)-i)))
+			if s.capture {
+				s.capBuf = append(s.capBuf, b[i:i+k]...)
+			}
 			s.skip -= int64(k)
 			i += k
-			if s.skip == 0 && s.cutAfter > 0 { // the end of a buffer of minPartAlone bytes
+			if s.skip > 0 {
+				continue
+			}
+			if s.capture {
+				s.capture = false
+				if t := s.vm.top(); t != nil && t.kind == pvStr {
+					t.s = string(s.capBuf)
+				}
+			}
+			if s.cutAfter > 0 { // the end of a buffer of minPartAlone bytes
 				s.cutAfter = 0
 				return s.advance(i), cutAlways, nil
 			}
@@ -86,6 +107,31 @@ func (s *pickleParts) scan(b []byte) (int, cutRule, error) {
 				i++
 			}
 			continue
+		}
+		switch s.arr {
+		case arrPad: // joblib: the padding length, then the padding
+			s.skip, s.arr = int64(b[i]), arrData
+			i++
+			continue
+		case arrData:
+			s.arr = arrNone
+			rule, err := s.buffer(s.pos+int64(i), s.array.nbytes, s.array.dtype)
+			if err != nil {
+				return i, cutNone, err
+			}
+			if rule != cutNone {
+				return s.advance(i), rule, nil
+			}
+			continue
+		case arrNested:
+			if b[i] != 0x80 {
+				return i, cutNone, errors.New("pickle: no pickle for an array of objects")
+			}
+			if len(s.outer) >= maxPVNested {
+				return i, cutNone, fmt.Errorf("pickle: pickles nested deeper than %d", maxPVNested)
+			}
+			s.outer = append(s.outer, s.vm)
+			s.vm, s.arr = pvm{}, arrNone
 		}
 		if s.need == 0 { // an opcode
 			op := b[i]
@@ -125,6 +171,14 @@ func (s *pickleParts) scan(b []byte) (int, cutRule, error) {
 	return s.advance(i), cutNone, nil
 }
 
+// Where the scanner is in a joblib array's bytes.
+const (
+	arrNone   = iota
+	arrPad    // the padding length byte is next
+	arrData   // the elements are next
+	arrNested // a nested pickle (an array of objects) is next
+)
+
 // opcode acts on a complete opcode header; its argument starts at file
 // offset at.
 func (s *pickleParts) opcode(at int64) (cutRule, error) {
@@ -134,10 +188,8 @@ func (s *pickleParts) opcode(at int64) (cutRule, error) {
 	switch pickleArgs[op] {
 	case pkLine:
 		s.lines, s.lineLen = 1, 0
-		return cutNone, nil
 	case pkLine2:
 		s.lines, s.lineLen = 2, 0
-		return cutNone, nil
 	case pkStr1, pkLong1:
 		n = int64(arg[0])
 	case pkStr4, pkLong4:
@@ -148,32 +200,86 @@ func (s *pickleParts) opcode(at int64) (cutRule, error) {
 			return cutNone, fmt.Errorf("pickle: argument of %d bytes", v)
 		}
 		n = int64(v)
-	default:
-		switch op {
-		case '.':
+	}
+	w, err := s.vm.stackOp(op, arg, n)
+	if err != nil {
+		return cutNone, err
+	}
+	if w != nil {
+		return cutNone, s.startArray(w)
+	}
+	switch op {
+	case '.':
+		if k := len(s.outer); k > 0 { // the end of a nested pickle
+			s.vm, s.outer = s.outer[k-1], s.outer[:k-1]
+		} else {
 			s.stopped = true
-		case 0x95:
-			return cutAlways, nil // after a FRAME header
-		case 0x80:
-			if arg[0] > 5 {
-				return cutNone, fmt.Errorf("pickle: protocol %d", arg[0])
-			}
+		}
+		return cutNone, nil
+	case 0x95:
+		return cutAlways, nil // after a FRAME header
+	case 0x80:
+		if arg[0] > 5 {
+			return cutNone, fmt.Errorf("pickle: protocol %d", arg[0])
 		}
 		return cutNone, nil
 	}
-	if pickleArgs[op] == pkLong1 || pickleArgs[op] == pkLong4 {
+	switch pickleArgs[op] {
+	case pkLong1, pkLong4:
 		if n == 0 || n > maxPickleLong {
 			return cutNone, fmt.Errorf("pickle: LONG of %d bytes", n)
 		}
 		s.skip = n
 		return cutNone, nil
+	case pkStr1, pkStr4, pkStr8:
+	default:
+		return cutNone, nil
 	}
-	isBuf := false
 	switch op {
 	case 'C', 'B', 0x8e, 0x96, 'X', 0x8d: // bytes, bytearray, protocol 2's latin-1 buffers
-		isBuf = n >= minPartBuf
+		if n >= minPartBuf {
+			return s.buffer(at, n, "")
+		}
 	}
-	if !isBuf {
+	if t := s.vm.top(); t != nil && t.kind == pvStr && n > 0 {
+		s.capture, s.capBuf = true, s.capBuf[:0]
+	}
+	s.skip = n
+	return cutNone, nil
+}
+
+// startArray sets the scanner to step over the bytes of the array a joblib
+// wrapper describes.
+func (s *pickleParts) startArray(w *arrayInfo) error {
+	if w.itemsize == 0 {
+		s.arr = arrNested
+		return nil
+	}
+	n := w.itemsize
+	for _, d := range w.shape {
+		var ok bool
+		if n, ok = mulCheck(n, d); !ok || n > 1<<50 {
+			return errors.New("pickle: array size overflows")
+		}
+	}
+	s.array = arrayBytes{nbytes: n, dtype: w.dtype}
+	s.arr = arrData
+	if w.aligned {
+		s.arr = arrPad
+	}
+	return nil
+}
+
+// arrayBytes is the array whose bytes come next.
+type arrayBytes struct {
+	nbytes int64
+	dtype  string
+}
+
+// buffer handles a buffer of n bytes starting at offset at: a part if it
+// has minPartBuf bytes, a data segment if minDataChunk.
+func (s *pickleParts) buffer(at, n int64, dtype string) (cutRule, error) {
+	if n < minPartBuf {
 		s.skip = n
 		return cutNone, nil
 	}
@@ -182,21 +288,21 @@ func (s *pickleParts) opcode(at int64) (cutRule, error) {
 	}
 	s.out = append(s.out, Tensor{Name: partName("buffer", len(s.out)), DType: DTypeBuffer, Offset: at, Length: n})
 	if n >= minDataChunk {
-		s.data = n
+		s.data, s.dataType = n, dtype
 		s.pos += n // the Chunker claims these bytes as data; the scan resumes after them
 		return cutData, nil
 	}
 	s.skip = n
 	if n >= minPartAlone {
-		s.cutAfter = s.pos + n // advance adds the header bytes of this call
+		s.cutAfter = 1
 		return cutAlways, nil
 	}
 	return cutGroup, nil
 }
 
-func (s *pickleParts) advance(n int) int { s.pos += int64(n); return n }
-func (s *pickleParts) dataLen() int64    { return s.data }
-func (s *pickleParts) parts() []Tensor   { return s.out }
+func (s *pickleParts) advance(n int) int        { s.pos += int64(n); return n }
+func (s *pickleParts) dataLen() (int64, string) { return s.data, s.dataType }
+func (s *pickleParts) parts() []Tensor          { return s.out }
 func (s *pickleParts) complete() bool {
-	return s.stopped && s.need == 0 && s.skip == 0 && s.lines == 0
+	return s.stopped && s.need == 0 && s.skip == 0 && s.lines == 0 && s.arr == arrNone
 }

@@ -89,11 +89,11 @@ func (t *treeList) setKey(k []byte, long bool) {
 	}
 }
 
-func (t *treeList) parts() []Tensor    { return t.out }
-func (t *treeList) complete() bool     { return t.rootDone && t.seenTrees }
-func (t *treeList) dataLen() int64     { return 0 }
-func (t *treeList) inObject() bool     { return len(t.stack) > 0 && t.stack[len(t.stack)-1] == '{' }
-func (t *treeList) closingTrees() bool { return t.treesDepth > 0 && len(t.stack) == t.treesDepth }
+func (t *treeList) parts() []Tensor          { return t.out }
+func (t *treeList) complete() bool           { return t.rootDone && t.seenTrees }
+func (t *treeList) dataLen() (int64, string) { return 0, "" }
+func (t *treeList) inObject() bool           { return len(t.stack) > 0 && t.stack[len(t.stack)-1] == '{' }
+func (t *treeList) closingTrees() bool       { return t.treesDepth > 0 && len(t.stack) == t.treesDepth }
 
 // jsonTrees scans XGBoost's JSON model. It follows strings and containers
 // only (a value's syntax is not checked: XGBoost itself rejects bad JSON at
@@ -250,10 +250,10 @@ func (s *lgbTrees) endTree() {
 		Offset: s.treeStart, Length: s.lineStart - s.treeStart})
 }
 
-func (s *lgbTrees) advance(n int) int { s.pos += int64(n); return n }
-func (s *lgbTrees) dataLen() int64    { return 0 }
-func (s *lgbTrees) parts() []Tensor   { return s.out }
-func (s *lgbTrees) complete() bool    { return s.ended }
+func (s *lgbTrees) advance(n int) int        { s.pos += int64(n); return n }
+func (s *lgbTrees) dataLen() (int64, string) { return 0, "" }
+func (s *lgbTrees) parts() []Tensor          { return s.out }
+func (s *lgbTrees) complete() bool           { return s.ended }
 
 // ubjTrees scans XGBoost's UBJSON model byte by byte: markers, big-endian
 // numbers, strings, keys (a length without the 'S' marker), and containers

@@ -381,6 +381,7 @@ func TestPartFormatsFixtures(t *testing.T) {
 		{"trees_xgb.ubj", fmtXGBoostUBJ, 4, 0},
 		{"trees_lgb.txt", fmtLightGBM, 4, 0},
 		{"trees_sklearn.pkl", fmtPickle, 0, 4},
+		{"trees_sklearn.joblib", fmtPickle, 0, 4},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			data, err := os.ReadFile("testdata/" + tc.file)
