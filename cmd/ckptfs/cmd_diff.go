@@ -11,6 +11,7 @@ import (
 	"sort"
 	"text/tabwriter"
 
+	"github.com/ckptfs/ckptfs/formats"
 	"github.com/ckptfs/ckptfs/fusefs"
 )
 
@@ -24,13 +25,16 @@ type tensorDiff struct {
 }
 
 type diffResult struct {
-	A, B         string           `json:"-"`
-	Tensors      []tensorDiff     `json:"tensors"`
-	Counts       map[string]int   `json:"counts"`
-	Bytes        map[string]int64 `json:"bytes"`
-	AddedBytes   int64            `json:"added_bytes"` // bytes of B's chunks that A lacks: what storing B costs beside A
-	AddedChunks  int              `json:"added_chunks"`
-	SizeA, SizeB int64            `json:"-"`
+	A, B        string           `json:"-"`
+	Tensors     []tensorDiff     `json:"tensors"`
+	Counts      map[string]int   `json:"counts"`
+	Bytes       map[string]int64 `json:"bytes"`
+	AddedBytes  int64            `json:"added_bytes"` // bytes of B's chunks that A lacks: what storing B costs beside A
+	AddedChunks int              `json:"added_chunks"`
+	// Unit is what the entries are: "tensors", or for two tree models
+	// (XGBoost, LightGBM) "trees", for two pickles "buffers" (issue #29).
+	Unit         string `json:"unit"`
+	SizeA, SizeB int64  `json:"-"`
 }
 
 func runDiff(ctx context.Context, c command, args []string, stdout, stderr io.Writer) error {
@@ -69,7 +73,7 @@ func runDiff(ctx context.Context, c command, args []string, stdout, stderr io.Wr
 		return err
 	}
 	for _, s := range []string{"same", "changed", "added", "removed"} {
-		fmt.Fprintf(stdout, "%-8s %5d tensors  %s\n", s, res.Counts[s], formatBytes(res.Bytes[s]))
+		fmt.Fprintf(stdout, "%-8s %5d %s  %s\n", s, res.Counts[s], res.Unit, formatBytes(res.Bytes[s]))
 	}
 	fmt.Fprintf(stdout, "B adds %s in %d chunks beyond A (B is %s)\n", formatBytes(res.AddedBytes), res.AddedChunks, formatBytes(b.Size))
 	return nil
@@ -88,7 +92,7 @@ func checkComparable(a, b *fileView) error {
 	case ca && cb:
 		return nil
 	case !ca && !cb:
-		return fmt.Errorf("neither %s nor %s is a checkpoint (no tensors in a format ckptfs parses: safetensors, torch.save, GGUF, npy, npz): compare them with cmp or diff", a.Path, b.Path)
+		return fmt.Errorf("neither %s nor %s is a checkpoint (no tensors in a format ckptfs parses: safetensors, torch.save, GGUF, npy, npz; no trees in an XGBoost, LightGBM or pickled model): compare them with cmp or diff", a.Path, b.Path)
 	case !ca:
 		return fmt.Errorf("%s is not a checkpoint (no tensors in a format ckptfs parses), so it cannot be compared with %s tensor by tensor", a.Path, b.Path)
 	default:
@@ -152,7 +156,10 @@ func loadDiffView(ctx context.Context, path string) (*fileView, error) {
 // torch tensor that views part of a larger storage is named by the storage,
 // so it reads as "changed" against the same bytes stored on their own.
 func diffViews(a, b *fileView) diffResult {
-	res := diffResult{Counts: map[string]int{}, Bytes: map[string]int64{}, Tensors: []tensorDiff{}}
+	res := diffResult{Counts: map[string]int{}, Bytes: map[string]int64{}, Tensors: []tensorDiff{}, Unit: "tensors"}
+	if formats.IsPartFormat(a.Index.Format) && a.Index.Format == b.Index.Format {
+		res.Unit = partUnit(b.Index.Tensors)
+	}
 	inA := map[string]fusefs.TensorEntry{}
 	for _, t := range a.Index.Tensors {
 		inA[t.Name] = t
