@@ -189,29 +189,45 @@ func (s *jsonTrees) advance(n int) int { s.pos += int64(n); return n }
 // lgbTrees scans LightGBM's text model: a header of key=value lines, then
 // "Tree=N" blocks, then "end of trees" and the feature importances and
 // parameters. Cuts: after "Tree=" of the first tree and after "end of
-// trees" (always), after "Tree=" of every later tree (grouped). A cut a few
-// bytes into a line is as stable as one at its start: each chunk of trees
-// is "N\n<tree N>...\n\nTree=".
+// trees" (always), after "Tree=" of every later tree (grouped), and after
+// the blank line that follows "end of parameters" (always: the Python
+// package appends a pandas_categorical line to the file the library wrote,
+// so each save is written, closed and committed twice). A cut a few bytes
+// into a line is as stable as one at its start: each chunk of trees is
+// "N\n<tree N>...\n\nTree=".
 type lgbTrees struct {
 	pos       int64
 	atLine    bool // pos is at a line start or inside the line's first bytes
-	line      [12]byte
+	line      [len(lgbParamsEnd)]byte
 	lineN     int
 	lineStart int64
 	trees     int
 	treeStart int64
 	inTrees   bool
 	ended     bool
+	params    int // 1: the "end of parameters" line is read; 2: after its newline; 3: past the blank line after it
 	out       []Tensor
 }
 
-const lgbTree, lgbEnd = "Tree=", "end of trees"
+const lgbTree, lgbEnd, lgbParamsEnd = "Tree=", "end of trees", "end of parameters"
 
 func (s *lgbTrees) scan(b []byte) (int, cutRule, error) {
 	for i := 0; i < len(b); i++ {
 		ch := b[i]
 		if ch == '\n' {
+			blank := s.atLine && s.lineN == 0
 			s.atLine, s.lineN, s.lineStart = true, 0, s.pos+int64(i)+1
+			switch {
+			case s.params == 1:
+				s.params = 2
+			case s.params == 2 && blank:
+				// lightgbm's save_model appends pandas_categorical after the
+				// C++ writer closed the file: one commit ends here.
+				s.params = 3
+				return s.advance(i + 1), cutAlways, nil
+			default:
+				s.params = min(s.params, 3)
+			}
 			continue
 		}
 		if !s.atLine {
@@ -238,7 +254,10 @@ func (s *lgbTrees) scan(b []byte) (int, cutRule, error) {
 			s.endTree()
 			s.inTrees, s.ended = false, true
 			return s.advance(i + 1), cutAlways, nil
-		case !bytes.HasPrefix([]byte(lgbTree), l) && !bytes.HasPrefix([]byte(lgbEnd), l):
+		case string(l) == lgbParamsEnd && s.ended && s.params == 0:
+			s.atLine, s.params = false, 1
+		case !bytes.HasPrefix([]byte(lgbTree), l) && !bytes.HasPrefix([]byte(lgbEnd), l) &&
+			!bytes.HasPrefix([]byte(lgbParamsEnd), l):
 			s.atLine = false
 		}
 	}

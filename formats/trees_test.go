@@ -404,3 +404,24 @@ func TestPartFormatsFixtures(t *testing.T) {
 		})
 	}
 }
+
+// TestLightGBMAppendedTail: lightgbm's save_model commits the file the
+// library wrote, then appends "pandas_categorical:null": both versions
+// share every chunk but the appended line's.
+func TestLightGBMAppendedTail(t *testing.T) {
+	full := buildLightGBM(4, 30)
+	first := full[:bytes.LastIndex(full, []byte("pandas_categorical:"))]
+	c1, ix1 := chunk(first, 1<<20, 0)
+	c2, ix2 := chunk(full, 1<<20, 0)
+	if ix1.Format != fmtLightGBM || ix2.Format != fmtLightGBM {
+		t.Fatalf("formats %q, %q", ix1.Format, ix2.Format)
+	}
+	have := chunkSet(first, c1)
+	prev := int64(0)
+	for _, c := range c2 {
+		if !have[sha256.Sum256(full[prev:c])] && prev < int64(len(first)) {
+			t.Fatalf("chunk [%d,%d) of the full file is new; the first commit ends at %d", prev, c, len(first))
+		}
+		prev = c
+	}
+}
