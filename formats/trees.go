@@ -190,9 +190,9 @@ func (s *jsonTrees) advance(n int) int { s.pos += int64(n); return n }
 // "Tree=N" blocks, then "end of trees" and the feature importances and
 // parameters. Cuts: after "Tree=" of the first tree and after "end of
 // trees" (always), after "Tree=" of every later tree (grouped), and after
-// the blank line that follows "end of parameters" (always: the Python
-// package appends a pandas_categorical line to the file the library wrote,
-// so each save is written, closed and committed twice). A cut a few bytes
+// the "end of parameters" line (always: the Python package appends a
+// pandas_categorical line to the file the library wrote, so each save is
+// written, closed and committed twice). A cut a few bytes
 // into a line is as stable as one at its start: each chunk of trees is
 // "N\n<tree N>...\n\nTree=".
 type lgbTrees struct {
@@ -205,7 +205,7 @@ type lgbTrees struct {
 	treeStart int64
 	inTrees   bool
 	ended     bool
-	params    int // 1: the "end of parameters" line is read; 2: after its newline; 3: past the blank line after it
+	params    int // 1: in the "end of parameters" line; 2: past it
 	out       []Tensor
 }
 
@@ -215,18 +215,12 @@ func (s *lgbTrees) scan(b []byte) (int, cutRule, error) {
 	for i := 0; i < len(b); i++ {
 		ch := b[i]
 		if ch == '\n' {
-			blank := s.atLine && s.lineN == 0
 			s.atLine, s.lineN, s.lineStart = true, 0, s.pos+int64(i)+1
-			switch {
-			case s.params == 1:
+			if s.params == 1 {
+				// lightgbm's save_model appends "\npandas_categorical:..."
+				// after the C++ writer closed the file: one commit ends here.
 				s.params = 2
-			case s.params == 2 && blank:
-				// lightgbm's save_model appends pandas_categorical after the
-				// C++ writer closed the file: one commit ends here.
-				s.params = 3
 				return s.advance(i + 1), cutAlways, nil
-			default:
-				s.params = min(s.params, 3)
 			}
 			continue
 		}

@@ -410,7 +410,7 @@ func TestPartFormatsFixtures(t *testing.T) {
 // share every chunk but the appended line's.
 func TestLightGBMAppendedTail(t *testing.T) {
 	full := buildLightGBM(4, 30)
-	first := full[:bytes.LastIndex(full, []byte("pandas_categorical:"))]
+	first := full[:bytes.LastIndex(full, []byte("\npandas_categorical:"))]
 	c1, ix1 := chunk(first, 1<<20, 0)
 	c2, ix2 := chunk(full, 1<<20, 0)
 	if ix1.Format != fmtLightGBM || ix2.Format != fmtLightGBM {
