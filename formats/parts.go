@@ -47,6 +47,19 @@ func IsPartFormat(format string) bool {
 // save.
 const partGroup = 2 << 10
 
+// maxParts bounds the parts a part format's index holds (a tree costs its
+// Tensor in memory, and "{}" is a tree): past it the scan stops and the
+// rest of the file is CDC-cut.
+const maxParts = 1 << 20
+
+// closer is the bracket that closes an opening one.
+func closer(open byte) byte {
+	if open == '{' {
+		return '}'
+	}
+	return ']'
+}
+
 // cutRule is what a scanner asks for at the point where it stopped.
 type cutRule uint8
 

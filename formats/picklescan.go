@@ -52,9 +52,6 @@ const minPartBuf = 256
 // bytes that change with every save.
 const minPartAlone = 2 << 10
 
-// maxPickleParts bounds the parts a pickle's index holds.
-const maxPickleParts = 1 << 20
-
 // pickleHeader is the header size (opcode + fixed argument or length
 // prefix) of opcode op, and whether the length prefix is that of a bytes
 // argument to skip.
@@ -283,8 +280,8 @@ func (s *pickleParts) buffer(at, n int64, dtype string) (cutRule, error) {
 		s.skip = n
 		return cutNone, nil
 	}
-	if len(s.out) >= maxPickleParts {
-		return cutNone, fmt.Errorf("pickle: more than %d buffers", maxPickleParts)
+	if len(s.out) >= maxParts {
+		return cutNone, fmt.Errorf("pickle: more than %d buffers", maxParts)
 	}
 	s.out = append(s.out, Tensor{Name: partName("buffer", len(s.out)), DType: DTypeBuffer, Offset: at, Length: n})
 	if n >= minDataChunk {

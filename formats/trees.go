@@ -66,6 +66,9 @@ func (t *treeList) close(kind byte, end int64) (tree, trees bool, err error) {
 	t.stack, t.keys = t.stack[:len(t.stack)-1], t.keys[:len(t.keys)-1]
 	switch {
 	case t.treesDepth > 0 && len(t.stack) == t.treesDepth:
+		if len(t.out) >= maxParts {
+			return false, false, fmt.Errorf("trees: more than %d trees", maxParts)
+		}
 		t.out = append(t.out, Tensor{Name: partName("tree", len(t.out)), DType: DTypeTree,
 			Offset: t.treeStart, Length: end - t.treeStart})
 		return true, false, nil
@@ -166,7 +169,11 @@ func (s *jsonTrees) scan(b []byte) (int, cutRule, error) {
 				return s.advance(i), cutAlways, nil
 			}
 			s.held = false
-			tree, _, err := s.close(map[byte]byte{'}': '{', ']': '['}[ch], s.pos+int64(i)+1)
+			open := byte('{')
+			if ch == ']' {
+				open = '['
+			}
+			tree, _, err := s.close(open, s.pos+int64(i)+1)
 			if err != nil {
 				return i, cutNone, err
 			}
@@ -236,6 +243,9 @@ func (s *lgbTrees) scan(b []byte) (int, cutRule, error) {
 		case string(l) == lgbTree && !s.ended:
 			s.atLine = false
 			rule := cutGroup
+			if len(s.out) >= maxParts {
+				return i, cutNone, fmt.Errorf("lightgbm: more than %d trees", maxParts)
+			}
 			if s.inTrees {
 				s.endTree()
 			} else {
@@ -445,7 +455,7 @@ func (s *ubjTrees) step(b []byte) (cutRule, int, error) {
 		f = &s.frames[len(s.frames)-1]
 	}
 	if f != nil && !f.counted && f.typ == 0 && (ch == ']' || ch == '}') {
-		if ch != map[byte]byte{'[': ']', '{': '}'}[s.stack[len(s.stack)-1]] {
+		if ch != closer(s.stack[len(s.stack)-1]) {
 			return cutNone, 0, errors.New("unbalanced containers")
 		}
 		if ch == ']' && s.closingTrees() && !s.held {
