@@ -164,6 +164,11 @@ func diffViews(a, b *fileView) diffResult {
 	for _, t := range a.Index.Tensors {
 		inA[t.Name] = t
 	}
+	if res.Unit == "buffers" {
+		// A pickle's buffers are numbered in file order, so one added in
+		// the middle renumbers those after it: pair them by their bytes.
+		return diffByHash(a, b, res)
+	}
 	inB := map[string]bool{}
 	for _, t := range b.Index.Tensors {
 		inB[t.Name] = true
@@ -184,6 +189,34 @@ func diffViews(a, b *fileView) diffResult {
 			res.Tensors = append(res.Tensors, tensorDiff{Name: t.Name, Status: "removed", Bytes: t.Length, DType: t.DType, Shape: t.Shape})
 		}
 	}
+	return finishDiff(a, b, res)
+}
+
+// diffByHash classifies B's entries as same (A has the same bytes, under
+// any name) or added, and A's entries whose bytes B lacks as removed.
+func diffByHash(a, b *fileView, res diffResult) diffResult {
+	inA, inB := map[string]bool{}, map[string]bool{}
+	for _, t := range a.Index.Tensors {
+		inA[t.Hash] = true
+	}
+	for _, t := range b.Index.Tensors {
+		inB[t.Hash] = true
+		d := tensorDiff{Name: t.Name, Bytes: t.Length, DType: t.DType, Shape: t.Shape, Status: "added"}
+		if inA[t.Hash] {
+			d.Status = "same"
+		}
+		res.Tensors = append(res.Tensors, d)
+	}
+	for _, t := range a.Index.Tensors {
+		if !inB[t.Hash] {
+			res.Tensors = append(res.Tensors, tensorDiff{Name: t.Name, Status: "removed", Bytes: t.Length, DType: t.DType, Shape: t.Shape})
+		}
+	}
+	return finishDiff(a, b, res)
+}
+
+// finishDiff sorts the entries, counts them and adds up B's new chunks.
+func finishDiff(a, b *fileView, res diffResult) diffResult {
 	sort.SliceStable(res.Tensors, func(i, j int) bool { return res.Tensors[i].Name < res.Tensors[j].Name })
 	for _, t := range res.Tensors {
 		res.Counts[t.Status]++

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -45,5 +46,23 @@ func TestTreeParts(t *testing.T) {
 				t.Errorf("%s -> %s: %d %s, want %d", tc.a.Path, tc.b.Path, res.Counts[s], s, tc.want[s])
 			}
 		}
+	}
+}
+
+// TestPickleBuffersDiffByBytes: a pickle's buffers are renumbered when one
+// is added before others, so diff pairs them by hash.
+func TestPickleBuffersDiffByBytes(t *testing.T) {
+	buf := func(name, hash string) fusefs.TensorEntry {
+		return fusefs.TensorEntry{Name: name, DType: "buffer", Length: 10, Hash: hash}
+	}
+	view := func(bufs ...fusefs.TensorEntry) *fileView {
+		return &fileView{Size: 100, Index: &fusefs.FileIndex{Format: "pickle", Tensors: bufs}}
+	}
+	a := view(buf("buffer.0", "t0"), buf("buffer.1", "t1"), buf("buffer.2", "score1"))
+	b := view(buf("buffer.0", "t0"), buf("buffer.1", "t1"), buf("buffer.2", "t2"), buf("buffer.3", "score2"))
+	res := diffViews(a, b)
+	want := map[string]int{"same": 2, "added": 2, "removed": 1}
+	if res.Unit != "buffers" || !reflect.DeepEqual(res.Counts, want) {
+		t.Fatalf("unit %q counts %v, want buffers %v", res.Unit, res.Counts, want)
 	}
 }

@@ -57,7 +57,10 @@ def test_warm_start_saves(daemon_factory, ckptfs_bin, record, row):
     counts = diff["counts"]
     if want_format == "pickle":
         assert diff["unit"] == "buffers"
-        assert counts.get("added", 0) >= TREES_PER_ROUND and counts.get("removed", 0) == 0
+        # pairs buffers by their bytes: the new trees' arrays are added, the
+        # old trees' the same; train_score_ grows (one removed, one added)
+        assert counts.get("added", 0) >= TREES_PER_ROUND, counts
+        assert counts.get("same", 0) >= trees - TREES_PER_ROUND and counts.get("removed", 0) <= 2, counts
     else:
         assert diff["unit"] == "trees"
         assert counts == {"same": trees - TREES_PER_ROUND, "added": TREES_PER_ROUND}, counts
