@@ -150,7 +150,7 @@
 // for object arrays) it models the pickle machine's stack: ints, strings of
 // up to 40 bytes, tuples of up to 16 scalars, globals by name, numpy.dtype
 // reductions and the wrapper's state; everything else is opaque. Nothing is
-// called or imported. The model holds at most 2^16 stack values, 2^14 memo
+// called or imported. The model holds at most 2^14 stack values, 2^14 memo
 // entries and 8 nested pickles; past those, or on any opcode it does not
 // know, the scan stops and the rest of the file is CDC-cut.
 //

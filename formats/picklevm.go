@@ -49,7 +49,7 @@ type arrayInfo struct {
 
 // Limits of the stack model: a real joblib pickle stays far below them.
 const (
-	maxPVStack  = 1 << 16 // values on the stack
+	maxPVStack  = 1 << 14 // values on the stack (each at most ~1 KiB: a tuple of 16)
 	maxPVMemo   = 1 << 14 // memo entries kept (later ones read as opaque)
 	maxPVTuple  = 16      // items of a tuple kept
 	maxPVStr    = 40      // bytes of a string kept
