@@ -109,11 +109,6 @@ type partState struct {
 	forced bool // the last cut was a forced one (cutAlways)
 }
 
-// stepParts starts a part format after the sniff.
-func stepParts(c *Chunker, b []byte, eof bool) {
-	c.claimRest(KindMeta, false)
-}
-
 // consumeParts hands claimed non-data bytes of a part format to the scanner
 // and the cutter, and returns how many it consumed: fewer than len(b) when
 // the scanner starts a data segment.
@@ -153,6 +148,7 @@ func (c *Chunker) consumeParts(b []byte) int {
 				c.claimRest(KindMeta, false)
 			})
 			if c.failed {
+				c.parts = nil
 				return used
 			}
 			if c.claim == 0 { // an empty segment

@@ -284,6 +284,20 @@ func TestPartFormats(t *testing.T) {
 					t.Fatalf("part %+v", p)
 				}
 			}
+			// The skeleton and the trees never share a chunk.
+			isCut := map[int64]bool{}
+			for _, c := range cuts {
+				isCut[c] = true
+			}
+			first, last := ix.Tensors[0], ix.Tensors[len(ix.Tensors)-1]
+			edges := map[string][2]int64{
+				fmtXGBoostJSON: {first.Offset, last.Offset + last.Length},
+				fmtXGBoostUBJ:  {first.Offset, last.Offset + last.Length},
+				fmtLightGBM:    {first.Offset + int64(len(lgbTree)), last.Offset + last.Length + int64(len(lgbEnd))},
+			}
+			if e, ok := edges[tc.format]; ok && (!isCut[e[0]] || !isCut[e[1]]) {
+				t.Fatalf("no cut at the tree list's start %d (%v) or end %d (%v)", e[0], isCut[e[0]], e[1], isCut[e[1]])
+			}
 			for _, feed := range []int{1, 7, 4093} {
 				c2, ix2 := chunk(data, 1<<20, feed)
 				if !reflect.DeepEqual(cuts, c2) || !reflect.DeepEqual(ix, ix2) {
