@@ -97,7 +97,8 @@ type Chunker struct {
 	queue     []claimItem
 	after     stepFunc
 
-	zip zipStream
+	zip   zipStream
+	parts *partState // a part format's scanner (tree models, pickles)
 }
 
 // stepFunc examines the pending bytes b (starting at file offset c.done;
@@ -219,8 +220,7 @@ func (c *Chunker) run(p []byte, eof bool) {
 				if c.claim > 0 {
 					k = min(k, c.claim)
 				}
-				c.consume(c.buf[c.bufR : c.bufR+int(k)])
-				c.bufR += int(k)
+				c.bufR += c.consume(c.buf[c.bufR : c.bufR+int(k)])
 				if c.bufR == len(c.buf) {
 					c.resetBuf()
 				}
@@ -233,8 +233,7 @@ func (c *Chunker) run(p []byte, eof bool) {
 			if c.claim > 0 {
 				k = min(k, c.claim)
 			}
-			c.consume(p[:k])
-			p = p[k:]
+			p = p[c.consume(p[:k]):]
 			continue
 		}
 		pend := len(c.buf) - c.bufR
@@ -293,8 +292,12 @@ func (c *Chunker) resetBuf() {
 	}
 }
 
-// consume hands claimed bytes to the cutter.
-func (c *Chunker) consume(b []byte) {
+// consume hands claimed bytes to the cutter and returns how many it took:
+// all of b, unless a part format's scanner starts a data segment inside it.
+func (c *Chunker) consume(b []byte) int {
+	if c.parts != nil && !c.isData {
+		return c.consumeParts(b) // the rest of the file: c.claim is -1
+	}
 	n := int64(len(b))
 	if c.claim > 0 {
 		c.claim -= n
@@ -306,7 +309,7 @@ func (c *Chunker) consume(b []byte) {
 			c.cdc(b[max(skip, 0):])
 		}
 		c.done = end
-		return
+		return len(b)
 	}
 	for c.dataNext <= end {
 		c.emit(c.dataNext)
@@ -321,6 +324,7 @@ func (c *Chunker) consume(b []byte) {
 		c.dataNext = next
 	}
 	c.done, c.cdcPos = end, end
+	return len(b)
 }
 
 // cdc cuts b, the bytes at c.cdcPos, by content.
@@ -509,6 +513,12 @@ func stepSniff(c *Chunker, b []byte, eof bool) {
 	case "zip":
 		c.wait(30, stepZipLocal)
 	default:
+		if sc, format := sniffParts(b); sc != nil {
+			c.format = format
+			c.parts = &partState{sc: sc, group: min(partGroup, c.p.min)}
+			c.claimRest(KindMeta, false)
+			return
+		}
 		c.claimRest(KindOther, true)
 	}
 }
@@ -589,11 +599,20 @@ func stepNPY(c *Chunker, b []byte, eof bool) {
 
 // index builds the Index that Close returns.
 func (c *Chunker) index() *Index {
+	if IsPartFormat(c.format) && !c.failed {
+		if c.parts == nil || !c.parts.sc.complete() || c.claim > 0 {
+			return unknownIndex(c.off)
+		}
+		c.complete = true
+	}
 	if c.failed || !c.complete || c.format == "" {
 		return unknownIndex(c.off)
 	}
 	c.segs.add(c.restStart, c.off-c.restStart, c.restKind, "")
 	ix := &Index{Format: c.format, Segments: c.segs.segs, Tensors: c.tensors}
+	if c.parts != nil {
+		ix.Tensors = c.parts.sc.parts()
+	}
 	if c.format == fmtTorch {
 		if c.zip.tp == nil {
 			return unknownIndex(c.off)

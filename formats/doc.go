@@ -15,9 +15,12 @@
 //     FUSE write path.
 //
 // Formats: safetensors; torch.save zip files (data.pkl plus data/<key>
-// storage records); GGUF v2/v3; .npy; .npz (stored members). Anything else,
-// including the legacy non-zip torch format, XGBoost JSON/UBJ and pickled
-// scikit-learn models, is unknown (Format "").
+// storage records); GGUF v2/v3; .npy; .npz (stored members). Tree models and
+// pickles are part formats (issue #29): XGBoost JSON and UBJ
+// ("xgboost-json", "xgboost-ubj"), LightGBM text models ("lightgbm"), and
+// pickles ("pickle": pickle.dump of any object, sklearn models included, and
+// joblib.dump files). Anything else, including the legacy non-zip torch
+// format (pickles followed by raw storages), is unknown (Format "").
 //
 // # Chunking invariants
 //
@@ -56,6 +59,24 @@
 //     max min(128 KiB, maxChunk)), so unchanged parts of unknown formats
 //     still deduplicate after insertions. The gear table is fixed: changing
 //     it moves cut points and stops new chunks from matching old ones.
+//   - Part formats are followed by streaming scanners (parts.go) that see
+//     every byte once, keep a few bytes of token state (a pickle's stack
+//     model is capped; see picklevm.go) and add cuts to the CDC ones: the
+//     skeleton (tree counts, parameters, pickle opcodes around the arrays)
+//     and the trees never share a chunk, and trees (each entry of XGBoost's
+//     learner.gradient_booster.model.trees, each LightGBM "Tree=N" block,
+//     each pickled buffer of 256 bytes or more) group into chunks of at
+//     least 2 KiB (partGroup) counted from the last forced cut, so a tree a
+//     later save keeps byte for byte keeps its chunks. Forced cuts: around
+//     the tree list, around every pickle FRAME header (its length changes
+//     when a later save appends to the frame), around pickled buffers of
+//     2 KiB or more, and where lightgbm's Python package appends to the
+//     file its library wrote. A pickled buffer of 4 KiB or more (an
+//     in-band ndarray, a joblib array) is a data segment, cut like a
+//     tensor. A warm-started save then costs its new trees, its skeleton
+//     and about one group of trees: 10 saves of +50 trees store 1.005x
+//     (XGBoost JSON) to 1.08x (sklearn pickle) the final file, against
+//     1.2x-2.5x by CDC alone.
 //   - Cuts depend only on the file's bytes, never on how writes split them.
 //   - The cuts lag the bytes written by at most MaxLag(maxChunk) (~9 MiB
 //     for 1 MiB chunks), whatever the header size: bytes a parser still needs
@@ -97,6 +118,14 @@
 //   - npz: each stored member's array data is a data segment named by the
 //     member without ".npy"; local headers, .npy headers, compressed members
 //     and the central directory are meta.
+//   - part formats: Tensors lists parts, not tensors: "tree.N" (DType
+//     DTypeTree) for XGBoost and LightGBM, "buffer.N" (DType DTypeBuffer)
+//     for pickles, in file order. Trees and buffers under 4 KiB lie in
+//     meta segments (the file is meta but for its data segments); a buffer
+//     of 4 KiB or more is exactly one data segment. Parse runs a Chunker over
+//     the file, so the two agree; a file that only starts like a part
+//     format (the sniff is weak: "{\"learner\"", UBJ's "{L...learner",
+//     "tree\nversion", a pickle PROTO) is unknown, never an error.
 //
 // # Torch pickles are interpreted, never executed
 //
@@ -111,6 +140,19 @@
 // caps the opcodes (2^20: ~40k tensors, ~250 MB of VM memory at worst), the
 // MARK depth and integer and line sizes; the object walk caps depth and
 // visits (shared sub-objects, cycles).
+//
+// # Pickles are scanned, never executed
+//
+// The pickle part scanner walks opcodes with the same argument table as
+// the torch scan and skips their arguments as they stream past. To step
+// over joblib's arrays (written outside the opcodes after each
+// NumpyArrayWrapper: padding length, padding, elements; or a nested pickle
+// for object arrays) it models the pickle machine's stack: ints, strings of
+// up to 40 bytes, tuples of up to 16 scalars, globals by name, numpy.dtype
+// reductions and the wrapper's state; everything else is opaque. Nothing is
+// called or imported. The model holds at most 2^14 stack values, 2^14 memo
+// entries and 8 nested pickles; past those, or on any opcode it does not
+// know, the scan stops and the rest of the file is CDC-cut.
 //
 // # Limits
 //

@@ -100,9 +100,10 @@ type Segment struct {
 
 // Index is what a parser learned about a file.
 type Index struct {
-	// Format is "safetensors", "torch", "gguf", "npy", "npz", or "" when
-	// the format is unknown (or, from a Chunker, when the stream did not
-	// parse).
+	// Format is "safetensors", "torch", "gguf", "npy", "npz", a part format
+	// ("xgboost-json", "xgboost-ubj", "lightgbm", "pickle"; see
+	// IsPartFormat), or "" when the format is unknown (or, from a Chunker,
+	// when the stream did not parse).
 	Format string
 	// Segments are ascending, non-overlapping and together cover the whole
 	// file: metadata segments, one KindData segment per non-empty tensor
@@ -111,7 +112,8 @@ type Index struct {
 	// segments of one kind are merged. An unknown format gives one KindOther
 	// segment (none for an empty file).
 	Segments []Segment
-	// Tensors are sorted by Offset, then Name.
+	// Tensors are sorted by Offset, then Name. In a part format they are
+	// its parts (trees, pickled buffers; see DTypeTree, DTypeBuffer).
 	Tensors []Tensor
 }
 
@@ -144,6 +146,9 @@ func Parse(r io.ReaderAt, size int64) (*Index, error) {
 	case "zip":
 		ix, err = parseZip(r, size)
 	default:
+		if sc, _ := sniffParts(head[:n]); sc != nil {
+			return parseParts(r, size)
+		}
 		return unknownIndex(size), nil
 	}
 	if err == nil {

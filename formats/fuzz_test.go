@@ -3,6 +3,7 @@ package formats
 import (
 	"bytes"
 	"errors"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -80,6 +81,9 @@ func FuzzChunker(f *testing.F) {
 			f.Add(h.data, uint16(1))
 		}
 	}
+	for _, d := range treeSeeds(f) {
+		f.Add(d, uint16(5))
+	}
 	f.Fuzz(func(t *testing.T, data []byte, split uint16) {
 		const mc = 256
 		cuts, ix := chunk(data, mc, 0)
@@ -98,6 +102,46 @@ func FuzzChunker(f *testing.F) {
 		}
 		if !reflect.DeepEqual(ix, pix) {
 			t.Fatalf("Chunker index\n%+v\nParse index\n%+v", ix, pix)
+		}
+	})
+}
+
+// treeSeeds are small tree models and pickles: synthetic ones of each part
+// format and the real ones in testdata (gen_trees.py).
+func treeSeeds(f *testing.F) [][]byte {
+	var out [][]byte
+	for _, tc := range treeCases {
+		out = append(out, tc.build(7, 3))
+	}
+	for _, name := range []string{"trees_xgb.json", "trees_xgb.ubj", "trees_lgb.txt", "trees_sklearn.pkl", "trees_sklearn.joblib"} {
+		data, err := os.ReadFile("testdata/" + name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		out = append(out, data)
+	}
+	return out
+}
+
+// FuzzParseTrees fuzzes the part formats' scanners (XGBoost JSON and UBJ,
+// LightGBM text, pickles) through Parse, and checks the Chunker on the same
+// bytes cuts alike however writes split them and agrees with Parse.
+func FuzzParseTrees(f *testing.F) {
+	for _, d := range treeSeeds(f) {
+		f.Add(d)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fuzzParse(t, data)
+		cuts, ix := chunk(data, 256, 0)
+		checkCuts(t, data, cuts, ix, 256)
+		checkIndex(t, data, ix)
+		cuts2, ix2 := chunk(data, 256, 13)
+		if !reflect.DeepEqual(cuts, cuts2) || !reflect.DeepEqual(ix, ix2) {
+			t.Fatalf("writes of 13 bytes cut differently")
+		}
+		pix, err := Parse(bytes.NewReader(data), int64(len(data)))
+		if ix.Format != "" && (err != nil || !reflect.DeepEqual(ix, pix)) {
+			t.Fatalf("Chunker index\n%+v\nParse index\n%+v (%v)", ix, pix, err)
 		}
 	})
 }

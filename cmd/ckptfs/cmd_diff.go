@@ -11,6 +11,7 @@ import (
 	"sort"
 	"text/tabwriter"
 
+	"github.com/ckptfs/ckptfs/formats"
 	"github.com/ckptfs/ckptfs/fusefs"
 )
 
@@ -24,13 +25,16 @@ type tensorDiff struct {
 }
 
 type diffResult struct {
-	A, B         string           `json:"-"`
-	Tensors      []tensorDiff     `json:"tensors"`
-	Counts       map[string]int   `json:"counts"`
-	Bytes        map[string]int64 `json:"bytes"`
-	AddedBytes   int64            `json:"added_bytes"` // bytes of B's chunks that A lacks: what storing B costs beside A
-	AddedChunks  int              `json:"added_chunks"`
-	SizeA, SizeB int64            `json:"-"`
+	A, B        string           `json:"-"`
+	Tensors     []tensorDiff     `json:"tensors"`
+	Counts      map[string]int   `json:"counts"`
+	Bytes       map[string]int64 `json:"bytes"`
+	AddedBytes  int64            `json:"added_bytes"` // bytes of B's chunks that A lacks: what storing B costs beside A
+	AddedChunks int              `json:"added_chunks"`
+	// Unit is what the entries are: "tensors", or for two tree models
+	// (XGBoost, LightGBM) "trees", for two pickles "buffers" (issue #29).
+	Unit         string `json:"unit"`
+	SizeA, SizeB int64  `json:"-"`
 }
 
 func runDiff(ctx context.Context, c command, args []string, stdout, stderr io.Writer) error {
@@ -69,7 +73,7 @@ func runDiff(ctx context.Context, c command, args []string, stdout, stderr io.Wr
 		return err
 	}
 	for _, s := range []string{"same", "changed", "added", "removed"} {
-		fmt.Fprintf(stdout, "%-8s %5d tensors  %s\n", s, res.Counts[s], formatBytes(res.Bytes[s]))
+		fmt.Fprintf(stdout, "%-8s %5d %s  %s\n", s, res.Counts[s], res.Unit, formatBytes(res.Bytes[s]))
 	}
 	fmt.Fprintf(stdout, "B adds %s in %d chunks beyond A (B is %s)\n", formatBytes(res.AddedBytes), res.AddedChunks, formatBytes(b.Size))
 	return nil
@@ -88,7 +92,7 @@ func checkComparable(a, b *fileView) error {
 	case ca && cb:
 		return nil
 	case !ca && !cb:
-		return fmt.Errorf("neither %s nor %s is a checkpoint (no tensors in a format ckptfs parses: safetensors, torch.save, GGUF, npy, npz): compare them with cmp or diff", a.Path, b.Path)
+		return fmt.Errorf("neither %s nor %s is a checkpoint (no tensors in a format ckptfs parses: safetensors, torch.save, GGUF, npy, npz; no trees in an XGBoost, LightGBM or pickled model): compare them with cmp or diff", a.Path, b.Path)
 	case !ca:
 		return fmt.Errorf("%s is not a checkpoint (no tensors in a format ckptfs parses), so it cannot be compared with %s tensor by tensor", a.Path, b.Path)
 	default:
@@ -152,10 +156,18 @@ func loadDiffView(ctx context.Context, path string) (*fileView, error) {
 // torch tensor that views part of a larger storage is named by the storage,
 // so it reads as "changed" against the same bytes stored on their own.
 func diffViews(a, b *fileView) diffResult {
-	res := diffResult{Counts: map[string]int{}, Bytes: map[string]int64{}, Tensors: []tensorDiff{}}
+	res := diffResult{Counts: map[string]int{}, Bytes: map[string]int64{}, Tensors: []tensorDiff{}, Unit: "tensors"}
+	if formats.IsPartFormat(a.Index.Format) && a.Index.Format == b.Index.Format {
+		res.Unit = partUnit(b.Index.Tensors)
+	}
 	inA := map[string]fusefs.TensorEntry{}
 	for _, t := range a.Index.Tensors {
 		inA[t.Name] = t
+	}
+	if res.Unit == "buffers" {
+		// A pickle's buffers are numbered in file order, so one added in
+		// the middle renumbers those after it: pair them by their bytes.
+		return diffByHash(a, b, res)
 	}
 	inB := map[string]bool{}
 	for _, t := range b.Index.Tensors {
@@ -177,6 +189,34 @@ func diffViews(a, b *fileView) diffResult {
 			res.Tensors = append(res.Tensors, tensorDiff{Name: t.Name, Status: "removed", Bytes: t.Length, DType: t.DType, Shape: t.Shape})
 		}
 	}
+	return finishDiff(a, b, res)
+}
+
+// diffByHash classifies B's entries as same (A has the same bytes, under
+// any name) or added, and A's entries whose bytes B lacks as removed.
+func diffByHash(a, b *fileView, res diffResult) diffResult {
+	inA, inB := map[string]bool{}, map[string]bool{}
+	for _, t := range a.Index.Tensors {
+		inA[t.Hash] = true
+	}
+	for _, t := range b.Index.Tensors {
+		inB[t.Hash] = true
+		d := tensorDiff{Name: t.Name, Bytes: t.Length, DType: t.DType, Shape: t.Shape, Status: "added"}
+		if inA[t.Hash] {
+			d.Status = "same"
+		}
+		res.Tensors = append(res.Tensors, d)
+	}
+	for _, t := range a.Index.Tensors {
+		if !inB[t.Hash] {
+			res.Tensors = append(res.Tensors, tensorDiff{Name: t.Name, Status: "removed", Bytes: t.Length, DType: t.DType, Shape: t.Shape})
+		}
+	}
+	return finishDiff(a, b, res)
+}
+
+// finishDiff sorts the entries, counts them and adds up B's new chunks.
+func finishDiff(a, b *fileView, res diffResult) diffResult {
 	sort.SliceStable(res.Tensors, func(i, j int) bool { return res.Tensors[i].Name < res.Tensors[j].Name })
 	for _, t := range res.Tensors {
 		res.Counts[t.Status]++

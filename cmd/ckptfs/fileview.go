@@ -96,7 +96,7 @@ func mountRootOf(path string, dev uint64) (string, bool) {
 // format is not one ckptfs parses. It reads the file (through the mount, for
 // one in a mount): only the parts a parser looks at.
 func whyNotParsed(path string) error {
-	unknown := errors.New("not a checkpoint format ckptfs parses (safetensors, torch, GGUF, npy, npz)")
+	unknown := errors.New("not a checkpoint format ckptfs parses (safetensors, torch, GGUF, npy, npz; XGBoost JSON/UBJ, LightGBM text and pickled models)")
 	f, err := os.Open(path)
 	if err != nil {
 		return unknown

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"bytes"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/ckptfs/ckptfs/fusefs"
+)
+
+// TestTreeParts: `tensors` lists a tree model's trees and skeleton, and
+// `diff` of two saves counts trees (issue #29).
+func TestTreeParts(t *testing.T) {
+	tree := func(name string, off, n int64, hash string) fusefs.TensorEntry {
+		return fusefs.TensorEntry{Name: name, DType: "tree", Offset: off, Length: n, Hash: hash}
+	}
+	a := &fileView{Path: "a.json", Size: 100, Index: &fusefs.FileIndex{Format: "xgboost-json",
+		Tensors: []fusefs.TensorEntry{tree("tree.0", 10, 30, "h0"), tree("tree.1", 40, 40, "h1")}}}
+	b := &fileView{Path: "b.json", Size: 150, Index: &fusefs.FileIndex{Format: "xgboost-json",
+		Tensors: []fusefs.TensorEntry{tree("tree.0", 10, 30, "h0"), tree("tree.1", 40, 40, "h1x"), tree("tree.2", 80, 50, "h2")}}}
+	var out bytes.Buffer
+	if err := printParts(&out, b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"tree.2    tree      80      50", "skeleton  skeleton  -       30",
+		"b.json: xgboost-json, 3 trees (120 B), skeleton 30 B in 2 ranges, in 150 B"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("tensors output lacks %q:\n%s", want, out.String())
+		}
+	}
+	for _, tc := range []struct {
+		a, b *fileView
+		unit string
+		want map[string]int
+	}{
+		{a, b, "trees", map[string]int{"same": 1, "changed": 1, "added": 1}},
+		{b, a, "trees", map[string]int{"same": 1, "changed": 1, "removed": 1}},
+	} {
+		res := diffViews(tc.a, tc.b)
+		if res.Unit != tc.unit {
+			t.Errorf("unit %q, want %q", res.Unit, tc.unit)
+		}
+		for _, s := range []string{"same", "changed", "added", "removed"} {
+			if res.Counts[s] != tc.want[s] {
+				t.Errorf("%s -> %s: %d %s, want %d", tc.a.Path, tc.b.Path, res.Counts[s], s, tc.want[s])
+			}
+		}
+	}
+}
+
+// TestPickleBuffersDiffByBytes: a pickle's buffers are renumbered when one
+// is added before others, so diff pairs them by hash.
+func TestPickleBuffersDiffByBytes(t *testing.T) {
+	buf := func(name, hash string) fusefs.TensorEntry {
+		return fusefs.TensorEntry{Name: name, DType: "buffer", Length: 10, Hash: hash}
+	}
+	view := func(bufs ...fusefs.TensorEntry) *fileView {
+		return &fileView{Size: 100, Index: &fusefs.FileIndex{Format: "pickle", Tensors: bufs}}
+	}
+	a := view(buf("buffer.0", "t0"), buf("buffer.1", "t1"), buf("buffer.2", "score1"))
+	b := view(buf("buffer.0", "t0"), buf("buffer.1", "t1"), buf("buffer.2", "t2"), buf("buffer.3", "score2"))
+	res := diffViews(a, b)
+	want := map[string]int{"same": 2, "added": 2, "removed": 1}
+	if res.Unit != "buffers" || !reflect.DeepEqual(res.Counts, want) {
+		t.Fatalf("unit %q counts %v, want buffers %v", res.Unit, res.Counts, want)
+	}
+}
