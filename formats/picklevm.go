@@ -236,43 +236,11 @@ func (m *pvm) stackOp(op byte, arg []byte, n int64) (*arrayInfo, error) {
 		}
 		return nil, m.push(pv{})
 	case 'R':
-		fa := m.pop(2)
-		if fa[0].kind == pvGlobal && fa[0].s == "numpy\x00dtype" && fa[1].kind == pvTuple && len(fa[1].t) > 0 && fa[1].t[0].kind == pvStr {
-			name := fa[1].t[0].s
-			dt := pv{kind: pvDType, i: npyItemSize(name), s: name}
-			if c, ok := npyDTypes["<"+name]; ok {
-				dt.s = c
-			} else if c, ok := npyDTypes["|"+name]; ok {
-				dt.s = c
-			}
-			return nil, m.push(dt)
-		}
-		return nil, m.push(pv{})
+		return nil, m.reduce()
 	case 0x81, 0x92:
-		k := 2 // NEWOBJ: cls, args; NEWOBJ_EX: cls, args, kwargs
-		if op == 0x92 {
-			k = 3
-		}
-		args := m.pop(k)
-		if args[0].kind == pvGlobal {
-			return nil, m.push(pv{kind: pvObj, s: args[0].s})
-		}
-		return nil, m.push(pv{})
+		return nil, m.newObj(op)
 	case 'b':
-		st := m.pop(1)[0]
-		t := m.top()
-		switch {
-		case t == nil:
-		case t.kind == pvDType && st.kind == pvTuple && len(st.t) >= 6 && st.t[5].kind == pvInt && st.t[5].i > 0:
-			t.i = st.t[5].i // a structured or void dtype's item size
-			if t.s == "" || t.s[0] == 'V' {
-				t.s = ""
-			}
-		case t.kind == pvObj && t.s == joblibWrapper && st.kind == pvDict && st.w != nil && st.w.shapeOK && st.w.dtypeOK:
-			w := *st.w
-			*t = pv{} // the unpickler replaces the wrapper by its array
-			return &w, nil
-		}
+		return m.build(), nil
 	case 'q':
 		m.put(int64(arg[0]))
 	case 'r':
@@ -294,4 +262,56 @@ func (m *pvm) stackOp(op byte, arg []byte, n int64) (*arrayInfo, error) {
 		return nil, m.push(pv{})
 	}
 	return nil, nil
+}
+
+// reduce is REDUCE: a call of numpy.dtype(name, ...) becomes the dtype;
+// any other call an unknown value.
+func (m *pvm) reduce() error {
+	fa := m.pop(2)
+	if fa[0].kind == pvGlobal && fa[0].s == "numpy\x00dtype" && fa[1].kind == pvTuple && len(fa[1].t) > 0 && fa[1].t[0].kind == pvStr {
+		name := fa[1].t[0].s
+		dt := pv{kind: pvDType, i: npyItemSize(name), s: name}
+		if c, ok := npyDTypes["<"+name]; ok {
+			dt.s = c
+		} else if c, ok := npyDTypes["|"+name]; ok {
+			dt.s = c
+		}
+		return m.push(dt)
+	}
+	return m.push(pv{})
+}
+
+// newObj is NEWOBJ (cls, args) or NEWOBJ_EX (cls, args, kwargs): an object
+// of a known class, or an unknown value.
+func (m *pvm) newObj(op byte) error {
+	k := 2
+	if op == 0x92 {
+		k = 3
+	}
+	args := m.pop(k)
+	if args[0].kind == pvGlobal {
+		return m.push(pv{kind: pvObj, s: args[0].s})
+	}
+	return m.push(pv{})
+}
+
+// build is BUILD: the state of a structured dtype gives its item size; the
+// state of a joblib array wrapper, complete, gives the array whose bytes
+// follow (returned), and the wrapper becomes the array (unknown here).
+func (m *pvm) build() *arrayInfo {
+	st := m.pop(1)[0]
+	t := m.top()
+	switch {
+	case t == nil:
+	case t.kind == pvDType && st.kind == pvTuple && len(st.t) >= 6 && st.t[5].kind == pvInt && st.t[5].i > 0:
+		t.i = st.t[5].i // a structured or void dtype's item size
+		if t.s == "" || t.s[0] == 'V' {
+			t.s = ""
+		}
+	case t.kind == pvObj && t.s == joblibWrapper && st.kind == pvDict && st.w != nil && st.w.shapeOK && st.w.dtypeOK:
+		w := *st.w
+		*t = pv{} // the unpickler replaces the wrapper by its array
+		return &w
+	}
+	return nil
 }
