@@ -3,9 +3,7 @@ package fusefs
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"sort"
 	"strconv"
@@ -16,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/cas"
+	"github.com/ckptfs/ckptfs/fusefs/stage"
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sync/errgroup"
@@ -61,7 +60,7 @@ type fileNode struct {
 	manifest      *cas.Manifest
 	offsets       []int64 // offsets[i] = file offset of manifest.Chunks[i]
 	committedSize int64
-	spool         *os.File     // the staged content, unless a stream holds it
+	staging       *stage.File  // content not committed yet, if any
 	dirty         bool         // content or size changed since the last commit
 	forked        bool         // an origin's fork field names n (pins n)
 	writers       int          // open handles that may write (for a fork: its origin's)
@@ -69,7 +68,6 @@ type fileNode struct {
 	gen           uint64       // bumped by every content change
 	cachedGen     uint64       // gen when a read handle last got the kernel's cached pages
 	fork          *fileNode    // the new version being staged for n's writers
-	stream        *stream      // the staged content, when written in order from empty
 	asyncErr      error        // a background commit's failure, for the next close or fsync
 	lost          error        // staged content was dropped (revert): writes fail until truncated or reopened
 	spans         []tensorSpan // tensor byte ranges of the manifest, for prefetch
@@ -293,13 +291,15 @@ func (n *fileNode) read(ctx context.Context, f fs.FileHandle, dest []byte, off i
 		return t.read(ctx, nil, dest, off)
 	}
 	n.mu.RLock()
-	if n.stream != nil {
+	if n.staging != nil && n.staging.Streaming() {
 		// Reading what is being streamed: give it a spool first.
 		n.mu.RUnlock()
 		n.mu.Lock()
 		var err error
-		if n.stream != nil {
-			err = n.materialize(ctx)
+		if st := n.staging; st != nil && st.Streaming() {
+			if err = st.Spill(ctx); !st.Holds() {
+				n.staging = nil
+			}
 		}
 		n.mu.Unlock()
 		if err != nil {
@@ -307,19 +307,13 @@ func (n *fileNode) read(ctx context.Context, f fs.FileHandle, dest []byte, off i
 		}
 		n.mu.RLock()
 	}
-	if n.spool != nil {
+	if n.staging != nil {
 		defer n.mu.RUnlock()
-		end := min(off+int64(len(dest)), n.attr.Size)
-		if off >= end {
-			return fuse.ReadResultData(nil), 0
-		}
-		k, err := n.spool.ReadAt(dest[:end-off], off)
-		if err != nil && !errors.Is(err, io.EOF) {
+		k, err := n.staging.ReadAt(dest, off)
+		if err != nil {
 			return nil, n.fsys.toErrno("read staged", err)
 		}
-		// A sparse spool reads short at a hole past its end: the rest is zeros.
-		clear(dest[k : end-off])
-		return fuse.ReadResultData(dest[:end-off]), 0
+		return fuse.ReadResultData(dest[:k]), 0
 	}
 	m, offsets, spans := n.manifest, n.offsets, n.spans
 	n.mu.RUnlock()
@@ -409,124 +403,31 @@ func (n *fileNode) readChunks(ctx context.Context, m *cas.Manifest, offsets []in
 }
 
 // staged reports whether n has content not committed yet (mu held).
-func (n *fileNode) staged() bool { return n.spool != nil || n.stream != nil }
+func (n *fileNode) staged() bool { return n.staging != nil }
 
-// stage makes sure n's content is staged: from empty in a stream when keep is
-// 0, else in a spool holding a copy of the committed content's first keep
-// bytes. mu held.
+// stage makes sure n's content is staged: from empty (in a stream if the
+// write memory budget has room) when keep is 0, else in a spool holding a
+// copy of the committed content's first keep bytes. mu held.
 func (n *fileNode) stage(ctx context.Context, keep int64) error {
 	if n.staged() {
 		return nil
 	}
 	keep = min(keep, n.committedSize)
+	var base []cas.ChunkRef
 	if keep == 0 {
 		n.setAttr(func(a *cas.Node) { a.Size = 0 })
-		return n.stageEmpty(ctx)
-	}
-	if err := n.loadManifestLocked(); err != nil { // a truncate by path of a closed file
+	} else if err := n.loadManifestLocked(); err != nil { // a truncate by path of a closed file
 		return err
+	} else {
+		base = n.manifest.Chunks
 	}
-	f, err := n.fsys.newSpool(ctx, n.attr.Ino)
+	st, err := n.fsys.stage.Stage(ctx, n.attr.Ino, base, keep)
 	if err != nil {
 		return err
 	}
-	if _, err := n.fsys.spoolChunks(ctx, f, n.manifest.Chunks, keep); err != nil {
-		n.fsys.closeSpool(f)
-		return fmt.Errorf("copy committed content to spool: %w", err)
-	}
-	n.spool = f
+	n.staging = st
 	n.setAttr(func(a *cas.Node) { a.Size = keep })
 	return nil
-}
-
-// stageEmpty stages empty content: in a stream if the write memory budget
-// has room for one, else in an empty spool (mu held).
-func (n *fileNode) stageEmpty(ctx context.Context) error {
-	if n.startStream() {
-		return nil
-	}
-	f, err := n.fsys.newSpool(ctx, n.attr.Ino)
-	if err != nil {
-		return err
-	}
-	n.spool = f
-	return nil
-}
-
-// spoolChunks writes the content of chunks refs, from offset 0, into spool
-// up to limit bytes, and returns how many it wrote.
-func (f *FS) spoolChunks(ctx context.Context, spool *os.File, refs []cas.ChunkRef, limit int64) (int64, error) {
-	var off int64
-	for _, ref := range refs {
-		if off >= limit {
-			break
-		}
-		c, err := f.store.AcquireChunk(ctx, ref)
-		if err != nil {
-			return off, err
-		}
-		data := c.Data[:min(int64(len(c.Data)), limit-off)]
-		_, err = spool.WriteAt(data, off)
-		c.Release()
-		if err != nil {
-			return off, err
-		}
-		off += int64(len(data))
-	}
-	return off, nil
-}
-
-// spoolWait bounds how long a write waits for a spool file (newSpool).
-const spoolWait = 20 * time.Second
-
-// spoolBudget is how many spool files may be open at once: a quarter of the
-// file limit (and at least 4). The local backend keeps another quarter for
-// objects written but not yet synced; the rest serves object reads, the
-// catalog, the FUSE device and the listeners.
-func spoolBudget() int {
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		return 256
-	}
-	return int(max(4, min(lim.Cur/4, 1<<16)))
-}
-
-// newSpool creates a spool file for file ino (cas.Store.NewSpool); closeSpool
-// gives it back.
-//
-// A spool holds a descriptor for as long as its file is being written, and
-// nothing bounds how many files users write at once. Were spools to take the
-// last descriptors, every commit would stall (a commit opens objects before
-// it gives its spool back), and reads would too. So at most spoolBudget of
-// them are open; a write that finds none free waits for one, up to
-// spoolWait, then fails with EMFILE: an error the writer sees, instead of a
-// daemon that cannot commit what it already accepted.
-func (f *FS) newSpool(ctx context.Context, ino uint64) (*os.File, error) {
-	select {
-	case f.spoolSlots <- struct{}{}:
-	default:
-		t := time.NewTimer(spoolWait)
-		defer t.Stop()
-		select {
-		case f.spoolSlots <- struct{}{}:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-t.C:
-			return nil, fmt.Errorf("create spool file: %d files are being written out of order at once, the most this daemon's file limit allows: %w", cap(f.spoolSlots), syscall.EMFILE)
-		}
-	}
-	sp, err := f.store.NewSpool(ctx, fmt.Sprintf("%d-*", ino))
-	if err != nil {
-		<-f.spoolSlots
-		return nil, err
-	}
-	return sp, nil
-}
-
-// closeSpool closes a spool file from newSpool.
-func (f *FS) closeSpool(sp *os.File) {
-	_ = sp.Close() // an unlinked scratch file: nothing left to lose
-	<-f.spoolSlots
 }
 
 func (n *fileNode) Write(ctx context.Context, f fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
@@ -552,26 +453,13 @@ func (n *fileNode) Write(ctx context.Context, f fs.FileHandle, data []byte, off 
 	if err := n.stage(ctx, n.attr.Size); err != nil {
 		return 0, n.fsys.toErrno("write", err)
 	}
-	if st := n.stream; st != nil {
-		ok, err := st.write(data, off)
-		if ok && err != nil {
-			// The streamer failed (the store is full?): what it took is lost.
-			n.revert(err)
-			return 0, n.fsys.toErrno("write", err)
-		}
-		if ok {
-			n.setAttr(func(a *cas.Node) { a.Size = max(a.Size, off+int64(len(data))) })
-			n.changed()
-			return uint32(len(data)), 0
-		}
-		if err := n.materialize(ctx); err != nil {
-			n.revert(err)
-			return 0, n.fsys.toErrno("write", err)
-		}
+	k, err := n.staging.WriteAt(ctx, data, off)
+	if stage.IsLost(err) {
+		n.revert(err)
+		return 0, n.fsys.toErrno("write", err)
 	}
-	k, err := n.spool.WriteAt(data, off)
-	if end := off + int64(k); end > n.attr.Size {
-		n.setAttr(func(a *cas.Node) { a.Size = end })
+	if size := n.staging.Size(); size != n.attr.Size {
+		n.setAttr(func(a *cas.Node) { a.Size = size })
 	}
 	if k > 0 {
 		n.changed()
@@ -676,29 +564,11 @@ func (n *fileNode) resize(ctx context.Context, size int64) error {
 	if size == 0 {
 		n.lost = nil // a new save starts here
 	}
-	if st := n.stream; st != nil {
-		switch {
-		case size == 0:
-			// Truncated to nothing again (open with O_TRUNC): start over.
-			st.abandon()
-			n.stream = nil
-			if err := n.stageEmpty(ctx); err != nil {
-				n.revert(err)
-				return err
-			}
-		case size >= st.written():
-			st.extend(size)
-		default:
-			if err := n.materialize(ctx); err != nil {
-				n.revert(err)
-				return err
-			}
+	if err := n.staging.Truncate(ctx, size); err != nil {
+		if stage.IsLost(err) {
+			n.revert(err)
 		}
-	}
-	if n.spool != nil {
-		if err := n.spool.Truncate(size); err != nil {
-			return fmt.Errorf("truncate spool: %w", err)
-		}
+		return err
 	}
 	n.setAttr(func(a *cas.Node) { a.Size = size })
 	n.changed()
@@ -953,13 +823,9 @@ func (n *fileNode) releaseWriter() {
 // with O_TRUNC: a new save) or every writer has closed.
 func (n *fileNode) revert(cause error) {
 	n.lost = fmt.Errorf("the file's staged content was lost (%w): write it again from the start", cause)
-	if st := n.stream; st != nil {
-		st.abandon()
-		n.stream = nil
-	}
-	if n.spool != nil {
-		n.fsys.closeSpool(n.spool)
-		n.spool = nil
+	if n.staging != nil {
+		n.staging.Abort()
+		n.staging = nil
 	}
 	n.setAttr(func(a *cas.Node) { a.Size = n.committedSize })
 	n.dirty = false
@@ -968,9 +834,9 @@ func (n *fileNode) revert(cause error) {
 
 // dropSpoolLocked frees the spool once nothing can change or needs it (mu held).
 func (n *fileNode) dropSpoolLocked() {
-	if n.writers == 0 && !n.dirty && n.spool != nil {
-		n.fsys.closeSpool(n.spool)
-		n.spool = nil
+	if n.writers == 0 && !n.dirty && n.staging != nil && !n.staging.Streaming() {
+		n.staging.Abort()
+		n.staging = nil
 	}
 }
 
@@ -1060,51 +926,36 @@ func (n *fileNode) commitLocked(ctx context.Context, origin *fileNode, originAtt
 // commitDirty is commitLocked's work (n.mu held, n dirty).
 func (n *fileNode) commitDirty(ctx context.Context, origin *fileNode, originAttr cas.Node) (_ func(), err error) {
 	m := &cas.Manifest{}
-	var batch *cas.Batch
-	var refs []cas.ChunkRef
-	var ix *FileIndex
-	if st := n.stream; st != nil {
-		// The chunks were stored while the file was written: finish the tail.
-		if refs, ix, err = st.finish(n.attr.Size); err != nil {
-			n.revert(err) // releases the stream's batch
-			return nil, fmt.Errorf("staged content lost: %w", err)
-		}
-		n.stream = nil
-		batch = st.batch
-		// From here the staged bytes exist only as the batch's chunks: if
-		// the commit fails, the batch is released (its unnamed chunks
-		// deleted) and n has neither stream nor spool. Left dirty, the next
-		// commit (release, fsync, unmount) would commit an empty manifest
-		// over the previous version; revert instead, as when finish fails.
-		defer func() {
-			if err != nil {
-				n.revert(err)
-				err = fmt.Errorf("staged content lost: %w", err)
-			}
-		}()
+	var res stage.Result
+	if st := n.staging; st == nil {
+		res.Batch = n.fsys.store.NewBatch() // nothing staged: empty content
 	} else {
-		batch = n.fsys.store.NewBatch()
-		if n.spool != nil && n.attr.Size > 0 {
-			put := func(ctx context.Context, data []byte, dtype string) (cas.ChunkRef, error) {
-				return putChunk(ctx, batch, data, dtype)
+		streamed := st.Streaming()
+		if res, err = st.Finish(ctx); err != nil {
+			if streamed {
+				n.revert(err) // releases the stream's batch
+				return nil, fmt.Errorf("staged content lost: %w", err)
 			}
-			// A spool ingest holds a few blocks and putWorkers chunks:
-			// bound how many run at once (the write memory budget).
-			select {
-			case n.fsys.ingestSem <- struct{}{}:
-			case <-ctx.Done():
-				batch.Release()
-				return nil, ctx.Err()
-			}
-			var err error
-			refs, ix, _, err = ingest(ctx, fixedSource{n.spool, n.attr.Size}, n.fsys.store.ChunkSize(), put)
-			<-n.fsys.ingestSem
-			if err != nil {
-				batch.Release()
-				return nil, err
-			}
+			return nil, err
+		}
+		if streamed {
+			// The chunks were stored while the file was written. From
+			// here the staged bytes exist only as the batch's chunks: if
+			// the commit fails, the batch is released (its unnamed chunks
+			// deleted) and n holds nothing staged. Left dirty, the next
+			// commit (release, fsync, unmount) would commit an empty
+			// manifest over the previous version; revert instead, as
+			// when Finish fails.
+			n.staging = nil
+			defer func() {
+				if err != nil {
+					n.revert(err)
+					err = fmt.Errorf("staged content lost: %w", err)
+				}
+			}()
 		}
 	}
+	batch, refs, ix := res.Batch, res.Chunks, res.Index
 	m.Chunks = refs
 	if ix != nil && ix.TensorsOmitted > 0 {
 		n.fsys.log.Printf("%s: %d tensors exceed the index limit of %d: the file is stored whole, without a tensor index",
@@ -1262,10 +1113,3 @@ func (n *fileNode) replaceOrigin(origin *fileNode) func() {
 		}
 	}
 }
-
-// putWorkers is how many chunks one commit hashes, encodes and writes at once:
-// enough to keep both cores and the disk busy.
-const putWorkers = 16
-
-// maxSpoolIngests is how many commits ingest spooled content at once.
-const maxSpoolIngests = 2

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/cas"
+	"github.com/ckptfs/ckptfs/fusefs/stage"
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
@@ -60,17 +61,10 @@ type FS struct {
 	pruneStop context.CancelFunc
 	pruneDone chan struct{}
 
-	blocks blockPool // memory of streams (stream.go)
-
-	// Write memory (stream.go): streams take their window from writeMemory;
-	// a file written from empty when none is left is spooled instead.
-	// ingestSem bounds the spooled commits that ingest at once.
-	memMu       sync.Mutex
-	streamUsed  int64
+	// The staging of files being written (package stage): the write memory
+	// budget (writeMemory, WithWriteMemory) and the spool files.
+	stage       *stage.Pool
 	writeMemory int64
-	ingestSem   chan struct{}
-
-	spoolSlots chan struct{} // one per spool file open (newSpool)
 
 	obs Observer // WithObserver, or nil
 
@@ -155,13 +149,14 @@ func New(store *cas.Store, logger *log.Logger, opts ...Option) (*FS, error) {
 	}
 	f := &FS{store: store, log: logger, openFiles: map[*fileNode]int{},
 		act: activity{epoch: time.Now()}, reencodeIdle: DefaultReencodeIdle,
-		writeMemory: DefaultWriteMemory, ingestSem: make(chan struct{}, maxSpoolIngests),
-		nodes: nodeList{limit: DefaultNodeLimit, kick: make(chan struct{}, 1)},
-		pins:  pinSet{files: map[uint64]*fileNode{}}, spoolSlots: make(chan struct{}, spoolBudget())}
+		writeMemory: DefaultWriteMemory,
+		nodes:       nodeList{limit: DefaultNodeLimit, kick: make(chan struct{}, 1)},
+		pins:        pinSet{files: map[uint64]*fileNode{}}}
 	f.renamed = sync.NewCond(&f.nsMu)
 	for _, o := range opts {
 		o(f)
 	}
+	f.stage = stage.NewPool(store, f.writeMemory)
 	// Taken before the transaction: AllocIno may run a transaction of its own.
 	runsIno, err := store.AllocIno()
 	if err != nil {

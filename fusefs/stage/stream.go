@@ -1,4 +1,4 @@
-package fusefs
+package stage
 
 import (
 	"context"
@@ -29,11 +29,11 @@ import (
 // A pre-sizing truncation makes [there, size) a hole: it reads as zeros unless
 // written (in order) before the commit.
 //
-// Locking: the file's mu is taken before s.mu (write, resize, materialize);
-// the streamer goroutine takes only s.mu, never the file's mu, so a writer
-// holding the file's mu may wait for it.
+// Locking: the File's caller serializes write, extend, finish and halt
+// (fusefs holds the file's mu); the streamer goroutine takes only s.mu,
+// never a lock of the caller's, so a writer holding one may wait for it.
 type stream struct {
-	fsys  *FS
+	pool  *Pool
 	batch *cas.Batch
 
 	mu     sync.Mutex
@@ -43,7 +43,7 @@ type stream struct {
 	there  int64    // [0, there) is written
 	final  bool     // the commit said the file ends at size
 	size   int64
-	stop   bool // materialize wants the streamer to stop
+	stop   bool // Spill wants the streamer to stop
 	cancel context.CancelFunc
 
 	window   int64 // the most memory it holds: a writer further ahead waits
@@ -69,46 +69,23 @@ func streamWindow(maxChunk int) int64 {
 	return lag + 3*streamBlock
 }
 
-// DefaultWriteMemory is the memory all streams together may hold (WithWriteMemory).
-const DefaultWriteMemory = 96 << 20
-
-// reserveStream takes a stream's window from the write memory budget. The
-// first stream always gets one.
-func (f *FS) reserveStream(window int64) bool {
-	f.memMu.Lock()
-	defer f.memMu.Unlock()
-	if f.streamUsed > 0 && f.streamUsed+window > f.writeMemory {
-		return false
-	}
-	f.streamUsed += window
-	return true
-}
-
-func (f *FS) unreserveStream(window int64) {
-	f.memMu.Lock()
-	defer f.memMu.Unlock()
-	f.streamUsed -= window
-}
-
-// startStream stages n (empty) in a stream (file mu held). It reports false,
-// starting nothing, when the write memory budget has no room for another
-// stream: the caller spools instead.
-func (n *fileNode) startStream() bool {
-	window := streamWindow(n.fsys.store.ChunkSize())
-	if !n.fsys.reserveStream(window) {
-		return false
+// startStream starts a stream, or returns nil when the write memory budget
+// has no room for another one: the caller spools instead.
+func (p *Pool) startStream() *stream {
+	window := streamWindow(p.store.ChunkSize())
+	if !p.reserveStream(window) {
+		return nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &stream{fsys: n.fsys, batch: n.fsys.store.NewBatch(), cancel: cancel, done: make(chan struct{}),
+	s := &stream{pool: p, batch: p.store.NewBatch(), cancel: cancel, done: make(chan struct{}),
 		window: window, reserved: window}
 	s.cond = sync.NewCond(&s.mu)
-	n.stream = s
 	go func() {
 		defer close(s.done)
 		put := func(ctx context.Context, data []byte, dtype string) (cas.ChunkRef, error) {
 			return putChunk(ctx, s.batch, data, dtype)
 		}
-		refs, ix, cut, err := ingest(ctx, s, n.fsys.store.ChunkSize(), put)
+		refs, ix, cut, err := ingest(ctx, s, p.store.ChunkSize(), put)
 		s.mu.Lock()
 		s.refs, s.index, s.cut, s.err = refs, ix, cut, err
 		if err == nil && cut != s.size {
@@ -117,7 +94,7 @@ func (n *fileNode) startStream() bool {
 		s.cond.Broadcast() // a writer waiting for room
 		s.mu.Unlock()
 	}()
-	return true
+	return s
 }
 
 var errStreamStopped = errors.New("stream stopped")
@@ -186,7 +163,7 @@ func (s *stream) borrow(off, n int64) (*block, []byte) {
 		b = s.blocks[i]
 		b.refs.Add(1)
 	} else {
-		b = s.fsys.blocks.block(off)
+		b = s.pool.blocks.block(off)
 	}
 	if written := max(s.there-off, 0); written < n {
 		clear(b.buf[written:n])
@@ -211,8 +188,8 @@ func (s *stream) release(off int64) {
 	}
 }
 
-// write appends data at off (file mu held). ok is false when off is not where
-// the stream ends: the caller materializes. err is the streamer's failure.
+// write appends data at off. ok is false when off is not where
+// the stream ends: the caller spills. err is the streamer's failure.
 func (s *stream) write(data []byte, off int64) (ok bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -232,7 +209,7 @@ func (s *stream) write(data []byte, off int64) (ok bool, err error) {
 		rel := s.there - s.base
 		i := int(rel / streamBlock)
 		if i == len(s.blocks) {
-			s.blocks = append(s.blocks, s.fsys.blocks.block(s.base+rel))
+			s.blocks = append(s.blocks, s.pool.blocks.block(s.base+rel))
 		}
 		c := copy(s.blocks[i].buf[rel%streamBlock:], data)
 		data = data[c:]
@@ -252,7 +229,7 @@ func (s *stream) ended() bool {
 	}
 }
 
-// extend records a truncation to size ≥ there (file mu held): a hole.
+// extend records a truncation to size ≥ there : a hole.
 func (s *stream) extend(size int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -308,59 +285,13 @@ func (s *stream) freeMemory() {
 	}
 	s.blocks = nil
 	if s.reserved > 0 {
-		s.fsys.unreserveStream(s.reserved)
+		s.pool.unreserveStream(s.reserved)
 		s.reserved = 0
 	}
 }
 
-// materialize turns n's stream into a spool holding the same bytes (file mu
-// held): the chunks the stream stored, read back from the store, then what is
-// still in memory, then the hole up to the staged size.
-func (n *fileNode) materialize(ctx context.Context) error {
-	s := n.stream
-	s.halt()
-	defer func() {
-		s.cancel()
-		s.freeMemory()
-		s.batch.Release()
-		n.stream = nil
-	}()
-	if s.err != nil && !errors.Is(s.err, errStreamStopped) {
-		return fmt.Errorf("staged content lost: %w", s.err)
-	}
-	f, err := n.fsys.newSpool(ctx, n.attr.Ino)
-	if err != nil {
-		return err
-	}
-	fail := func(err error) error {
-		n.fsys.closeSpool(f)
-		return fmt.Errorf("materialize stream: %w", err)
-	}
-	off, err := n.fsys.spoolChunks(ctx, f, s.refs, s.cut)
-	if err != nil {
-		return fail(err)
-	}
-	if off != s.cut {
-		return fail(fmt.Errorf("chunks cover %d bytes, the stream cut %d", off, s.cut))
-	}
-	rest := make([]byte, min(s.there-off, streamBlock))
-	for off < s.there {
-		k := min(int64(len(rest)), s.there-off)
-		s.ReadAt(rest[:k], off)
-		if _, err := f.WriteAt(rest[:k], off); err != nil {
-			return fail(err)
-		}
-		off += k
-	}
-	if err := f.Truncate(n.attr.Size); err != nil {
-		return fail(err)
-	}
-	n.spool = f
-	return nil
-}
-
 func (s *stream) indexReader(ctx context.Context, refs []cas.ChunkRef, starts []int64) io.ReaderAt {
-	return chunkReader{ctx, s.fsys.store, refs, starts}
+	return chunkReader{ctx, s.pool.store, refs, starts}
 }
 
 // chunkReader reads a file from its chunks in the store (after a stream's
@@ -388,14 +319,4 @@ func (r chunkReader) ReadAt(p []byte, off int64) (int, error) {
 		off += int64(c)
 	}
 	return k, nil
-}
-
-// putChunk stores one chunk of a commit, telling cas the element size of the
-// tensor data it holds, so bf16/fp16/fp32 chunks get the byte-grouped codec.
-func putChunk(ctx context.Context, b *cas.Batch, data []byte, dtype string) (cas.ChunkRef, error) {
-	var h cas.Hint
-	if bits := formats.DTypeBits(dtype); bits == 16 || bits == 32 {
-		h.ElemSize = bits / 8
-	}
-	return b.PutHinted(ctx, data, h)
 }
