@@ -236,14 +236,14 @@ func TestLastTwoReleasesCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, errno := n.Write(ctx, h1, v2, 0); errno != 0 {
+	if _, errno := h1.Write(ctx, v2, 0); errno != 0 {
 		t.Fatal(errno)
 	}
 	armed.Store(true)
 	done := make(chan struct{}, 2)
 	for _, h := range []*handle{h1, h2} {
 		go func() {
-			n.Release(ctx, h)
+			h.Release(ctx)
 			done <- struct{}{}
 		}()
 	}
