@@ -7,12 +7,12 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/ckptfs/ckptfs/cas"
+	"github.com/ckptfs/ckptfs/fusefs/internal/lockorder"
 	"github.com/ckptfs/ckptfs/fusefs/stage"
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -40,22 +40,22 @@ type fileNode struct {
 
 	unlinked atomic.Bool // no name any more; commits keep it out of the catalog
 
-	commitMu sync.Mutex // one commit of this file at a time
+	commitMu lockorder.Mutex[lockorder.FileCommit] // one commit of this file at a time
 
 	// releaseMu is held by the RELEASE of a handle that may write, from its
 	// look at the writers ("am I the last?") to its own writer going from
 	// the count: of the last two writers released at once, the second then
 	// sees the first gone and commits what was written after both FLUSHes
 	// (mmap writeback), instead of both skipping the commit.
-	releaseMu sync.Mutex
+	releaseMu lockorder.Mutex[lockorder.FileRelease]
 
 	// attrMu is a leaf lock that guards attr too: attr is changed holding
 	// both mu and attrMu, and read holding either. Getattr takes attrMu
 	// only, so a stat or a listing never waits for a commit, which holds mu
 	// while it stores the file's chunks.
-	attrMu sync.Mutex
+	attrMu lockorder.Mutex[lockorder.FileAttr]
 
-	mu            sync.RWMutex // guards what follows, and attr
+	mu            lockorder.RWMutex[lockorder.FileContent] // guards what follows, and attr
 	manifest      *cas.Manifest
 	offsets       []int64 // offsets[i] = file offset of manifest.Chunks[i]
 	committedSize int64
@@ -86,14 +86,19 @@ func isWrite(flags uint32) bool {
 	return flags&syscall.O_ACCMODE != syscall.O_RDONLY
 }
 
-// openHandle registers a new handle (mu or nsMu not needed: it takes mu),
-// reading the committed manifest first if n does not hold it (a closed file
-// does not).
+// openHandle registers a new handle (it takes mu), reading the committed
+// manifest first if n does not hold it (a closed file does not).
 func (n *fileNode) openHandle(ctx context.Context, flags uint32) (*handle, uint32, error) {
-	h := newHandle(ctx, isWrite(flags))
-	h.n = n
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	return n.openLocked(ctx, flags)
+}
+
+// openLocked is openHandle with mu held, or for a new node that no other
+// goroutine can reach yet (Create, under nsMu, which comes after mu).
+func (n *fileNode) openLocked(ctx context.Context, flags uint32) (*handle, uint32, error) {
+	h := newHandle(ctx, isWrite(flags))
+	h.n = n
 	if err := n.loadManifestLocked(); err != nil {
 		return nil, 0, err
 	}
@@ -103,7 +108,7 @@ func (n *fileNode) openHandle(ctx context.Context, flags uint32) (*handle, uint3
 	if h.write {
 		n.writers++
 		if n.fork != nil {
-			n.fork.mu.Lock()
+			n.fork.mu.LockNested() // origin's mu → fork's
 			n.fork.writers++
 			n.fork.mu.Unlock()
 		}
@@ -602,7 +607,7 @@ func (n *fileNode) setattrLocked(in *fuse.SetAttrIn, resize bool) error {
 	// the fork's too: it is the file the name shows.
 	fork := n.fork
 	if fork != nil {
-		fork.mu.Lock()
+		fork.mu.LockNested()
 		defer fork.mu.Unlock()
 	}
 	n.fsys.nsMu.Lock() // file.mu → nsMu, as in commit
@@ -634,9 +639,9 @@ func (n *fileNode) takeAsyncErr() error {
 	return err
 }
 
-// releaseWriter forgets a redirected writer of a fork.
+// releaseWriter forgets a redirected writer of fork n (its origin's mu held).
 func (n *fileNode) releaseWriter() {
-	n.mu.Lock()
+	n.mu.LockNested()
 	n.writers--
 	if n.writers == 0 {
 		n.lost = nil

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/cas"
+	"github.com/ckptfs/ckptfs/fusefs/internal/lockorder"
 	"github.com/ckptfs/ckptfs/fusefs/stage"
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -37,8 +38,8 @@ type FS struct {
 	store *cas.Store
 	log   *log.Logger
 
-	nsMu   sync.Mutex   // guards the namespace; see the package doc
-	viewMu sync.RWMutex // guards what lookups and listings read; see the package doc
+	nsMu   lockorder.Mutex[lockorder.Namespace] // guards the namespace; see the package doc
+	viewMu lockorder.RWMutex[lockorder.View]    // guards what lookups and listings read; see the package doc
 
 	// renames counts the RENAME requests in flight, from before our Rename
 	// runs to after go-fuse has moved the inode in its tree; renamed (on

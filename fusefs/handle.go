@@ -311,7 +311,7 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	if fork != nil && n.writers == 0 {
 		n.fork = nil // its writers are gone; it lives on at the file's name
 		// Unpin it once settled (origin → fork, as in openHandle).
-		fork.mu.Lock()
+		fork.mu.LockNested()
 		fork.forked = false
 		n.fsys.unpinIfSettled(fork)
 		fork.mu.Unlock()
