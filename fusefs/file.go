@@ -19,8 +19,10 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-// fileNode is a regular file: its committed manifest and, while it is being
-// changed, a spool file holding its whole new content.
+// fileNode is a regular file's inode: its committed manifest and, while it
+// is being changed, its new content (staging, a stage.File). What belongs to
+// one open of it is its handle's (handle.go); the counts of its handles are
+// the inode's.
 //
 // A change to a committed file that other handles have open (readers, mmaps)
 // is staged in a fork: a new node with a new inode number that takes the file's
@@ -49,7 +51,7 @@ type fileNode struct {
 	// (mmap writeback), instead of both skipping the commit.
 	releaseMu lockorder.Mutex[lockorder.FileRelease]
 
-	// attrMu is a leaf lock that guards attr too: attr is changed holding
+	// attrMu is the last lock in the order, and guards attr too: attr is changed holding
 	// both mu and attrMu, and read holding either. Getattr takes attrMu
 	// only, so a stat or a listing never waits for a commit, which holds mu
 	// while it stores the file's chunks.

@@ -250,16 +250,16 @@ func (f *File) Spill(ctx context.Context) error {
 		f.pool.closeSpool(sp)
 		return fmt.Errorf("materialize stream: %w", err)
 	}
-	off, err := f.pool.spoolChunks(ctx, sp, s.refs, s.cut)
+	off, err := f.pool.spoolChunks(ctx, sp, s.refs, s.chunked)
 	if err != nil {
 		return fail(err)
 	}
-	if off != s.cut {
-		return fail(fmt.Errorf("chunks cover %d bytes, the stream cut %d", off, s.cut))
+	if off != s.chunked {
+		return fail(fmt.Errorf("chunks cover %d bytes, the stream cut %d", off, s.chunked))
 	}
-	rest := make([]byte, min(s.there-off, streamBlock))
-	for off < s.there {
-		k := min(int64(len(rest)), s.there-off)
+	rest := make([]byte, min(s.appended-off, streamBlock))
+	for off < s.appended {
+		k := min(int64(len(rest)), s.appended-off)
 		s.ReadAt(rest[:k], off)
 		if _, err := sp.WriteAt(rest[:k], off); err != nil {
 			return fail(err)
