@@ -315,7 +315,11 @@ func TestChmodDuringForkCommit(t *testing.T) {
 	if _, err := w.Write(v2); err != nil {
 		t.Fatal(err)
 	}
-	if m.fileNodeAt("f").fork == nil {
+	n := m.fileNodeAt("f")
+	n.mu.RLock()
+	fork := n.fork
+	n.mu.RUnlock()
+	if fork == nil {
 		t.Fatal("the rewrite of a file open for reading made no fork: the test tests nothing")
 	}
 	armed.Store(true)

@@ -150,6 +150,8 @@ var (
 	_ fs.FileLseeker   = (*handle)(nil)
 )
 
+// Read reads the content h sees (a writer's: the fork's, if any), and
+// reports it to the observer.
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	n := h.n
 	obs := n.fsys.obs
@@ -166,6 +168,8 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 	return res, errno
 }
 
+// Write stages data at off in the node changeTargetOf picks, clearing
+// setuid/setgid first for a write(2) by an unprivileged caller.
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
 	n := h.n
 	n.fsys.noteActivity()
@@ -264,6 +268,8 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 	return n.fsys.toErrno("commit", n.takeAsyncErr())
 }
 
+// Release ends the open: the node counts one handle (and writer) less, and
+// the release of the last writer commits what was written since its FLUSH.
 func (h *handle) Release(ctx context.Context) syscall.Errno {
 	n := h.n
 	if h.mayCommit() {
@@ -298,7 +304,7 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	n.mu.Lock()
 	n.handles--
 	fork := n.fork
-	if h != nil && h.write {
+	if h.write {
 		n.writers--
 		if fork != nil {
 			fork.releaseWriter()
