@@ -200,7 +200,9 @@
 // chmod racing the fork's commit lands on whichever node ends up with the
 // name). Every other pair of locks of one kind is taken one after the other,
 // never nested. internal/lockorder checks this order: built with the
-// ckptfs_lockorder tag (make test-go's race run), every Lock checks the locks
+// ckptfs_lockorder tag (make test-go runs fusefs's tests so, apart from the
+// race run, whose detector the checker's own lock would blind to races
+// between goroutines that take any checked lock), every Lock checks the locks
 // its goroutine holds, an inversion is recorded when the lock is asked for
 // (so even one that would deadlock is caught), and the test binary fails
 // (TestMain); TestLockOrderChecked shows what it catches. The node list's,

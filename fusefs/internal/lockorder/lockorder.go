@@ -1,7 +1,12 @@
 // Package lockorder gives fusefs's locks a rank, and checks, in builds
-// with the ckptfs_lockorder tag (the race tests: make test-go), that every
-// goroutine takes them in rank order. Elsewhere its mutexes are sync's
+// with the ckptfs_lockorder tag (make test-go runs fusefs's tests so), that
+// every goroutine takes them in rank order. Elsewhere its mutexes are sync's
 // with nothing added.
+//
+// The check takes one process-wide lock at every Lock and Unlock, which
+// orders the goroutines that take any checked lock: the race detector
+// would see no race between them. So the tag is for a run of its own, not
+// for the race run.
 //
 // The order, lowest rank first (a goroutine holding a lock may take only
 // locks of a higher rank):
@@ -9,16 +14,14 @@
 //	file.releaseMu → file.commitMu → file.mu → FS.nsMu → FS.viewMu → file.attrMu
 //
 // Two locks of one rank nest only as a class's sub-ranks allow: a fork's
-// file.mu is taken after its origin's with LockNested/RLockNested, never
-// the other way. A lock of a rank already held by the goroutine, taken
+// file.mu is taken after its origin's with LockNested, never the other way. A lock of a rank already held by the goroutine, taken
 // without that, is an inversion too (it could deadlock against a goroutine
 // that takes the two the other way).
 //
 // With the tag, an inversion is recorded when the lock is asked for (so it
-// is caught even where it would deadlock), with both stacks' worth of
-// context; Violations returns them, and fusefs's TestMain fails the test
-// binary if any was recorded. Without the tag, Lock and Unlock cost what
-// sync's do.
+// is caught even where it would deadlock), with the stack that asked;
+// Violations returns them, and fusefs's TestMain fails the test binary if
+// any was recorded. Without the tag, Lock and Unlock cost what sync's do.
 package lockorder
 
 import "sync"
