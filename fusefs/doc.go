@@ -6,16 +6,17 @@
 // # Layout
 //
 // fs.go is the filesystem (FS: the store, the namespace locks, options);
-// dir.go the directories and symlinks, and every namespace change; file.go
-// a regular file's inode (fileNode: its committed manifest, its staged
-// content as a stage.File, its attributes, its fork); handle.go an open file
+// dir.go the directories and symlinks, and every namespace change; file.go a
+// regular file's inode (fileNode: its committed manifest, its staged content
+// as a stage.File, its attributes, its fork); handle.go an open file
 // description (handle: which closes commit, and the per-open requests READ,
 // WRITE, FLUSH, FSYNC, RELEASE, FALLOCATE and LSEEK, which go-fuse sends to
 // the handle); commit.go the commit of a file's staged content; nodes.go the
-// nodes the kernel knows and the files pinned in memory; prefetch.go read
-// ahead; bases.go delta hints; background.go re-encoding; ctl.go and
-// manifests.go the .ckptfs directory; mount.go the mount; remote.go imports
-// from a remote tier. internal/lockorder checks the lock order below.
+// list of the nodes the kernel knows and the set of the files pinned in
+// memory, which prune.go and pins.go keep; prefetch.go read ahead; bases.go
+// delta hints; background.go re-encoding; ctl.go and manifests.go the .ckptfs
+// directory; mount.go the mount; remote.go imports from a remote tier.
+// internal/lockorder checks the lock order below.
 //
 // # Namespace
 //
@@ -33,7 +34,7 @@
 // directory .ckptfs (inode 2) holds stats.json (inode 3), regenerated on every
 // open; nothing under it can be written (EROFS). Hard links are refused (EPERM).
 //
-// Memory: nodes.go keeps what the kernel has looked up near a limit
+// Memory: prune.go keeps what the kernel has looked up near a limit
 // (WithNodeLimit, 8192 by default, about 2 KiB of RSS each): past it, the
 // daemon asks the kernel to forget the oldest nodes (FUSE_NOTIFY_PRUNE; the
 // kernel keeps those in use), so the daemon's memory does not grow with the

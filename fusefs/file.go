@@ -309,7 +309,7 @@ func (n *fileNode) read(ctx context.Context, f fs.FileHandle, dest []byte, off i
 	if err != nil {
 		return nil, n.fsys.toErrno("read", err)
 	}
-	n.prefetchAfter(m, offsets, spans, off, min(off+int64(len(dest)), m.Size()))
+	n.reads.prefetchAfter(n.fsys.store, m, offsets, spans, off, min(off+int64(len(dest)), m.Size()))
 	return res, 0
 }
 

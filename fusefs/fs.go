@@ -56,7 +56,7 @@ type FS struct {
 
 	// The nodes the kernel has looked up, and the pruner that keeps them
 	// near a limit; the files that must outlive the kernel's interest
-	// (nodes.go).
+	// (nodes.go: the structures; prune.go, pins.go: their use).
 	nodes     nodeList
 	pins      pinSet
 	pruneStop context.CancelFunc
