@@ -293,3 +293,16 @@ func (n *fileNode) replaceOrigin(origin *fileNode) func() {
 		}
 	}
 }
+
+// CommitAll commits every file with uncommitted content (used at unmount, after
+// the kernel has let go of the mount).
+func (f *FS) CommitAll(ctx context.Context) error {
+	f.pending.Wait()
+	var first error
+	for _, n := range f.pinnedFiles() { // open files, and closed ones a commit failed for
+		if err := n.commit(ctx); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}

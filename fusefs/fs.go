@@ -326,16 +326,3 @@ func (f *FS) LiveManifests() []*cas.Manifest {
 
 // Stats returns the store's statistics.
 func (f *FS) Stats() (cas.Stats, error) { return f.store.Stats() }
-
-// CommitAll commits every file with uncommitted content (used at unmount, after
-// the kernel has let go of the mount).
-func (f *FS) CommitAll(ctx context.Context) error {
-	f.pending.Wait()
-	var first error
-	for _, n := range f.pinnedFiles() { // open files, and closed ones a commit failed for
-		if err := n.commit(ctx); err != nil && first == nil {
-			first = err
-		}
-	}
-	return first
-}
