@@ -236,14 +236,14 @@ func TestLastTwoReleasesCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, errno := n.Write(ctx, h1, v2, 0); errno != 0 {
+	if _, errno := h1.Write(ctx, v2, 0); errno != 0 {
 		t.Fatal(errno)
 	}
 	armed.Store(true)
 	done := make(chan struct{}, 2)
 	for _, h := range []*handle{h1, h2} {
 		go func() {
-			n.Release(ctx, h)
+			h.Release(ctx)
 			done <- struct{}{}
 		}()
 	}
@@ -315,11 +315,11 @@ func TestChmodDuringForkCommit(t *testing.T) {
 	if _, err := w.Write(v2); err != nil {
 		t.Fatal(err)
 	}
-	origin := m.fileNodeAt("f")
-	origin.mu.RLock()
-	forked := origin.fork != nil
-	origin.mu.RUnlock()
-	if !forked {
+	n := m.fileNodeAt("f")
+	n.mu.RLock()
+	fork := n.fork
+	n.mu.RUnlock()
+	if fork == nil {
 		t.Fatal("the rewrite of a file open for reading made no fork: the test tests nothing")
 	}
 	armed.Store(true)

@@ -353,7 +353,9 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	// Persistent until its first commit (commitDirty): until then the
 	// catalog does not have the name (or has the file it will replace), so
 	// the tree must keep it even if the kernel forgets it.
-	fh, fuseFlags, err := n.openHandle(ctx, flags)
+	// n.mu is not taken (nsMu is held, and comes after it): no other
+	// goroutine can reach n yet.
+	fh, fuseFlags, err := n.openLocked(ctx, flags)
 	if err != nil { // not for a new file: it holds its (empty) manifest
 		return nil, nil, 0, d.fsys.toErrno("create", err)
 	}
@@ -549,25 +551,8 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 		if dst == src || inoOf(dst) == inoOf(src) {
 			return 0
 		}
-		if flags&renameNoReplace != 0 {
-			return syscall.EEXIST
-		}
-		switch dst := dst.(type) {
-		case *ctlDir, *statsFile:
-			return syscall.EROFS
-		case *dirNode:
-			if !srcIsDir {
-				return syscall.EISDIR
-			}
-			if empty, err := dst.empty(); err != nil {
-				return d.fsys.toErrno("rename", err)
-			} else if !empty {
-				return syscall.ENOTEMPTY
-			}
-		default:
-			if srcIsDir {
-				return syscall.ENOTDIR
-			}
+		if errno := d.mayReplace(dst, srcIsDir, flags); errno != 0 {
+			return errno
 		}
 	}
 
@@ -636,6 +621,32 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 		srcFile.dir, srcFile.name = np, newName
 		if !srcFile.persisted {
 			srcFile.shadow = newShadow
+		}
+	}
+	return 0
+}
+
+// mayReplace reports why a rename of a directory (srcIsDir) or another node
+// may not replace dst, an existing other node, or 0 if it may (nsMu held).
+func (d *dirNode) mayReplace(dst fs.InodeEmbedder, srcIsDir bool, flags uint32) syscall.Errno {
+	if flags&renameNoReplace != 0 {
+		return syscall.EEXIST
+	}
+	switch dst := dst.(type) {
+	case *ctlDir, *statsFile:
+		return syscall.EROFS
+	case *dirNode:
+		if !srcIsDir {
+			return syscall.EISDIR
+		}
+		if empty, err := dst.empty(); err != nil {
+			return d.fsys.toErrno("rename", err)
+		} else if !empty {
+			return syscall.ENOTEMPTY
+		}
+	default:
+		if srcIsDir {
+			return syscall.ENOTDIR
 		}
 	}
 	return 0

@@ -1,5 +1,22 @@
 // Package fusefs serves a cas.Store as a FUSE filesystem: the go-fuse node tree,
-// open handles, write staging, commit on close, and reads assembled from chunks.
+// open handles, the versions and forks of a file, commit on close, and reads
+// assembled from chunks. The bytes of a file being written are package
+// stage's; fusefs decides when they are staged, committed or dropped.
+//
+// # Layout
+//
+// fs.go is the filesystem (FS: the store, the namespace locks, options);
+// dir.go the directories and symlinks, and every namespace change; file.go a
+// regular file's inode (fileNode: its committed manifest, its staged content
+// as a stage.File, its attributes, its fork); handle.go an open file
+// description (handle: which closes commit, and the per-open requests READ,
+// WRITE, FLUSH, FSYNC, RELEASE, FALLOCATE and LSEEK, which go-fuse sends to
+// the handle); commit.go the commit of a file's staged content; nodes.go the
+// list of the nodes the kernel knows and the set of the files pinned in
+// memory, which prune.go and pins.go keep; prefetch.go read ahead; bases.go
+// delta hints; background.go re-encoding; ctl.go and manifests.go the .ckptfs
+// directory; mount.go the mount; remote.go imports from a remote tier.
+// internal/lockorder checks the lock order below.
 //
 // # Namespace
 //
@@ -17,7 +34,7 @@
 // directory .ckptfs (inode 2) holds stats.json (inode 3), regenerated on every
 // open; nothing under it can be written (EROFS). Hard links are refused (EPERM).
 //
-// Memory: nodes.go keeps what the kernel has looked up near a limit
+// Memory: prune.go keeps what the kernel has looked up near a limit
 // (WithNodeLimit, 8192 by default, about 2 KiB of RSS each): past it, the
 // daemon asks the kernel to forget the oldest nodes (FUSE_NOTIFY_PRUNE; the
 // kernel keeps those in use), so the daemon's memory does not grow with the
@@ -36,7 +53,7 @@
 // manifest (with the tensor index), the node record and the directory entry are
 // put in one catalog transaction. A file written from empty in order (the way
 // torch.save, safetensors, numpy and HF write) is staged in a stream
-// (stream.go): writes land in memory blocks that are chunked, hashed and stored
+// (package stage): writes land in memory blocks that are chunked, hashed and stored
 // as they fill, so the commit only finishes the tail and no byte is written
 // twice. Any other change (a write elsewhere, a truncation below what was
 // written, a read of the staged bytes, a change to a committed file that keeps
@@ -157,25 +174,42 @@
 // location, shadow and persisted flag. It is held across a namespace change's
 // catalog transaction (mkdir, unlink, rename, a commit's directory entry...),
 // so those changes are serialized. file.mu guards a file's content state
-// (spool, manifest, size, dirty) and its attributes. The only nesting is
-// file.mu → nsMu (commit, setattr of a file: each holds file.mu until its
-// catalog write is done, so a setattr never writes back the size of a version
-// a commit replaced); namespace operations never take a file's mutex, so they
-// never wait for a commit's chunking. Catalog transactions
+// (staged content, manifest, size, dirty) and its attributes; its commitMu
+// makes one commit of the file at a time, and its releaseMu one RELEASE of a
+// writer's handle at a time. A commit and a setattr of a file hold file.mu
+// until their catalog write is done, so a setattr never writes back the size
+// of a version a commit replaced; namespace operations never take a file's
+// mutex, so they never wait for a commit's chunking. Catalog transactions
 // are short and never span a call into the kernel.
 //
 // Reads of the namespace never wait for a change or a commit (an `ls` while a
 // 1 GiB file in the directory commits): lookup, readdir and the getattr of
 // directories and symlinks take FS.viewMu (a read lock) instead of nsMu, and
-// the getattr of a file takes file.attrMu instead of file.mu. Each is a leaf
-// lock held for a few memory accesses: a field those readers see (a
-// directory's or symlink's attr; a file's attr) is changed holding both its
-// guards (nsMu and viewMu; file.mu and attrMu), and read holding either.
-// The full order is file.releaseMu → file.commitMu → file.mu → nsMu →
-// viewMu, and file.mu → file.attrMu; an origin's mu comes before its fork's
-// (a setattr of an origin takes its fork's mu before nsMu, so that a chmod
-// racing the fork's commit lands on whichever node ends up with the name).
-// The node list's and the pin set's mutexes are leaves.
+// the getattr of a file takes file.attrMu instead of file.mu. Each is held
+// for a few memory accesses: a field those readers see (a directory's or
+// symlink's attr; a file's attr) is changed holding both its guards (nsMu and
+// viewMu; file.mu and attrMu), and read holding either.
+//
+// A goroutine takes these locks in this order only (a lock may be taken
+// while holding only locks to its left):
+//
+//	file.releaseMu → file.commitMu → file.mu → FS.nsMu → FS.viewMu → file.attrMu
+//
+// Two file.mu nest only as an origin's before its fork's (taken with
+// LockNested: opening or releasing a writer of the origin counts it on the
+// fork; a setattr of an origin takes its fork's mu before nsMu, so that a
+// chmod racing the fork's commit lands on whichever node ends up with the
+// name). Every other pair of locks of one kind is taken one after the other,
+// never nested. internal/lockorder checks this order: built with the
+// ckptfs_lockorder tag (make test-go runs fusefs's tests so, apart from the
+// race run, whose detector the checker's own lock would blind to races
+// between goroutines that take any checked lock), every Lock checks the locks
+// its goroutine holds, an inversion is recorded when the lock is asked for
+// (so even one that would deadlock is caught), and the test binary fails
+// (TestMain); TestLockOrderChecked shows what it catches. The node list's,
+// the pin set's and the open files' mutexes are leaves (nothing is taken
+// while one is held), and package stage's locks are taken after all of
+// these and take none of them; they are not checked.
 //
 // go-fuse moves a renamed inode in its tree only after our Rename returns. A
 // fork's commit that finds its origin renamed but not yet moved waits on

@@ -2,27 +2,27 @@ package fusefs
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/ckptfs/ckptfs/cas"
+	"github.com/ckptfs/ckptfs/fusefs/internal/lockorder"
+	"github.com/ckptfs/ckptfs/fusefs/stage"
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sync/errgroup"
 )
 
-// fileNode is a regular file: its committed manifest and, while it is being
-// changed, a spool file holding its whole new content.
+// fileNode is a regular file's inode: its committed manifest and, while it
+// is being changed, its new content (staging, a stage.File). What belongs to
+// one open of it is its handle's (handle.go); the counts of its handles are
+// the inode's.
 //
 // A change to a committed file that other handles have open (readers, mmaps)
 // is staged in a fork: a new node with a new inode number that takes the file's
@@ -42,26 +42,26 @@ type fileNode struct {
 
 	unlinked atomic.Bool // no name any more; commits keep it out of the catalog
 
-	commitMu sync.Mutex // one commit of this file at a time
+	commitMu lockorder.Mutex[lockorder.FileCommit] // one commit of this file at a time
 
 	// releaseMu is held by the RELEASE of a handle that may write, from its
 	// look at the writers ("am I the last?") to its own writer going from
 	// the count: of the last two writers released at once, the second then
 	// sees the first gone and commits what was written after both FLUSHes
 	// (mmap writeback), instead of both skipping the commit.
-	releaseMu sync.Mutex
+	releaseMu lockorder.Mutex[lockorder.FileRelease]
 
-	// attrMu is a leaf lock that guards attr too: attr is changed holding
+	// attrMu is the last lock in the order, and guards attr too: attr is changed holding
 	// both mu and attrMu, and read holding either. Getattr takes attrMu
 	// only, so a stat or a listing never waits for a commit, which holds mu
 	// while it stores the file's chunks.
-	attrMu sync.Mutex
+	attrMu lockorder.Mutex[lockorder.FileAttr]
 
-	mu            sync.RWMutex // guards what follows, and attr
+	mu            lockorder.RWMutex[lockorder.FileContent] // guards what follows, and attr
 	manifest      *cas.Manifest
 	offsets       []int64 // offsets[i] = file offset of manifest.Chunks[i]
 	committedSize int64
-	spool         *os.File     // the staged content, unless a stream holds it
+	staging       *stage.File  // content not committed yet, if any
 	dirty         bool         // content or size changed since the last commit
 	forked        bool         // an origin's fork field names n (pins n)
 	writers       int          // open handles that may write (for a fork: its origin's)
@@ -69,7 +69,6 @@ type fileNode struct {
 	gen           uint64       // bumped by every content change
 	cachedGen     uint64       // gen when a read handle last got the kernel's cached pages
 	fork          *fileNode    // the new version being staged for n's writers
-	stream        *stream      // the staged content, when written in order from empty
 	asyncErr      error        // a background commit's failure, for the next close or fsync
 	lost          error        // staged content was dropped (revert): writes fail until truncated or reopened
 	spans         []tensorSpan // tensor byte ranges of the manifest, for prefetch
@@ -81,28 +80,27 @@ type fileNode struct {
 
 var (
 	_ fs.NodeOpener    = (*fileNode)(nil)
-	_ fs.NodeReader    = (*fileNode)(nil)
-	_ fs.NodeWriter    = (*fileNode)(nil)
-	_ fs.NodeFlusher   = (*fileNode)(nil)
-	_ fs.NodeFsyncer   = (*fileNode)(nil)
-	_ fs.NodeReleaser  = (*fileNode)(nil)
 	_ fs.NodeGetattrer = (*fileNode)(nil)
 	_ fs.NodeSetattrer = (*fileNode)(nil)
-	_ fs.NodeLseeker   = (*fileNode)(nil)
-	_ fs.NodeAllocater = (*fileNode)(nil)
 )
 
 func isWrite(flags uint32) bool {
 	return flags&syscall.O_ACCMODE != syscall.O_RDONLY
 }
 
-// openHandle registers a new handle (mu or nsMu not needed: it takes mu),
-// reading the committed manifest first if n does not hold it (a closed file
-// does not).
+// openHandle registers a new handle (it takes mu), reading the committed
+// manifest first if n does not hold it (a closed file does not).
 func (n *fileNode) openHandle(ctx context.Context, flags uint32) (*handle, uint32, error) {
-	h := newHandle(ctx, isWrite(flags))
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	return n.openLocked(ctx, flags)
+}
+
+// openLocked is openHandle with mu held, or for a new node that no other
+// goroutine can reach yet (Create, under nsMu, which comes after mu).
+func (n *fileNode) openLocked(ctx context.Context, flags uint32) (*handle, uint32, error) {
+	h := newHandle(ctx, isWrite(flags))
+	h.n = n
 	if err := n.loadManifestLocked(); err != nil {
 		return nil, 0, err
 	}
@@ -112,7 +110,7 @@ func (n *fileNode) openHandle(ctx context.Context, flags uint32) (*handle, uint3
 	if h.write {
 		n.writers++
 		if n.fork != nil {
-			n.fork.mu.Lock()
+			n.fork.mu.LockNested() // origin's mu → fork's
 			n.fork.writers++
 			n.fork.mu.Unlock()
 		}
@@ -272,34 +270,21 @@ func (n *fileNode) fillAttr(out *fuse.Attr) {
 	fillAttr(out, &n.attr, nlink)
 }
 
-func (n *fileNode) Read(ctx context.Context, f fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	obs := n.fsys.obs
-	if obs == nil {
-		return n.read(ctx, f, dest, off)
-	}
-	start := time.Now()
-	res, errno := n.read(ctx, f, dest, off)
-	size := 0
-	if res != nil {
-		size = res.Size()
-	}
-	obs.Read(time.Since(start), size, errno)
-	return res, errno
-}
-
 func (n *fileNode) read(ctx context.Context, f fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	n.fsys.noteActivity()
 	if t := n.dataNode(f); t != n {
 		return t.read(ctx, nil, dest, off)
 	}
 	n.mu.RLock()
-	if n.stream != nil {
+	if n.staging != nil && n.staging.Streaming() {
 		// Reading what is being streamed: give it a spool first.
 		n.mu.RUnlock()
 		n.mu.Lock()
 		var err error
-		if n.stream != nil {
-			err = n.materialize(ctx)
+		if st := n.staging; st != nil && st.Streaming() {
+			if err = st.Spill(ctx); !st.Holds() {
+				n.staging = nil
+			}
 		}
 		n.mu.Unlock()
 		if err != nil {
@@ -307,19 +292,13 @@ func (n *fileNode) read(ctx context.Context, f fs.FileHandle, dest []byte, off i
 		}
 		n.mu.RLock()
 	}
-	if n.spool != nil {
+	if n.staging != nil {
 		defer n.mu.RUnlock()
-		end := min(off+int64(len(dest)), n.attr.Size)
-		if off >= end {
-			return fuse.ReadResultData(nil), 0
-		}
-		k, err := n.spool.ReadAt(dest[:end-off], off)
-		if err != nil && !errors.Is(err, io.EOF) {
+		k, err := n.staging.ReadAt(dest, off)
+		if err != nil {
 			return nil, n.fsys.toErrno("read staged", err)
 		}
-		// A sparse spool reads short at a hole past its end: the rest is zeros.
-		clear(dest[k : end-off])
-		return fuse.ReadResultData(dest[:end-off]), 0
+		return fuse.ReadResultData(dest[:k]), 0
 	}
 	m, offsets, spans := n.manifest, n.offsets, n.spans
 	n.mu.RUnlock()
@@ -330,7 +309,7 @@ func (n *fileNode) read(ctx context.Context, f fs.FileHandle, dest []byte, off i
 	if err != nil {
 		return nil, n.fsys.toErrno("read", err)
 	}
-	n.prefetchAfter(m, offsets, spans, off, min(off+int64(len(dest)), m.Size()))
+	n.reads.prefetchAfter(n.fsys.store, m, offsets, spans, off, min(off+int64(len(dest)), m.Size()))
 	return res, 0
 }
 
@@ -409,141 +388,35 @@ func (n *fileNode) readChunks(ctx context.Context, m *cas.Manifest, offsets []in
 }
 
 // staged reports whether n has content not committed yet (mu held).
-func (n *fileNode) staged() bool { return n.spool != nil || n.stream != nil }
+func (n *fileNode) staged() bool { return n.staging != nil }
 
-// stage makes sure n's content is staged: from empty in a stream when keep is
-// 0, else in a spool holding a copy of the committed content's first keep
-// bytes. mu held.
+// stage makes sure n's content is staged: from empty (in a stream if the
+// write memory budget has room) when keep is 0, else in a spool holding a
+// copy of the committed content's first keep bytes. mu held.
 func (n *fileNode) stage(ctx context.Context, keep int64) error {
 	if n.staged() {
 		return nil
 	}
 	keep = min(keep, n.committedSize)
+	var base []cas.ChunkRef
 	if keep == 0 {
 		n.setAttr(func(a *cas.Node) { a.Size = 0 })
-		return n.stageEmpty(ctx)
-	}
-	if err := n.loadManifestLocked(); err != nil { // a truncate by path of a closed file
+	} else if err := n.loadManifestLocked(); err != nil { // a truncate by path of a closed file
 		return err
+	} else {
+		base = n.manifest.Chunks
 	}
-	f, err := n.fsys.newSpool(ctx, n.attr.Ino)
+	st, err := n.fsys.stage.Stage(ctx, n.attr.Ino, base, keep)
 	if err != nil {
 		return err
 	}
-	if _, err := n.fsys.spoolChunks(ctx, f, n.manifest.Chunks, keep); err != nil {
-		n.fsys.closeSpool(f)
-		return fmt.Errorf("copy committed content to spool: %w", err)
-	}
-	n.spool = f
+	n.staging = st
 	n.setAttr(func(a *cas.Node) { a.Size = keep })
 	return nil
 }
 
-// stageEmpty stages empty content: in a stream if the write memory budget
-// has room for one, else in an empty spool (mu held).
-func (n *fileNode) stageEmpty(ctx context.Context) error {
-	if n.startStream() {
-		return nil
-	}
-	f, err := n.fsys.newSpool(ctx, n.attr.Ino)
-	if err != nil {
-		return err
-	}
-	n.spool = f
-	return nil
-}
-
-// spoolChunks writes the content of chunks refs, from offset 0, into spool
-// up to limit bytes, and returns how many it wrote.
-func (f *FS) spoolChunks(ctx context.Context, spool *os.File, refs []cas.ChunkRef, limit int64) (int64, error) {
-	var off int64
-	for _, ref := range refs {
-		if off >= limit {
-			break
-		}
-		c, err := f.store.AcquireChunk(ctx, ref)
-		if err != nil {
-			return off, err
-		}
-		data := c.Data[:min(int64(len(c.Data)), limit-off)]
-		_, err = spool.WriteAt(data, off)
-		c.Release()
-		if err != nil {
-			return off, err
-		}
-		off += int64(len(data))
-	}
-	return off, nil
-}
-
-// spoolWait bounds how long a write waits for a spool file (newSpool).
-const spoolWait = 20 * time.Second
-
-// spoolBudget is how many spool files may be open at once: a quarter of the
-// file limit (and at least 4). The local backend keeps another quarter for
-// objects written but not yet synced; the rest serves object reads, the
-// catalog, the FUSE device and the listeners.
-func spoolBudget() int {
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		return 256
-	}
-	return int(max(4, min(lim.Cur/4, 1<<16)))
-}
-
-// newSpool creates a spool file for file ino (cas.Store.NewSpool); closeSpool
-// gives it back.
-//
-// A spool holds a descriptor for as long as its file is being written, and
-// nothing bounds how many files users write at once. Were spools to take the
-// last descriptors, every commit would stall (a commit opens objects before
-// it gives its spool back), and reads would too. So at most spoolBudget of
-// them are open; a write that finds none free waits for one, up to
-// spoolWait, then fails with EMFILE: an error the writer sees, instead of a
-// daemon that cannot commit what it already accepted.
-func (f *FS) newSpool(ctx context.Context, ino uint64) (*os.File, error) {
-	select {
-	case f.spoolSlots <- struct{}{}:
-	default:
-		t := time.NewTimer(spoolWait)
-		defer t.Stop()
-		select {
-		case f.spoolSlots <- struct{}{}:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-t.C:
-			return nil, fmt.Errorf("create spool file: %d files are being written out of order at once, the most this daemon's file limit allows: %w", cap(f.spoolSlots), syscall.EMFILE)
-		}
-	}
-	sp, err := f.store.NewSpool(ctx, fmt.Sprintf("%d-*", ino))
-	if err != nil {
-		<-f.spoolSlots
-		return nil, err
-	}
-	return sp, nil
-}
-
-// closeSpool closes a spool file from newSpool.
-func (f *FS) closeSpool(sp *os.File) {
-	_ = sp.Close() // an unlinked scratch file: nothing left to lose
-	<-f.spoolSlots
-}
-
-func (n *fileNode) Write(ctx context.Context, f fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
-	n.fsys.noteActivity()
-	if h, ok := f.(*handle); ok {
-		h.noteChange(ctx)
-	}
-	cached := fromPageCache(ctx)
-	if f != nil && !cached {
-		// By path (a fork's change), the caller did it on the origin. A
-		// mapping's stores keep the bits, as on ext4 (page_mkwrite does
-		// not clear them).
-		n.killPriv(ctx)
-	}
-	if t := n.changeTarget(f, cached); t != n {
-		return t.Write(ctx, nil, data, off)
-	}
+// writeStaged stages data at off in n itself (the node changeTarget chose).
+func (n *fileNode) writeStaged(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.lost != nil {
@@ -552,26 +425,13 @@ func (n *fileNode) Write(ctx context.Context, f fs.FileHandle, data []byte, off 
 	if err := n.stage(ctx, n.attr.Size); err != nil {
 		return 0, n.fsys.toErrno("write", err)
 	}
-	if st := n.stream; st != nil {
-		ok, err := st.write(data, off)
-		if ok && err != nil {
-			// The streamer failed (the store is full?): what it took is lost.
-			n.revert(err)
-			return 0, n.fsys.toErrno("write", err)
-		}
-		if ok {
-			n.setAttr(func(a *cas.Node) { a.Size = max(a.Size, off+int64(len(data))) })
-			n.changed()
-			return uint32(len(data)), 0
-		}
-		if err := n.materialize(ctx); err != nil {
-			n.revert(err)
-			return 0, n.fsys.toErrno("write", err)
-		}
+	k, err := n.staging.WriteAt(ctx, data, off)
+	if stage.IsLost(err) {
+		n.revert(err)
+		return 0, n.fsys.toErrno("write", err)
 	}
-	k, err := n.spool.WriteAt(data, off)
-	if end := off + int64(k); end > n.attr.Size {
-		n.setAttr(func(a *cas.Node) { a.Size = end })
+	if size := n.staging.Size(); size != n.attr.Size {
+		n.setAttr(func(a *cas.Node) { a.Size = size })
 	}
 	if k > 0 {
 		n.changed()
@@ -676,29 +536,11 @@ func (n *fileNode) resize(ctx context.Context, size int64) error {
 	if size == 0 {
 		n.lost = nil // a new save starts here
 	}
-	if st := n.stream; st != nil {
-		switch {
-		case size == 0:
-			// Truncated to nothing again (open with O_TRUNC): start over.
-			st.abandon()
-			n.stream = nil
-			if err := n.stageEmpty(ctx); err != nil {
-				n.revert(err)
-				return err
-			}
-		case size >= st.written():
-			st.extend(size)
-		default:
-			if err := n.materialize(ctx); err != nil {
-				n.revert(err)
-				return err
-			}
+	if err := n.staging.Truncate(ctx, size); err != nil {
+		if stage.IsLost(err) {
+			n.revert(err)
 		}
-	}
-	if n.spool != nil {
-		if err := n.spool.Truncate(size); err != nil {
-			return fmt.Errorf("truncate spool: %w", err)
-		}
+		return err
 	}
 	n.setAttr(func(a *cas.Node) { a.Size = size })
 	n.changed()
@@ -767,7 +609,7 @@ func (n *fileNode) setattrLocked(in *fuse.SetAttrIn, resize bool) error {
 	// the fork's too: it is the file the name shows.
 	fork := n.fork
 	if fork != nil {
-		fork.mu.Lock()
+		fork.mu.LockNested()
 		defer fork.mu.Unlock()
 	}
 	n.fsys.nsMu.Lock() // file.mu → nsMu, as in commit
@@ -782,80 +624,6 @@ func (n *fileNode) setattrLocked(in *fuse.SetAttrIn, resize bool) error {
 	frec := fork.attr
 	frec.Size = fork.committedSize
 	return n.fsys.store.Update(func(tx *cas.Tx) error { return tx.PutNode(frec) })
-}
-
-func (n *fileNode) Allocate(ctx context.Context, f fs.FileHandle, off uint64, size uint64, mode uint32) syscall.Errno {
-	const keepSize = 0x1 // FALLOC_FL_KEEP_SIZE
-	if mode&^keepSize != 0 {
-		return syscall.EOPNOTSUPP
-	}
-	if h, ok := f.(*handle); ok {
-		h.noteChange(ctx)
-	}
-	if t := n.changeTarget(f, false); t != n {
-		return t.Allocate(ctx, nil, off, size, mode)
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	end := int64(off + size)
-	if mode&keepSize != 0 || end <= n.attr.Size {
-		return 0 // nothing to reserve: the store allocates at commit
-	}
-	if err := n.resize(ctx, end); err != nil {
-		return n.fsys.toErrno("fallocate", err)
-	}
-	return 0
-}
-
-func (n *fileNode) Lseek(ctx context.Context, f fs.FileHandle, off uint64, whence uint32) (uint64, syscall.Errno) {
-	const seekData, seekHole = 3, 4
-	n.mu.RLock()
-	size := uint64(n.attr.Size)
-	n.mu.RUnlock()
-	switch whence {
-	case seekData:
-		if off >= size {
-			return 0, syscall.ENXIO
-		}
-		return off, 0
-	case seekHole:
-		if off > size {
-			return 0, syscall.ENXIO
-		}
-		return size, 0
-	}
-	return 0, syscall.EINVAL
-}
-
-func (n *fileNode) Flush(ctx context.Context, f fs.FileHandle) syscall.Errno {
-	if h, _ := f.(*handle); !h.commitsOnClose(ctx) {
-		return 0
-	}
-	if n.fsys.asyncCommit {
-		// Report a background commit's failure at the next close or fsync.
-		err := n.takeAsyncErr()
-		n.fsys.pending.Add(1)
-		go func() {
-			defer n.fsys.pending.Done()
-			if err := n.commit(context.Background()); err != nil {
-				n.fsys.log.Printf("background commit of %q: %v", n.name, err)
-				n.mu.Lock()
-				n.asyncErr = err
-				n.mu.Unlock()
-			}
-		}()
-		return n.fsys.toErrno("commit", err)
-	}
-	return n.fsys.toErrno("commit", n.commit(context.WithoutCancel(ctx)))
-}
-
-// Fsync commits (waiting for a background commit in flight: commits of one
-// file are serialized) and reports a background commit's failure.
-func (n *fileNode) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall.Errno {
-	if err := n.commit(context.WithoutCancel(ctx)); err != nil {
-		return n.fsys.toErrno("commit", err)
-	}
-	return n.fsys.toErrno("commit", n.takeAsyncErr())
 }
 
 // nameNow returns n's name (nsMu not held).
@@ -873,67 +641,9 @@ func (n *fileNode) takeAsyncErr() error {
 	return err
 }
 
-func (n *fileNode) Release(ctx context.Context, f fs.FileHandle) syscall.Errno {
-	h, _ := f.(*handle)
-	if h.mayCommit() {
-		n.releaseMu.Lock()
-		defer n.releaseMu.Unlock()
-	}
-	// RELEASE arrives asynchronously, possibly after another writer has opened
-	// and truncated the file: only the last writer's release may commit (what
-	// it wrote after its last FLUSH, e.g. through a shared mmap). The kernel
-	// ignores RELEASE's result, so an error can only be logged.
-	// The writers that count are those of the node the commit lands on: a
-	// fork that took this file's name may have writers of its own by now.
-	// This look is a shortcut: a writer may open between it and the commit,
-	// so commitAtRelease asks again holding the file's lock.
-	t := n.dataNode(h)
-	t.mu.RLock()
-	last := h.mayCommit() && t.writers <= 1
-	t.mu.RUnlock()
-	if hook := n.fsys.releaseLookHook; hook != nil && h.mayCommit() {
-		hook(n.nameNow(), last)
-	}
-	if last {
-		if hook := n.fsys.releaseHook; hook != nil {
-			if done := hook(n.nameNow()); done != nil {
-				defer done()
-			}
-		}
-		if err := n.commitAtRelease(context.WithoutCancel(ctx), h); err != nil {
-			n.fsys.log.Printf("commit at release of %q: %v", n.name, err)
-		}
-	}
-	n.mu.Lock()
-	n.handles--
-	fork := n.fork
-	if h != nil && h.write {
-		n.writers--
-		if fork != nil {
-			fork.releaseWriter()
-		}
-		if n.writers == 0 {
-			n.lost = nil // the writers that lost content are gone
-		}
-	}
-	n.dropSpoolLocked()
-	if fork != nil && n.writers == 0 {
-		n.fork = nil // its writers are gone; it lives on at the file's name
-		// Unpin it once settled (origin → fork, as in openHandle).
-		fork.mu.Lock()
-		fork.forked = false
-		n.fsys.unpinIfSettled(fork)
-		fork.mu.Unlock()
-	}
-	n.fsys.unpinIfSettled(n)
-	n.mu.Unlock()
-	n.fsys.trackOpen(n, -1)
-	return 0
-}
-
-// releaseWriter forgets a redirected writer of a fork.
+// releaseWriter forgets a redirected writer of fork n (its origin's mu held).
 func (n *fileNode) releaseWriter() {
-	n.mu.Lock()
+	n.mu.LockNested()
 	n.writers--
 	if n.writers == 0 {
 		n.lost = nil
@@ -953,13 +663,9 @@ func (n *fileNode) releaseWriter() {
 // with O_TRUNC: a new save) or every writer has closed.
 func (n *fileNode) revert(cause error) {
 	n.lost = fmt.Errorf("the file's staged content was lost (%w): write it again from the start", cause)
-	if st := n.stream; st != nil {
-		st.abandon()
-		n.stream = nil
-	}
-	if n.spool != nil {
-		n.fsys.closeSpool(n.spool)
-		n.spool = nil
+	if n.staging != nil {
+		n.staging.Abort()
+		n.staging = nil
 	}
 	n.setAttr(func(a *cas.Node) { a.Size = n.committedSize })
 	n.dirty = false
@@ -968,304 +674,8 @@ func (n *fileNode) revert(cause error) {
 
 // dropSpoolLocked frees the spool once nothing can change or needs it (mu held).
 func (n *fileNode) dropSpoolLocked() {
-	if n.writers == 0 && !n.dirty && n.spool != nil {
-		n.fsys.closeSpool(n.spool)
-		n.spool = nil
+	if n.writers == 0 && !n.dirty && n.staging != nil && !n.staging.Streaming() {
+		n.staging.Abort()
+		n.staging = nil
 	}
 }
-
-// commit makes the staged content the committed content, if there is any.
-// For a file with a fork in progress it commits the fork.
-//
-// Its error is the caller's answer to "is what was written committed?"
-// (fsync, close): when there is nothing to commit because a failed commit
-// (another request's, e.g. an earlier handle's RELEASE) dropped the staged
-// content, it reports that failure (n.lost), not success.
-func (n *fileNode) commit(ctx context.Context) error { return n.commitAs(ctx, nil) }
-
-// commitAtRelease is the commit of the RELEASE of h: it commits only if no
-// handle but h that may write has the file (the node the commit lands on)
-// open, checked holding the file's lock, so that a writer that opened after
-// the kernel's close of h never has its half-written content committed (nor
-// dropped by a failure of that commit, which RELEASE can only log). It
-// reports no n.lost: that failure was reported to the writers.
-func (n *fileNode) commitAtRelease(ctx context.Context, h *handle) error { return n.commitAs(ctx, h) }
-
-// commitAs is commit, or commitAtRelease when releasing is not nil.
-func (n *fileNode) commitAs(ctx context.Context, releasing *handle) error {
-	defer n.fsys.beginActivity()() // the re-encoder waits for commits
-	if t := n.dataNode(nil); t != n {
-		return t.commitAs(ctx, releasing)
-	}
-	n.commitMu.Lock()
-	defer n.commitMu.Unlock()
-	// A fork takes its origin's place: its name, mode and owner. Read them
-	// before taking n.mu (Open holds an origin's mu while taking its fork's).
-	n.fsys.nsMu.Lock()
-	origin := n.origin
-	n.fsys.nsMu.Unlock()
-	var originAttr cas.Node
-	if origin != nil {
-		origin.mu.RLock()
-		originAttr = origin.attr
-		origin.mu.RUnlock()
-	}
-	replaced, committed, err := n.commitLocked(ctx, origin, originAttr, releasing)
-	if err != nil {
-		return err
-	}
-	if replaced != nil {
-		// The name now belongs to n: make the kernel drop its cached entry (which
-		// resolves to the origin) before close returns, so that the next open of
-		// the name finds the new version. No lock of ours is held here: the kernel
-		// takes the directory's lock, which a request waiting for nsMu may hold.
-		replaced()
-	}
-	if committed && n.fsys.afterCommit != nil {
-		return n.fsys.afterCommit(ctx)
-	}
-	return nil
-}
-
-// commitLocked does the commit and reports whether it wrote one; for a fork
-// that took its origin's place it returns the function that invalidates the
-// kernel's entry. releasing: see commitAs.
-func (n *fileNode) commitLocked(ctx context.Context, origin *fileNode, originAttr cas.Node, releasing *handle) (replaced func(), committed bool, err error) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if releasing != nil {
-		own := 0 // the releasing handle still counts among the writers
-		if releasing.write {
-			own = 1
-		}
-		if n.writers > own {
-			return nil, false, nil // another writer has it open: its close commits
-		}
-		if !n.dirty {
-			return nil, false, nil
-		}
-	}
-	if !n.dirty {
-		return nil, false, n.lost
-	}
-	if obs := n.fsys.obs; obs != nil {
-		start := time.Now()
-		defer func() { obs.Commit(time.Since(start), n.attr.Size, err) }()
-	}
-	replaced, err = n.commitDirty(ctx, origin, originAttr)
-	n.fsys.unpinIfSettled(n)
-	return replaced, err == nil, err
-}
-
-// commitDirty is commitLocked's work (n.mu held, n dirty).
-func (n *fileNode) commitDirty(ctx context.Context, origin *fileNode, originAttr cas.Node) (_ func(), err error) {
-	m := &cas.Manifest{}
-	var batch *cas.Batch
-	var refs []cas.ChunkRef
-	var ix *FileIndex
-	if st := n.stream; st != nil {
-		// The chunks were stored while the file was written: finish the tail.
-		if refs, ix, err = st.finish(n.attr.Size); err != nil {
-			n.revert(err) // releases the stream's batch
-			return nil, fmt.Errorf("staged content lost: %w", err)
-		}
-		n.stream = nil
-		batch = st.batch
-		// From here the staged bytes exist only as the batch's chunks: if
-		// the commit fails, the batch is released (its unnamed chunks
-		// deleted) and n has neither stream nor spool. Left dirty, the next
-		// commit (release, fsync, unmount) would commit an empty manifest
-		// over the previous version; revert instead, as when finish fails.
-		defer func() {
-			if err != nil {
-				n.revert(err)
-				err = fmt.Errorf("staged content lost: %w", err)
-			}
-		}()
-	} else {
-		batch = n.fsys.store.NewBatch()
-		if n.spool != nil && n.attr.Size > 0 {
-			put := func(ctx context.Context, data []byte, dtype string) (cas.ChunkRef, error) {
-				return putChunk(ctx, batch, data, dtype)
-			}
-			// A spool ingest holds a few blocks and putWorkers chunks:
-			// bound how many run at once (the write memory budget).
-			select {
-			case n.fsys.ingestSem <- struct{}{}:
-			case <-ctx.Done():
-				batch.Release()
-				return nil, ctx.Err()
-			}
-			var err error
-			refs, ix, _, err = ingest(ctx, fixedSource{n.spool, n.attr.Size}, n.fsys.store.ChunkSize(), put)
-			<-n.fsys.ingestSem
-			if err != nil {
-				batch.Release()
-				return nil, err
-			}
-		}
-	}
-	m.Chunks = refs
-	if ix != nil && ix.TensorsOmitted > 0 {
-		n.fsys.log.Printf("%s: %d tensors exceed the index limit of %d: the file is stored whole, without a tensor index",
-			n.name, ix.TensorsOmitted, MaxIndexTensors)
-	}
-	if ix != nil && ix.Format != "" {
-		var err error
-		if m.Extra, err = json.Marshal(ix); err != nil {
-			batch.Release()
-			return nil, err
-		}
-	}
-	rec := n.attr
-	rec.Size = m.Size()
-
-	n.fsys.suggestBases(batch, n.hintPlace(origin, originAttr), refs, ix)
-
-	// The batch's objects are made durable before nsMu is taken (lookups wait
-	// on it), and the batch is released after the transaction has ended.
-	if hook := n.fsys.commitHook; hook != nil {
-		hook()
-	}
-	var replaced func()
-	err = n.fsys.store.CommitWith(ctx, batch, func(update func(func(*cas.Tx) error) error) error {
-		n.fsys.nsMu.Lock()
-		defer n.fsys.nsMu.Unlock()
-		if origin != nil {
-			// The fork takes the origin's mode and owner as they are now,
-			// not as commitAs read them: a chmod of the origin since then
-			// changed its attr first (its mu held; attrMu is a leaf we may
-			// take here), and one whose change comes later finds the fork
-			// in the origin's place (setattrLocked).
-			origin.attrMu.Lock()
-			rec.Mode, rec.UID, rec.GID = origin.attr.Mode, origin.attr.UID, origin.attr.GID
-			origin.attrMu.Unlock()
-			n.dir, n.name = origin.dir, origin.name
-			if origin.unlinked.Load() {
-				n.unlinked.Store(true)
-			}
-		}
-		if n.unlinked.Load() {
-			batch.Keep() // m names its chunks while the file is open
-		} else {
-			err := update(func(tx *cas.Tx) error {
-				if !n.persisted {
-					replaced := n.shadow
-					if origin != nil && origin.persisted {
-						replaced = origin.attr.Ino
-					}
-					if replaced != 0 {
-						if err := tx.DeleteNode(replaced); err != nil {
-							return err
-						}
-					}
-					if err := tx.Link(n.dir.attr.Ino, n.name, rec.Ino); err != nil {
-						return err
-					}
-				}
-				if err := tx.PutManifest(rec.Ino, m); err != nil {
-					return err
-				}
-				return tx.PutNode(rec)
-			})
-			if err != nil {
-				return fmt.Errorf("commit %q: %w", n.name, err)
-			}
-			if !n.persisted && inTree(n) {
-				// The catalog has the name now: the tree need not keep
-				// the node once the kernel forgets it (Create).
-				n.EmbeddedInode().ForgetPersistent()
-			}
-			n.persisted, n.shadow = true, 0
-		}
-		n.setAttr(func(a *cas.Node) { a.Mode, a.UID, a.GID = rec.Mode, rec.UID, rec.GID })
-		n.setManifest(m)
-		n.dirty = false
-		n.dropSpoolLocked()
-		if origin == nil {
-			return nil
-		}
-		n.origin = nil
-		if n.unlinked.Load() {
-			return nil
-		}
-		replaced = n.replaceOrigin(origin)
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return replaced, nil
-}
-
-// hintPlace says where n's new content will live and which committed
-// content it replaces, for delta hints (bases.go). n.mu held.
-func (n *fileNode) hintPlace(origin *fileNode, originAttr cas.Node) hintPlace {
-	n.fsys.nsMu.Lock()
-	defer n.fsys.nsMu.Unlock()
-	p := hintPlace{dir: n.dir, name: n.name}
-	if n.persisted {
-		p.prior = append(p.prior, n.attr.Ino)
-	}
-	if n.shadow != 0 {
-		p.prior = append(p.prior, n.shadow)
-	}
-	if origin != nil {
-		p.dir, p.name = origin.dir, origin.name
-		if originAttr.Ino != 0 {
-			p.prior = append(p.prior, originAttr.Ino)
-		}
-	}
-	return p
-}
-
-// replaceOrigin puts fork n in origin's place in the inode tree and returns a
-// function that makes the kernel drop its cached entry for the name (so the
-// next lookup finds n). nsMu held.
-func (n *fileNode) replaceOrigin(origin *fileNode) func() {
-	parent := n.dir.EmbeddedInode()
-	// A rename of the origin updates origin.dir/name under nsMu, but go-fuse
-	// moves its inode only after our Rename returns. Wait for the tree to
-	// agree, or that move would put the origin back over n: while the tree
-	// disagrees, a rename is in flight (renameTracker), and its end is
-	// broadcast. The wait releases nsMu (Rename takes it; n.mu and commitMu
-	// it never takes). n.dir/name stay what the catalog got in this commit.
-	for parent.GetChild(n.name) != origin.EmbeddedInode() && n.fsys.renames > 0 {
-		n.fsys.renamed.Wait()
-	}
-	detach(origin)
-	// The next lookup of the name reads the catalog, which names n, and
-	// finds n pinned (or, once n is settled, builds its node from the
-	// catalog): the tree holds only nodes the kernel has looked up.
-	if parent.GetChild(n.name) == origin.EmbeddedInode() {
-		parent.RmChild(n.name)
-	}
-	dir, name := n.dir, n.name
-	return func() {
-		// A rename of the name in the kernel's dentry cache (which still
-		// resolves to the origin) may be in flight: the kernel looked the
-		// name up before n took it, our Rename moves n, and the kernel then
-		// moves the origin's dentry to the new name. NotifyEntry waits for
-		// the kernel's rename (it takes the directory's lock), so invalidate
-		// again wherever n now lives, until no rename moved it meanwhile.
-		for {
-			if errno := dir.NotifyEntry(name); errno != 0 && errno != syscall.ENOENT {
-				n.fsys.log.Printf("invalidate entry %q: %v", name, errno)
-			}
-			n.fsys.nsMu.Lock()
-			moved := !n.unlinked.Load() && (n.dir != dir || n.name != name)
-			dir, name = n.dir, n.name
-			n.fsys.nsMu.Unlock()
-			if !moved {
-				return
-			}
-		}
-	}
-}
-
-// putWorkers is how many chunks one commit hashes, encodes and writes at once:
-// enough to keep both cores and the disk busy.
-const putWorkers = 16
-
-// maxSpoolIngests is how many commits ingest spooled content at once.
-const maxSpoolIngests = 2

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/cas"
+	"github.com/ckptfs/ckptfs/fusefs/internal/lockorder"
+	"github.com/ckptfs/ckptfs/fusefs/stage"
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
@@ -36,8 +38,8 @@ type FS struct {
 	store *cas.Store
 	log   *log.Logger
 
-	nsMu   sync.Mutex   // guards the namespace; see the package doc
-	viewMu sync.RWMutex // guards what lookups and listings read; see the package doc
+	nsMu   lockorder.Mutex[lockorder.Namespace] // guards the namespace; see the package doc
+	viewMu lockorder.RWMutex[lockorder.View]    // guards what lookups and listings read; see the package doc
 
 	// renames counts the RENAME requests in flight, from before our Rename
 	// runs to after go-fuse has moved the inode in its tree; renamed (on
@@ -54,23 +56,16 @@ type FS struct {
 
 	// The nodes the kernel has looked up, and the pruner that keeps them
 	// near a limit; the files that must outlive the kernel's interest
-	// (nodes.go).
+	// (nodes.go: the structures; prune.go, pins.go: their use).
 	nodes     nodeList
 	pins      pinSet
 	pruneStop context.CancelFunc
 	pruneDone chan struct{}
 
-	blocks blockPool // memory of streams (stream.go)
-
-	// Write memory (stream.go): streams take their window from writeMemory;
-	// a file written from empty when none is left is spooled instead.
-	// ingestSem bounds the spooled commits that ingest at once.
-	memMu       sync.Mutex
-	streamUsed  int64
+	// The staging of files being written (package stage): the write memory
+	// budget (writeMemory, WithWriteMemory) and the spool files.
+	stage       *stage.Pool
 	writeMemory int64
-	ingestSem   chan struct{}
-
-	spoolSlots chan struct{} // one per spool file open (newSpool)
 
 	obs Observer // WithObserver, or nil
 
@@ -155,13 +150,14 @@ func New(store *cas.Store, logger *log.Logger, opts ...Option) (*FS, error) {
 	}
 	f := &FS{store: store, log: logger, openFiles: map[*fileNode]int{},
 		act: activity{epoch: time.Now()}, reencodeIdle: DefaultReencodeIdle,
-		writeMemory: DefaultWriteMemory, ingestSem: make(chan struct{}, maxSpoolIngests),
-		nodes: nodeList{limit: DefaultNodeLimit, kick: make(chan struct{}, 1)},
-		pins:  pinSet{files: map[uint64]*fileNode{}}, spoolSlots: make(chan struct{}, spoolBudget())}
+		writeMemory: DefaultWriteMemory,
+		nodes:       nodeList{limit: DefaultNodeLimit, kick: make(chan struct{}, 1)},
+		pins:        pinSet{files: map[uint64]*fileNode{}}}
 	f.renamed = sync.NewCond(&f.nsMu)
 	for _, o := range opts {
 		o(f)
 	}
+	f.stage = stage.NewPool(store, f.writeMemory)
 	// Taken before the transaction: AllocIno may run a transaction of its own.
 	runsIno, err := store.AllocIno()
 	if err != nil {
@@ -330,16 +326,3 @@ func (f *FS) LiveManifests() []*cas.Manifest {
 
 // Stats returns the store's statistics.
 func (f *FS) Stats() (cas.Stats, error) { return f.store.Stats() }
-
-// CommitAll commits every file with uncommitted content (used at unmount, after
-// the kernel has let go of the mount).
-func (f *FS) CommitAll(ctx context.Context) error {
-	f.pending.Wait()
-	var first error
-	for _, n := range f.pinnedFiles() { // open files, and closed ones a commit failed for
-		if err := n.commit(ctx); err != nil && first == nil {
-			first = err
-		}
-	}
-	return first
-}

@@ -8,7 +8,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
+	"time"
 
+	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
@@ -31,7 +34,12 @@ import (
 // of a half-written file costs a version that the writer's own close
 // replaces; a skipped one leaves close(2) reporting success for bytes that a
 // later RELEASE may fail to commit where nobody sees it.
+//
+// A handle is also the go-fuse file handle of its open: it answers the
+// requests that name it (READ, WRITE, FLUSH, FSYNC, RELEASE, FALLOCATE,
+// LSEEK) for its node, n, which holds the inode's state.
 type handle struct {
+	n       *fileNode
 	write   bool // opened for writing
 	creator bool // made the file (O_CREAT), even read-only
 
@@ -130,4 +138,192 @@ func threadGroup(tid uint32) int {
 		}
 	}
 	return unknownCaller
+}
+
+var (
+	_ fs.FileReader    = (*handle)(nil)
+	_ fs.FileWriter    = (*handle)(nil)
+	_ fs.FileFlusher   = (*handle)(nil)
+	_ fs.FileFsyncer   = (*handle)(nil)
+	_ fs.FileReleaser  = (*handle)(nil)
+	_ fs.FileAllocater = (*handle)(nil)
+	_ fs.FileLseeker   = (*handle)(nil)
+)
+
+// Read reads the content h sees (a writer's: the fork's, if any), and
+// reports it to the observer.
+func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	n := h.n
+	obs := n.fsys.obs
+	if obs == nil {
+		return n.read(ctx, h, dest, off)
+	}
+	start := time.Now()
+	res, errno := n.read(ctx, h, dest, off)
+	size := 0
+	if res != nil {
+		size = res.Size()
+	}
+	obs.Read(time.Since(start), size, errno)
+	return res, errno
+}
+
+// Write stages data at off in the node changeTargetOf picks, clearing
+// setuid/setgid first for a write(2) by an unprivileged caller.
+func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	n := h.n
+	n.fsys.noteActivity()
+	h.noteChange(ctx)
+	cached := fromPageCache(ctx)
+	if !cached {
+		// A mapping's stores keep the bits, as on ext4 (page_mkwrite does
+		// not clear them).
+		n.killPriv(ctx)
+	}
+	return changeTargetOf(n, h, cached).writeStaged(ctx, data, off)
+}
+
+// changeTargetOf is the node a change through h to n lands on: n's
+// changeTarget, and that node's in turn for a change by path (a fork may
+// itself have been forked once it took the name).
+func changeTargetOf(n *fileNode, h *handle, cached bool) *fileNode {
+	t := n.changeTarget(h, cached)
+	for t != n {
+		n, t = t, t.changeTarget(nil, cached)
+	}
+	return t
+}
+
+func (h *handle) Allocate(ctx context.Context, off uint64, size uint64, mode uint32) syscall.Errno {
+	const keepSize = 0x1 // FALLOC_FL_KEEP_SIZE
+	if mode&^keepSize != 0 {
+		return syscall.EOPNOTSUPP
+	}
+	h.noteChange(ctx)
+	t := changeTargetOf(h.n, h, false)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	end := int64(off + size)
+	if mode&keepSize != 0 || end <= t.attr.Size {
+		return 0 // nothing to reserve: the store allocates at commit
+	}
+	if err := t.resize(ctx, end); err != nil {
+		return t.fsys.toErrno("fallocate", err)
+	}
+	return 0
+}
+
+func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
+	const seekData, seekHole = 3, 4
+	n := h.n
+	n.mu.RLock()
+	size := uint64(n.attr.Size)
+	n.mu.RUnlock()
+	switch whence {
+	case seekData:
+		if off >= size {
+			return 0, syscall.ENXIO
+		}
+		return off, 0
+	case seekHole:
+		if off > size {
+			return 0, syscall.ENXIO
+		}
+		return size, 0
+	}
+	return 0, syscall.EINVAL
+}
+
+// Flush commits when the caller's close commits (commitsOnClose).
+func (h *handle) Flush(ctx context.Context) syscall.Errno {
+	if !h.commitsOnClose(ctx) {
+		return 0
+	}
+	n := h.n
+	if n.fsys.asyncCommit {
+		// Report a background commit's failure at the next close or fsync.
+		err := n.takeAsyncErr()
+		n.fsys.pending.Add(1)
+		go func() {
+			defer n.fsys.pending.Done()
+			if err := n.commit(context.Background()); err != nil {
+				n.fsys.log.Printf("background commit of %q: %v", n.name, err)
+				n.mu.Lock()
+				n.asyncErr = err
+				n.mu.Unlock()
+			}
+		}()
+		return n.fsys.toErrno("commit", err)
+	}
+	return n.fsys.toErrno("commit", n.commit(context.WithoutCancel(ctx)))
+}
+
+// Fsync commits (waiting for a background commit in flight: commits of one
+// file are serialized) and reports a background commit's failure.
+func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	n := h.n
+	if err := n.commit(context.WithoutCancel(ctx)); err != nil {
+		return n.fsys.toErrno("commit", err)
+	}
+	return n.fsys.toErrno("commit", n.takeAsyncErr())
+}
+
+// Release ends the open: the node counts one handle (and writer) less, and
+// the release of the last writer commits what was written since its FLUSH.
+func (h *handle) Release(ctx context.Context) syscall.Errno {
+	n := h.n
+	if h.mayCommit() {
+		n.releaseMu.Lock()
+		defer n.releaseMu.Unlock()
+	}
+	// RELEASE arrives asynchronously, possibly after another writer has opened
+	// and truncated the file: only the last writer's release may commit (what
+	// it wrote after its last FLUSH, e.g. through a shared mmap). The kernel
+	// ignores RELEASE's result, so an error can only be logged.
+	// The writers that count are those of the node the commit lands on: a
+	// fork that took this file's name may have writers of its own by now.
+	// This look is a shortcut: a writer may open between it and the commit,
+	// so commitAtRelease asks again holding the file's lock.
+	t := n.dataNode(h)
+	t.mu.RLock()
+	last := h.mayCommit() && t.writers <= 1
+	t.mu.RUnlock()
+	if hook := n.fsys.releaseLookHook; hook != nil && h.mayCommit() {
+		hook(n.nameNow(), last)
+	}
+	if last {
+		if hook := n.fsys.releaseHook; hook != nil {
+			if done := hook(n.nameNow()); done != nil {
+				defer done()
+			}
+		}
+		if err := n.commitAtRelease(context.WithoutCancel(ctx), h); err != nil {
+			n.fsys.log.Printf("commit at release of %q: %v", n.name, err)
+		}
+	}
+	n.mu.Lock()
+	n.handles--
+	fork := n.fork
+	if h.write {
+		n.writers--
+		if fork != nil {
+			fork.releaseWriter()
+		}
+		if n.writers == 0 {
+			n.lost = nil // the writers that lost content are gone
+		}
+	}
+	n.dropSpoolLocked()
+	if fork != nil && n.writers == 0 {
+		n.fork = nil // its writers are gone; it lives on at the file's name
+		// Unpin it once settled (origin → fork, as in openHandle).
+		fork.mu.LockNested()
+		fork.forked = false
+		n.fsys.unpinIfSettled(fork)
+		fork.mu.Unlock()
+	}
+	n.fsys.unpinIfSettled(n)
+	n.mu.Unlock()
+	n.fsys.trackOpen(n, -1)
+	return 0
 }

@@ -129,7 +129,7 @@ func (r renameTracker) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName
 }
 
 // pageWrites gives the WRITEs that write back dirty pages of the page cache
-// (FUSE_WRITE_CACHE) caller pid 0, which fileNode.Write reads as "from the
+// (FUSE_WRITE_CACHE) caller pid 0, which handle.Write reads as "from the
 // page cache" (fromPageCache). Write handles are FOPEN_DIRECT_IO, so only the
 // stores of a shared mapping reach the page cache. The kernel already sends
 // such writes without credentials (pid 0); this makes it a rule.

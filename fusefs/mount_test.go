@@ -21,6 +21,7 @@ import (
 
 	"github.com/ckptfs/ckptfs/cas"
 	"github.com/ckptfs/ckptfs/cas/backend/local"
+	"github.com/ckptfs/ckptfs/fusefs/internal/lockorder"
 	"github.com/ckptfs/ckptfs/test/testrand"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
@@ -32,7 +33,12 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv("CKPTFS_TEST_CLIENT"); mode != "" {
 		os.Exit(runClient(mode, os.Args[len(os.Args)-1]))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if v := lockorder.Violations(); len(v) > 0 {
+		fmt.Fprintf(os.Stderr, "FAIL: %d lock order inversions (fusefs/internal/lockorder), the first above\n", len(v))
+		code = 1
+	}
+	os.Exit(code)
 }
 
 // runClient implements the subprocess clients:

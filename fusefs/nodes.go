@@ -1,11 +1,8 @@
 package fusefs
 
 import (
-	"context"
 	"sync"
 	"sync/atomic"
-	"syscall"
-	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 )
@@ -19,24 +16,6 @@ import (
 // that looks the forgotten ones up again from the catalog when it comes
 // back to them (one LOOKUP each).
 const DefaultNodeLimit = 1 << 13
-
-// WithNodeLimit sets how many nodes the kernel may keep looked up before the
-// daemon asks it to forget the oldest ones (DefaultNodeLimit); n <= 0 never
-// asks. It needs a kernel with FUSE_NOTIFY_PRUNE (protocol 7.45, Linux
-// 6.18); with an older one, nodes are freed only when the kernel forgets them
-// on its own (memory pressure, a dropped dentry cache).
-func WithNodeLimit(n int) Option { return func(f *FS) { f.nodes.limit = n } }
-
-// pruneBatch is how many nodes one FUSE_NOTIFY_PRUNE names (the kernel walks
-// them 512 at a time).
-const pruneBatch = 512
-
-// pruneSettle is how long the pruner waits after asking the kernel to forget
-// nodes before it counts the ones that stayed (the FORGETs come
-// asynchronously). Longer, and a fast walk outruns the pruner. A count taken
-// before late FORGETs came sets the floor too high; the FORGETs lower it
-// (remove), and the next lookups past it prune what they left.
-const pruneSettle = 50 * time.Millisecond
 
 // nodeLink is a node's place in FS.nodes, guarded by nodeList.mu.
 type nodeLink struct {
@@ -127,75 +106,6 @@ func (l *nodeList) oldest() []*fs.Inode {
 	return out
 }
 
-// startPruner starts the goroutine that keeps the kernel's looked-up nodes
-// near the limit; Close stops it.
-func (f *FS) startPruner() {
-	f.pruneDone = make(chan struct{})
-	if f.nodes.limit <= 0 {
-		close(f.pruneDone)
-		return
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	f.pruneStop = cancel
-	go func() {
-		defer close(f.pruneDone)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-f.nodes.kick:
-			}
-			f.prune(ctx)
-		}
-	}()
-}
-
-// prune asks the kernel to forget the oldest nodes, and again while that
-// brings the list down and it is still over the limit (a directory is
-// forgotten only after its children); then it notes how many stayed, as the
-// floor the next prune waits for the list to outgrow.
-func (f *FS) prune(ctx context.Context) {
-	for {
-		before := f.nodes.count()
-		if !f.pruneOnce() {
-			return
-		}
-		if !sleepCtx(ctx, pruneSettle) {
-			return
-		}
-		after := f.nodes.count()
-		if after <= f.nodes.limit || after >= before {
-			f.nodes.mu.Lock()
-			f.nodes.floor = f.nodes.n
-			f.nodes.mu.Unlock()
-			return
-		}
-	}
-}
-
-// pruneOnce asks the kernel to forget the oldest nodes, and reports whether
-// it could ask.
-func (f *FS) pruneOnce() bool {
-	victims := f.nodes.oldest()
-	for len(victims) > 0 {
-		batch := victims[:min(len(victims), pruneBatch)]
-		victims = victims[len(batch):]
-		switch errno := f.root.NotifyPrune(batch); errno {
-		case 0:
-		case syscall.EBADF:
-			return false // unmounted
-		case syscall.ENOSYS:
-			f.log.Printf("the kernel cannot be asked to forget nodes (FUSE_NOTIFY_PRUNE needs Linux 6.18): the daemon keeps every node the kernel keeps")
-			f.nodes.unsupported.Store(true)
-			return false
-		default:
-			f.log.Printf("ask the kernel to forget nodes: %v", errno)
-			return false
-		}
-	}
-	return true
-}
-
 // count returns how many nodes are listed.
 func (l *nodeList) count() int {
 	l.mu.Lock()
@@ -203,20 +113,16 @@ func (l *nodeList) count() int {
 	return l.n
 }
 
-// OnForget is called by go-fuse when it drops the node from its tree: the
-// kernel forgot it and nothing keeps it (see pinSet for files).
-func (b *nodeBase) OnForget() { b.fsys.nodes.remove(b) }
-
-// listNode lists a node the kernel is about to learn of.
-func (f *FS) listNode(n fs.InodeEmbedder) {
-	switch n := n.(type) {
-	case *fileNode:
-		f.nodes.add(&n.nodeBase)
-	case *dirNode:
-		f.nodes.add(&n.nodeBase)
-	case *symlinkNode:
-		f.nodes.add(&n.nodeBase)
+// pushLocked appends b, not listed, at the tail (l.mu held).
+func (l *nodeList) pushLocked(b *nodeBase) {
+	b.link = nodeLink{prev: l.tail, listed: true}
+	if l.tail != nil {
+		l.tail.link.next = b
+	} else {
+		l.head = b
 	}
+	l.tail = b
+	l.n++
 }
 
 // pinSet holds the files whose state is more than their catalog records: a
@@ -236,86 +142,3 @@ type pinSet struct {
 
 // recentUnpins is how many unpins pinnedFile can tell apart.
 const recentUnpins = 64
-
-// pin keeps n findable by inode number (n.mu held).
-func (f *FS) pin(n *fileNode) {
-	f.pins.mu.Lock()
-	f.pins.files[n.attr.Ino] = n
-	f.pins.mu.Unlock()
-}
-
-// settled reports whether the catalog holds all of n's state (n.mu held).
-func (n *fileNode) settled() bool {
-	return n.handles == 0 && n.writers == 0 && !n.dirty && !n.staged() && n.fork == nil && n.origin == nil && !n.forked
-}
-
-// unpinIfSettled unpins n once the catalog holds all of its state (n.mu
-// held), and drops its manifest, which the next open reads again.
-func (f *FS) unpinIfSettled(n *fileNode) {
-	if !n.settled() {
-		return
-	}
-	f.pins.mu.Lock()
-	if f.pins.files[n.attr.Ino] == n {
-		delete(f.pins.files, n.attr.Ino)
-		f.pins.epoch++
-		f.pins.recent[f.pins.epoch%recentUnpins] = n.attr.Ino
-	}
-	f.pins.mu.Unlock()
-	if !n.unlinked.Load() && n.manifest != nil {
-		// The catalog has it: a closed file holds no chunk list.
-		n.manifest, n.offsets, n.spans = nil, nil, nil
-	}
-}
-
-// pinEpoch returns the current unpin epoch.
-func (f *FS) pinEpoch() uint64 {
-	f.pins.mu.Lock()
-	defer f.pins.mu.Unlock()
-	return f.pins.epoch
-}
-
-// pinnedFile returns the pinned file with inode number ino, if any. since is
-// the epoch read before the catalog read that found ino: stale reports that
-// ino was unpinned since then (or that too many files were to tell), so the
-// record read may predate its last commit (a commit writes the catalog
-// before it unpins) and must be read again.
-func (f *FS) pinnedFile(ino, since uint64) (n *fileNode, stale bool) {
-	f.pins.mu.Lock()
-	defer f.pins.mu.Unlock()
-	if n := f.pins.files[ino]; n != nil {
-		return n, false
-	}
-	if f.pins.epoch-since >= recentUnpins {
-		return nil, true
-	}
-	for e := since + 1; e <= f.pins.epoch; e++ {
-		if f.pins.recent[e%recentUnpins] == ino {
-			return nil, true
-		}
-	}
-	return nil, false
-}
-
-// pinnedFiles returns every pinned file.
-func (f *FS) pinnedFiles() []*fileNode {
-	f.pins.mu.Lock()
-	defer f.pins.mu.Unlock()
-	out := make([]*fileNode, 0, len(f.pins.files))
-	for _, n := range f.pins.files {
-		out = append(out, n)
-	}
-	return out
-}
-
-// pushLocked appends b, not listed, at the tail (l.mu held).
-func (l *nodeList) pushLocked(b *nodeBase) {
-	b.link = nodeLink{prev: l.tail, listed: true}
-	if l.tail != nil {
-		l.tail.link.next = b
-	} else {
-		l.head = b
-	}
-	l.tail = b
-	l.n++
-}

@@ -89,9 +89,10 @@ func streamsTensors(spans []tensorSpan, start, end int64) bool {
 	return j+1 < len(spans) && spans[j+1].end <= end
 }
 
-// prefetchAfter starts loading what probably follows a read of [off, end).
-func (n *fileNode) prefetchAfter(m *cas.Manifest, offsets []int64, spans []tensorSpan, off, end int64) {
-	rs := &n.reads
+// prefetchAfter starts loading from store what probably follows a read of
+// [off, end) of manifest m (chunk offsets, tensor spans), a file whose
+// reads rs follows.
+func (rs *readState) prefetchAfter(store *cas.Store, m *cas.Manifest, offsets []int64, spans []tensorSpan, off, end int64) {
 	prev := rs.lastEnd.Swap(end)
 	sequential := prev == off
 	if sequential {
@@ -111,7 +112,7 @@ func (n *fileNode) prefetchAfter(m *cas.Manifest, offsets []int64, spans []tenso
 	if streak := rs.streak.Load(); streak >= streakBytes && streamsTensors(spans, end-streak, end) {
 		limit = max(limit, end+prefetchAhead)
 	}
-	window := min(int64(prefetchAhead), n.fsys.store.CacheSize()/4)
+	window := min(int64(prefetchAhead), store.CacheSize()/4)
 	limit = min(limit, end+window, m.Size())
 	if limit <= end {
 		return
@@ -120,7 +121,7 @@ func (n *fileNode) prefetchAfter(m *cas.Manifest, offsets []int64, spans []tenso
 	first := sort.Search(len(offsets), func(i int) bool { return offsets[i] >= end })
 	var todo []cas.ChunkRef
 	for j := first; j < len(offsets) && offsets[j] < limit; j++ {
-		if !n.fsys.store.Cached(m.Chunks[j].ID) {
+		if !store.Cached(m.Chunks[j].ID) {
 			todo = append(todo, m.Chunks[j])
 		}
 	}
@@ -149,7 +150,7 @@ func (n *fileNode) prefetchAfter(m *cas.Manifest, offsets []int64, spans []tenso
 			defer rs.running.Add(-1)
 			for _, c := range part {
 				// A failure (a corrupt chunk) shows when the reader gets there.
-				k, err := n.fsys.store.AcquireChunk(context.Background(), c)
+				k, err := store.AcquireChunk(context.Background(), c)
 				if err != nil {
 					return
 				}

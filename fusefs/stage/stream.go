@@ -1,4 +1,4 @@
-package fusefs
+package stage
 
 import (
 	"context"
@@ -15,45 +15,45 @@ import (
 // spool (DESIGN.md, write path): writes append to memory blocks, and a
 // goroutine cuts, hashes and stores chunks from them as they fill, so that
 // close only finishes the tail and commits. Memory holds only the bytes the
-// chunker has not cut yet, at most streamMem per file: a writer that gets
+// chunker has not cut yet, at most its window (streamWindow): a writer that gets
 // further ahead waits. Bytes already cut live in the store (as the objects of
 // the stream's batch, pinned until its commit).
 //
 // Anything but appending — a write elsewhere, a truncation below what was
-// written, a read of the staged bytes — first materializes the stream: the
+// written, a read of the staged bytes — first spills the stream (File.Spill): the
 // streamer stops, the chunks it stored and the bytes still in memory are
 // copied into a spool file, and the file continues as a spooled one, ingested
 // whole at commit. Common writers (torch.save, safetensors, numpy, HF) only
 // append, possibly after sizing the file with ftruncate.
 //
-// A pre-sizing truncation makes [there, size) a hole: it reads as zeros unless
+// A pre-sizing truncation makes [appended, size) a hole: it reads as zeros unless
 // written (in order) before the commit.
 //
-// Locking: the file's mu is taken before s.mu (write, resize, materialize);
-// the streamer goroutine takes only s.mu, never the file's mu, so a writer
-// holding the file's mu may wait for it.
+// Locking: the File's caller serializes write, extend, finish and halt
+// (fusefs holds the file's mu); the streamer goroutine takes only s.mu,
+// never a lock of the caller's, so a writer holding one may wait for it.
 type stream struct {
-	fsys  *FS
+	pool  *Pool
 	batch *cas.Batch
 
-	mu     sync.Mutex
-	cond   *sync.Cond
-	base   int64    // file offset of blocks[0], a multiple of streamBlock
-	blocks []*block // memory holding [base, there); each holds a reference for the stream
-	there  int64    // [0, there) is written
-	final  bool     // the commit said the file ends at size
-	size   int64
-	stop   bool // materialize wants the streamer to stop
-	cancel context.CancelFunc
+	mu       sync.Mutex
+	cond     *sync.Cond
+	base     int64    // file offset of blocks[0], a multiple of streamBlock
+	blocks   []*block // memory holding [base, appended); each holds a reference for the stream
+	appended int64    // [0, appended) is written
+	sized    bool     // finish fixed the file's size: it ends at size
+	size     int64
+	stop     bool // Spill wants the streamer to stop
+	cancel   context.CancelFunc
 
 	window   int64 // the most memory it holds: a writer further ahead waits
 	reserved int64 // what it took from FS.streamMem, until freeMemory
 
-	done  chan struct{}
-	refs  []cas.ChunkRef // when done: the chunks of [0, cut)
-	cut   int64
-	index *FileIndex
-	err   error
+	done    chan struct{}
+	refs    []cas.ChunkRef // when done: the chunks of [0, chunked)
+	chunked int64
+	index   *FileIndex
+	err     error
 }
 
 const streamBlock = readBlock
@@ -69,55 +69,32 @@ func streamWindow(maxChunk int) int64 {
 	return lag + 3*streamBlock
 }
 
-// DefaultWriteMemory is the memory all streams together may hold (WithWriteMemory).
-const DefaultWriteMemory = 96 << 20
-
-// reserveStream takes a stream's window from the write memory budget. The
-// first stream always gets one.
-func (f *FS) reserveStream(window int64) bool {
-	f.memMu.Lock()
-	defer f.memMu.Unlock()
-	if f.streamUsed > 0 && f.streamUsed+window > f.writeMemory {
-		return false
-	}
-	f.streamUsed += window
-	return true
-}
-
-func (f *FS) unreserveStream(window int64) {
-	f.memMu.Lock()
-	defer f.memMu.Unlock()
-	f.streamUsed -= window
-}
-
-// startStream stages n (empty) in a stream (file mu held). It reports false,
-// starting nothing, when the write memory budget has no room for another
-// stream: the caller spools instead.
-func (n *fileNode) startStream() bool {
-	window := streamWindow(n.fsys.store.ChunkSize())
-	if !n.fsys.reserveStream(window) {
-		return false
+// startStream starts a stream, or returns nil when the write memory budget
+// has no room for another one: the caller spools instead.
+func (p *Pool) startStream() *stream {
+	window := streamWindow(p.store.ChunkSize())
+	if !p.reserveStream(window) {
+		return nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &stream{fsys: n.fsys, batch: n.fsys.store.NewBatch(), cancel: cancel, done: make(chan struct{}),
+	s := &stream{pool: p, batch: p.store.NewBatch(), cancel: cancel, done: make(chan struct{}),
 		window: window, reserved: window}
 	s.cond = sync.NewCond(&s.mu)
-	n.stream = s
 	go func() {
 		defer close(s.done)
 		put := func(ctx context.Context, data []byte, dtype string) (cas.ChunkRef, error) {
 			return putChunk(ctx, s.batch, data, dtype)
 		}
-		refs, ix, cut, err := ingest(ctx, s, n.fsys.store.ChunkSize(), put)
+		refs, ix, chunked, err := ingest(ctx, s, p.store.ChunkSize(), put)
 		s.mu.Lock()
-		s.refs, s.index, s.cut, s.err = refs, ix, cut, err
-		if err == nil && cut != s.size {
+		s.refs, s.index, s.chunked, s.err = refs, ix, chunked, err
+		if err == nil && chunked != s.size {
 			s.err = errors.New("stream ended before the file's end")
 		}
 		s.cond.Broadcast() // a writer waiting for room
 		s.mu.Unlock()
 	}()
-	return true
+	return s
 }
 
 var errStreamStopped = errors.New("stream stopped")
@@ -133,14 +110,14 @@ func (s *stream) avail(ctx context.Context, off, want int64) (int64, error) {
 		if err := ctx.Err(); err != nil {
 			return 0, err
 		}
-		limit := s.there
-		if s.final {
+		limit := s.appended
+		if s.sized {
 			limit = s.size
 		}
-		if n := min(want, limit-off); n > 0 && (n == want || s.final) {
+		if n := min(want, limit-off); n > 0 && (n == want || s.sized) {
 			return n, nil
 		}
-		if s.final {
+		if s.sized {
 			return 0, nil // off == size
 		}
 		s.cond.Wait()
@@ -155,15 +132,15 @@ func (s *stream) ReadAt(p []byte, off int64) (int, error) {
 		s.mu.Unlock()
 		return 0, fmt.Errorf("stream: read at %d below its memory at %d", off, s.base)
 	}
-	// Bytes below there never change while the streamer runs (changing them
+	// Bytes below appended never change while the streamer runs (changing them
 	// stops it first), so they are copied without the lock.
-	base, there, blocks := s.base, s.there, s.blocks
+	base, appended, blocks := s.base, s.appended, s.blocks
 	s.mu.Unlock()
 	k := 0
-	for k < len(p) && off < there {
+	for k < len(p) && off < appended {
 		rel := off - base
 		b := blocks[rel/streamBlock].buf[rel%streamBlock:]
-		c := copy(p[k:], b[:min(int64(len(b)), there-off)])
+		c := copy(p[k:], b[:min(int64(len(b)), appended-off)])
 		k += c
 		off += int64(c)
 	}
@@ -186,20 +163,20 @@ func (s *stream) borrow(off, n int64) (*block, []byte) {
 		b = s.blocks[i]
 		b.refs.Add(1)
 	} else {
-		b = s.fsys.blocks.block(off)
+		b = s.pool.blocks.block(off)
 	}
-	if written := max(s.there-off, 0); written < n {
+	if written := max(s.appended-off, 0); written < n {
 		clear(b.buf[written:n])
 	}
 	return b, b.buf[:n]
 }
 
-// release lets the memory below off go: the chunker has cut up to there.
+// release lets the memory below off go: the chunker has cut up to off.
 func (s *stream) release(off int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	freed := false
-	for len(s.blocks) > 0 && s.base+streamBlock <= off && s.base+streamBlock <= s.there {
+	for len(s.blocks) > 0 && s.base+streamBlock <= off && s.base+streamBlock <= s.appended {
 		s.blocks[0].unref()
 		s.blocks[0] = nil
 		s.blocks = s.blocks[1:]
@@ -211,16 +188,16 @@ func (s *stream) release(off int64) {
 	}
 }
 
-// write appends data at off (file mu held). ok is false when off is not where
-// the stream ends: the caller materializes. err is the streamer's failure.
+// write appends data at off. ok is false when off is not where
+// the stream ends: the caller spills. err is the streamer's failure.
 func (s *stream) write(data []byte, off int64) (ok bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if off != s.there {
+	if off != s.appended {
 		return false, nil
 	}
 	for len(data) > 0 {
-		for s.there-s.base >= s.window && !s.ended() {
+		for s.appended-s.base >= s.window && !s.ended() {
 			s.cond.Wait()
 		}
 		if s.ended() {
@@ -229,14 +206,14 @@ func (s *stream) write(data []byte, off int64) (ok bool, err error) {
 			}
 			return true, errors.New("stream ended early")
 		}
-		rel := s.there - s.base
+		rel := s.appended - s.base
 		i := int(rel / streamBlock)
 		if i == len(s.blocks) {
-			s.blocks = append(s.blocks, s.fsys.blocks.block(s.base+rel))
+			s.blocks = append(s.blocks, s.pool.blocks.block(s.base+rel))
 		}
 		c := copy(s.blocks[i].buf[rel%streamBlock:], data)
 		data = data[c:]
-		s.there += int64(c)
+		s.appended += int64(c)
 	}
 	s.cond.Broadcast()
 	return true, nil
@@ -252,7 +229,7 @@ func (s *stream) ended() bool {
 	}
 }
 
-// extend records a truncation to size ≥ there (file mu held): a hole.
+// extend records a truncation to size ≥ appended: a hole.
 func (s *stream) extend(size int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -263,13 +240,13 @@ func (s *stream) extend(size int64) {
 func (s *stream) written() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.there
+	return s.appended
 }
 
-// finish declares the file final at size and waits for the streamer.
+// finish fixes the file's size and waits for the streamer.
 func (s *stream) finish(size int64) ([]cas.ChunkRef, *FileIndex, error) {
 	s.mu.Lock()
-	s.final, s.size = true, size
+	s.sized, s.size = true, size
 	s.cond.Broadcast()
 	s.mu.Unlock()
 	<-s.done
@@ -280,8 +257,8 @@ func (s *stream) finish(size int64) ([]cas.ChunkRef, *FileIndex, error) {
 	return s.refs, s.index, nil
 }
 
-// halt stops the streamer and waits for it. The chunks of [0, s.cut) are
-// then in s.refs and the bytes from s.cut to there in memory, unless s.err.
+// halt stops the streamer and waits for it. The chunks of [0, s.chunked) are
+// then in s.refs and the bytes from s.chunked to s.appended in memory, unless s.err.
 func (s *stream) halt() {
 	s.mu.Lock()
 	s.stop = true
@@ -308,59 +285,13 @@ func (s *stream) freeMemory() {
 	}
 	s.blocks = nil
 	if s.reserved > 0 {
-		s.fsys.unreserveStream(s.reserved)
+		s.pool.unreserveStream(s.reserved)
 		s.reserved = 0
 	}
 }
 
-// materialize turns n's stream into a spool holding the same bytes (file mu
-// held): the chunks the stream stored, read back from the store, then what is
-// still in memory, then the hole up to the staged size.
-func (n *fileNode) materialize(ctx context.Context) error {
-	s := n.stream
-	s.halt()
-	defer func() {
-		s.cancel()
-		s.freeMemory()
-		s.batch.Release()
-		n.stream = nil
-	}()
-	if s.err != nil && !errors.Is(s.err, errStreamStopped) {
-		return fmt.Errorf("staged content lost: %w", s.err)
-	}
-	f, err := n.fsys.newSpool(ctx, n.attr.Ino)
-	if err != nil {
-		return err
-	}
-	fail := func(err error) error {
-		n.fsys.closeSpool(f)
-		return fmt.Errorf("materialize stream: %w", err)
-	}
-	off, err := n.fsys.spoolChunks(ctx, f, s.refs, s.cut)
-	if err != nil {
-		return fail(err)
-	}
-	if off != s.cut {
-		return fail(fmt.Errorf("chunks cover %d bytes, the stream cut %d", off, s.cut))
-	}
-	rest := make([]byte, min(s.there-off, streamBlock))
-	for off < s.there {
-		k := min(int64(len(rest)), s.there-off)
-		s.ReadAt(rest[:k], off)
-		if _, err := f.WriteAt(rest[:k], off); err != nil {
-			return fail(err)
-		}
-		off += k
-	}
-	if err := f.Truncate(n.attr.Size); err != nil {
-		return fail(err)
-	}
-	n.spool = f
-	return nil
-}
-
 func (s *stream) indexReader(ctx context.Context, refs []cas.ChunkRef, starts []int64) io.ReaderAt {
-	return chunkReader{ctx, s.fsys.store, refs, starts}
+	return chunkReader{ctx, s.pool.store, refs, starts}
 }
 
 // chunkReader reads a file from its chunks in the store (after a stream's
@@ -388,14 +319,4 @@ func (r chunkReader) ReadAt(p []byte, off int64) (int, error) {
 		off += int64(c)
 	}
 	return k, nil
-}
-
-// putChunk stores one chunk of a commit, telling cas the element size of the
-// tensor data it holds, so bf16/fp16/fp32 chunks get the byte-grouped codec.
-func putChunk(ctx context.Context, b *cas.Batch, data []byte, dtype string) (cas.ChunkRef, error) {
-	var h cas.Hint
-	if bits := formats.DTypeBits(dtype); bits == 16 || bits == 32 {
-		h.ElemSize = bits / 8
-	}
-	return b.PutHinted(ctx, data, h)
 }

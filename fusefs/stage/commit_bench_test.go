@@ -1,4 +1,4 @@
-package fusefs
+package stage
 
 import (
 	"context"

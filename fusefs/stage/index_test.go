@@ -1,15 +1,15 @@
-package fusefs
+package stage
 
 import (
 	"bytes"
-	"fmt"
-	"os"
-	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ckptfs/ckptfs/cas"
 	"github.com/ckptfs/ckptfs/formats"
+	"github.com/ckptfs/ckptfs/test/testrand"
 )
 
 // countingReader reads zeros and counts the bytes asked for.
@@ -103,54 +103,12 @@ func TestIndexTensorLimit(t *testing.T) {
 	}
 }
 
-// TestWriteMemoryBudget: streams take their window from the write memory
-// budget; files started while it is spent are spooled, and all commit
-// byte-exact. (32 parallel writers each held a 32 MiB stream: 1.1 GB.)
-func TestWriteMemoryBudget(t *testing.T) {
-	m := &testMount{t: t, store: filepath.Join(t.TempDir(), "store"), dir: t.TempDir(),
-		opts: []Option{WithWriteMemory(1)}} // room for the first stream only
-	m.mount()
-	t.Cleanup(m.unmount)
-	window := streamWindow(m.cas.ChunkSize())
-	used := func() int64 {
-		m.fsys.memMu.Lock()
-		defer m.fsys.memMu.Unlock()
-		return m.fsys.streamUsed
-	}
-	const n, size = 4, 6 << 20
-	var files []*os.File
-	var want [][]byte
-	for i := range n {
-		f, err := os.Create(m.path(fmt.Sprintf("runs/f%d", i)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		files = append(files, f)
-		want = append(want, randBytes(uint64(100+i), size))
-	}
-	for off := 0; off < size; off += 1 << 20 {
-		for i, f := range files {
-			if _, err := f.Write(want[i][off : off+1<<20]); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if u := used(); u != window {
-			t.Fatalf("%d writers hold %d bytes of stream windows, want one window (%d)", n, u, window)
-		}
-	}
-	for _, f := range files {
-		if err := f.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if u := used(); u != 0 {
-		t.Fatalf("%d bytes of stream windows still reserved after the commits", u)
-	}
-	m.remount()
-	for i := range n {
-		mustEqualFile(t, m.path(fmt.Sprintf("runs/f%d", i)), want[i])
-	}
+// itoa names test tensors (as fusefs's tests do).
+func itoa(n int) string {
+	return strings.TrimSpace(strings.ReplaceAll(time.Duration(n).String(), "ns", ""))
 }
+
+func randBytes(seed uint64, n int) []byte { return testrand.Bytes(seed, n) }
 
 // TestSmallTensorHashIgnoresCuts: a tensor under formats.MinDataChunk is cut
 // with the container's bytes around it, so whether its range happens to be a

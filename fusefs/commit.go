@@ -1,0 +1,308 @@
+package fusefs
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/ckptfs/ckptfs/cas"
+	"github.com/ckptfs/ckptfs/fusefs/stage"
+)
+
+// commit makes the staged content the committed content, if there is any.
+// For a file with a fork in progress it commits the fork.
+//
+// Its error is the caller's answer to "is what was written committed?"
+// (fsync, close): when there is nothing to commit because a failed commit
+// (another request's, e.g. an earlier handle's RELEASE) dropped the staged
+// content, it reports that failure (n.lost), not success.
+func (n *fileNode) commit(ctx context.Context) error { return n.commitAs(ctx, nil) }
+
+// commitAtRelease is the commit of the RELEASE of h: it commits only if no
+// handle but h that may write has the file (the node the commit lands on)
+// open, checked holding the file's lock, so that a writer that opened after
+// the kernel's close of h never has its half-written content committed (nor
+// dropped by a failure of that commit, which RELEASE can only log). It
+// reports no n.lost: that failure was reported to the writers.
+func (n *fileNode) commitAtRelease(ctx context.Context, h *handle) error { return n.commitAs(ctx, h) }
+
+// commitAs is commit, or commitAtRelease when releasing is not nil.
+func (n *fileNode) commitAs(ctx context.Context, releasing *handle) error {
+	defer n.fsys.beginActivity()() // the re-encoder waits for commits
+	if t := n.dataNode(nil); t != n {
+		return t.commitAs(ctx, releasing)
+	}
+	n.commitMu.Lock()
+	defer n.commitMu.Unlock()
+	// A fork takes its origin's place: its name, mode and owner. Read them
+	// before taking n.mu (Open holds an origin's mu while taking its fork's).
+	n.fsys.nsMu.Lock()
+	origin := n.origin
+	n.fsys.nsMu.Unlock()
+	var originAttr cas.Node
+	if origin != nil {
+		origin.mu.RLock()
+		originAttr = origin.attr
+		origin.mu.RUnlock()
+	}
+	replaced, committed, err := n.commitLocked(ctx, origin, originAttr, releasing)
+	if err != nil {
+		return err
+	}
+	if replaced != nil {
+		// The name now belongs to n: make the kernel drop its cached entry (which
+		// resolves to the origin) before close returns, so that the next open of
+		// the name finds the new version. No lock of ours is held here: the kernel
+		// takes the directory's lock, which a request waiting for nsMu may hold.
+		replaced()
+	}
+	if committed && n.fsys.afterCommit != nil {
+		return n.fsys.afterCommit(ctx)
+	}
+	return nil
+}
+
+// commitLocked does the commit and reports whether it wrote one; for a fork
+// that took its origin's place it returns the function that invalidates the
+// kernel's entry. releasing: see commitAs.
+func (n *fileNode) commitLocked(ctx context.Context, origin *fileNode, originAttr cas.Node, releasing *handle) (replaced func(), committed bool, err error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if releasing != nil {
+		own := 0 // the releasing handle still counts among the writers
+		if releasing.write {
+			own = 1
+		}
+		if n.writers > own {
+			return nil, false, nil // another writer has it open: its close commits
+		}
+		if !n.dirty {
+			return nil, false, nil
+		}
+	}
+	if !n.dirty {
+		return nil, false, n.lost
+	}
+	if obs := n.fsys.obs; obs != nil {
+		start := time.Now()
+		defer func() { obs.Commit(time.Since(start), n.attr.Size, err) }()
+	}
+	replaced, err = n.commitDirty(ctx, origin, originAttr)
+	n.fsys.unpinIfSettled(n)
+	return replaced, err == nil, err
+}
+
+// commitDirty is commitLocked's work (n.mu held, n dirty).
+func (n *fileNode) commitDirty(ctx context.Context, origin *fileNode, originAttr cas.Node) (_ func(), err error) {
+	m := &cas.Manifest{}
+	var res stage.Result
+	if st := n.staging; st == nil {
+		res.Batch = n.fsys.store.NewBatch() // nothing staged: empty content
+	} else {
+		streamed := st.Streaming()
+		if res, err = st.Finish(ctx); err != nil {
+			if streamed {
+				n.revert(err) // releases the stream's batch
+				return nil, fmt.Errorf("staged content lost: %w", err)
+			}
+			return nil, err
+		}
+		if streamed {
+			// The chunks were stored while the file was written. From
+			// here the staged bytes exist only as the batch's chunks: if
+			// the commit fails, the batch is released (its unnamed chunks
+			// deleted) and n holds nothing staged. Left dirty, the next
+			// commit (release, fsync, unmount) would commit an empty
+			// manifest over the previous version; revert instead, as
+			// when Finish fails.
+			n.staging = nil
+			defer func() {
+				if err != nil {
+					n.revert(err)
+					err = fmt.Errorf("staged content lost: %w", err)
+				}
+			}()
+		}
+	}
+	batch, refs, ix := res.Batch, res.Chunks, res.Index
+	m.Chunks = refs
+	if ix != nil && ix.TensorsOmitted > 0 {
+		n.fsys.log.Printf("%s: %d tensors exceed the index limit of %d: the file is stored whole, without a tensor index",
+			n.name, ix.TensorsOmitted, MaxIndexTensors)
+	}
+	if ix != nil && ix.Format != "" {
+		var err error
+		if m.Extra, err = json.Marshal(ix); err != nil {
+			batch.Release()
+			return nil, err
+		}
+	}
+	rec := n.attr
+	rec.Size = m.Size()
+
+	n.fsys.suggestBases(batch, n.hintPlace(origin, originAttr), refs, ix)
+
+	// The batch's objects are made durable before nsMu is taken (lookups wait
+	// on it), and the batch is released after the transaction has ended.
+	if hook := n.fsys.commitHook; hook != nil {
+		hook()
+	}
+	return n.commitCatalog(ctx, batch, m, rec, origin)
+}
+
+// commitCatalog makes batch durable and puts n's manifest m, its node
+// record rec and (at its first commit) its directory entry in one catalog
+// transaction, holding nsMu for it; a fork takes its origin's name, mode and
+// owner, and its place in the inode tree. It returns replaceOrigin's
+// function for a fork that took its origin's place. n.mu held.
+func (n *fileNode) commitCatalog(ctx context.Context, batch *cas.Batch, m *cas.Manifest, rec cas.Node, origin *fileNode) (func(), error) {
+	var replaced func()
+	err := n.fsys.store.CommitWith(ctx, batch, func(update func(func(*cas.Tx) error) error) error {
+		n.fsys.nsMu.Lock()
+		defer n.fsys.nsMu.Unlock()
+		if origin != nil {
+			// The fork takes the origin's mode and owner as they are now,
+			// not as commitAs read them: a chmod of the origin since then
+			// changed its attr first (its mu held; attrMu is a leaf we may
+			// take here), and one whose change comes later finds the fork
+			// in the origin's place (setattrLocked).
+			origin.attrMu.Lock()
+			rec.Mode, rec.UID, rec.GID = origin.attr.Mode, origin.attr.UID, origin.attr.GID
+			origin.attrMu.Unlock()
+			n.dir, n.name = origin.dir, origin.name
+			if origin.unlinked.Load() {
+				n.unlinked.Store(true)
+			}
+		}
+		if n.unlinked.Load() {
+			batch.Keep() // m names its chunks while the file is open
+		} else {
+			err := update(func(tx *cas.Tx) error {
+				if !n.persisted {
+					replaced := n.shadow
+					if origin != nil && origin.persisted {
+						replaced = origin.attr.Ino
+					}
+					if replaced != 0 {
+						if err := tx.DeleteNode(replaced); err != nil {
+							return err
+						}
+					}
+					if err := tx.Link(n.dir.attr.Ino, n.name, rec.Ino); err != nil {
+						return err
+					}
+				}
+				if err := tx.PutManifest(rec.Ino, m); err != nil {
+					return err
+				}
+				return tx.PutNode(rec)
+			})
+			if err != nil {
+				return fmt.Errorf("commit %q: %w", n.name, err)
+			}
+			if !n.persisted && inTree(n) {
+				// The catalog has the name now: the tree need not keep
+				// the node once the kernel forgets it (Create).
+				n.EmbeddedInode().ForgetPersistent()
+			}
+			n.persisted, n.shadow = true, 0
+		}
+		n.setAttr(func(a *cas.Node) { a.Mode, a.UID, a.GID = rec.Mode, rec.UID, rec.GID })
+		n.setManifest(m)
+		n.dirty = false
+		n.dropSpoolLocked()
+		if origin == nil {
+			return nil
+		}
+		n.origin = nil
+		if n.unlinked.Load() {
+			return nil
+		}
+		replaced = n.replaceOrigin(origin)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return replaced, nil
+}
+
+// hintPlace says where n's new content will live and which committed
+// content it replaces, for delta hints (bases.go). n.mu held.
+func (n *fileNode) hintPlace(origin *fileNode, originAttr cas.Node) hintPlace {
+	n.fsys.nsMu.Lock()
+	defer n.fsys.nsMu.Unlock()
+	p := hintPlace{dir: n.dir, name: n.name}
+	if n.persisted {
+		p.prior = append(p.prior, n.attr.Ino)
+	}
+	if n.shadow != 0 {
+		p.prior = append(p.prior, n.shadow)
+	}
+	if origin != nil {
+		p.dir, p.name = origin.dir, origin.name
+		if originAttr.Ino != 0 {
+			p.prior = append(p.prior, originAttr.Ino)
+		}
+	}
+	return p
+}
+
+// replaceOrigin puts fork n in origin's place in the inode tree and returns a
+// function that makes the kernel drop its cached entry for the name (so the
+// next lookup finds n). nsMu held.
+func (n *fileNode) replaceOrigin(origin *fileNode) func() {
+	parent := n.dir.EmbeddedInode()
+	// A rename of the origin updates origin.dir/name under nsMu, but go-fuse
+	// moves its inode only after our Rename returns. Wait for the tree to
+	// agree, or that move would put the origin back over n: while the tree
+	// disagrees, a rename is in flight (renameTracker), and its end is
+	// broadcast. The wait releases nsMu (Rename takes it; n.mu and commitMu
+	// it never takes). n.dir/name stay what the catalog got in this commit.
+	for parent.GetChild(n.name) != origin.EmbeddedInode() && n.fsys.renames > 0 {
+		n.fsys.renamed.Wait()
+	}
+	detach(origin)
+	// The next lookup of the name reads the catalog, which names n, and
+	// finds n pinned (or, once n is settled, builds its node from the
+	// catalog): the tree holds only nodes the kernel has looked up.
+	if parent.GetChild(n.name) == origin.EmbeddedInode() {
+		parent.RmChild(n.name)
+	}
+	dir, name := n.dir, n.name
+	return func() {
+		// A rename of the name in the kernel's dentry cache (which still
+		// resolves to the origin) may be in flight: the kernel looked the
+		// name up before n took it, our Rename moves n, and the kernel then
+		// moves the origin's dentry to the new name. NotifyEntry waits for
+		// the kernel's rename (it takes the directory's lock), so invalidate
+		// again wherever n now lives, until no rename moved it meanwhile.
+		for {
+			if errno := dir.NotifyEntry(name); errno != 0 && errno != syscall.ENOENT {
+				n.fsys.log.Printf("invalidate entry %q: %v", name, errno)
+			}
+			n.fsys.nsMu.Lock()
+			moved := !n.unlinked.Load() && (n.dir != dir || n.name != name)
+			dir, name = n.dir, n.name
+			n.fsys.nsMu.Unlock()
+			if !moved {
+				return
+			}
+		}
+	}
+}
+
+// CommitAll commits every file with uncommitted content (used at unmount, after
+// the kernel has let go of the mount).
+func (f *FS) CommitAll(ctx context.Context) error {
+	f.pending.Wait()
+	var first error
+	for _, n := range f.pinnedFiles() { // open files, and closed ones a commit failed for
+		if err := n.commit(ctx); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
