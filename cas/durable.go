@@ -20,6 +20,13 @@ import (
 // new entry is durable only once the directory itself is fsync'd; ext4 often
 // does more, other filesystems and ext4's fast commits need not).
 
+// Names inside a store directory.
+const (
+	catalogName = "catalog.db"
+	objectsName = "objects"
+	spoolName   = "spool"
+)
+
 // catalogTemp is the name a new catalog is built under before it is renamed
 // to catalogName, so that a store directory holds a whole catalog or none.
 const catalogTemp = catalogName + ".new"

@@ -25,13 +25,6 @@ const DefaultChunkSize = 1 << 20
 // DefaultCacheSize is the default budget of the decoded-chunk cache.
 const DefaultCacheSize = 256 << 20
 
-// Names inside a store directory.
-const (
-	catalogName = "catalog.db"
-	objectsName = "objects"
-	spoolName   = "spool"
-)
-
 // inoBlock is how many inode numbers are reserved in the catalog at a time, so
 // creating a file needs no transaction of its own.
 const inoBlock = 1024
@@ -125,6 +118,17 @@ type Store struct {
 	obs            Observer // Options.Observer, or nil
 
 	hashSlots chan struct{} // see Options.HashWorkers
+}
+
+// collector holds the three sets and the steps on them; Store reaches it as
+// s.gc.
+type collector struct {
+	s         *Store
+	mu        sync.Mutex // guards pins, watch, deleting
+	pins      map[ID]int
+	watch     map[ID]struct{}      // while a collection runs: chunks of batches released since it began
+	deleting  map[ID]chan struct{} // closed when the step deleting the chunk ends
+	collectMu sync.Mutex           // one collection at a time
 }
 
 // Open opens the store in dir, creating it (and dir) when dir holds no store.
@@ -431,4 +435,21 @@ func (s *Store) StandaloneObject(ctx context.Context, id ID, obj []byte) ([]byte
 	}
 	enc, _ := s.coder.Encode(raw, Hint{ElemSize: h.Elem})
 	return enc, nil
+}
+
+// discardFetched deletes the copies a backend.Tier evicted from its local
+// cache, through discardUnnamed as a released batch's chunks: a copy that a
+// batch in flight found and pinned (it is about to commit it) or that a
+// sweep is deleting is left alone, and so is one the index names. Best
+// effort: a copy left over is only space.
+func discardFetched(s *Store) func(ctx context.Context, hs []backend.Handle) {
+	return func(ctx context.Context, hs []backend.Handle) {
+		ids := make([]ID, 0, len(hs))
+		for _, h := range hs {
+			if id, ok := handleID(h); ok {
+				ids = append(ids, id)
+			}
+		}
+		_, _ = s.gc.discardUnnamed(ctx, ids)
+	}
 }

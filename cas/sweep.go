@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/ckptfs/ckptfs/cas/backend"
@@ -24,17 +23,6 @@ import (
 //   - deleting: the chunks a sweep step (or a discard, below) has chosen, from
 //     the choice until their index rows are removed and their objects are gone.
 //
-// collector holds the three sets and the steps on them; Store reaches it as
-// s.gc.
-type collector struct {
-	s         *Store
-	mu        sync.Mutex // guards pins, watch, deleting
-	pins      map[ID]int
-	watch     map[ID]struct{}      // while a collection runs: chunks of batches released since it began
-	deleting  map[ID]chan struct{} // closed when the step deleting the chunk ends
-	collectMu sync.Mutex           // one collection at a time
-}
-
 // The collector calls BeginCollect before it reads any manifest, so a chunk
 // named by a manifest it did not see is pinned or watched when Sweep chooses.
 // Sweep chooses only chunks in neither set; Put on a chunk being deleted waits
@@ -306,21 +294,4 @@ func (c *collector) discardUnnamed(ctx context.Context, ids []ID) (int, error) {
 		n++
 	}
 	return n, nil
-}
-
-// discardFetched deletes the copies a backend.Tier evicted from its local
-// cache, through discardUnnamed as a released batch's chunks: a copy that a
-// batch in flight found and pinned (it is about to commit it) or that a
-// sweep is deleting is left alone, and so is one the index names. Best
-// effort: a copy left over is only space.
-func discardFetched(s *Store) func(ctx context.Context, hs []backend.Handle) {
-	return func(ctx context.Context, hs []backend.Handle) {
-		ids := make([]ID, 0, len(hs))
-		for _, h := range hs {
-			if id, ok := handleID(h); ok {
-				ids = append(ids, id)
-			}
-		}
-		_, _ = s.gc.discardUnnamed(ctx, ids)
-	}
 }
