@@ -71,3 +71,13 @@ func (u Uploads) Forget(ids []ID) error {
 	}
 	return nil
 }
+
+// Base returns the name of the remote snapshot the namespace last agreed
+// with (published or applied by cas/remote), "" when none: the common
+// ancestor of a merge with the bucket's newest state.
+func (u Uploads) Base() string { return string(u.t.b(bucketMeta).Get(keyRemoteBase)) }
+
+// SetBase records name as the remote snapshot the namespace agrees with.
+func (u Uploads) SetBase(name string) error {
+	return u.t.b(bucketMeta).Put(keyRemoteBase, []byte(name))
+}
