@@ -47,6 +47,9 @@ func (r *Tier) Collect(ctx context.Context, before time.Time, live []*cas.Manife
 
 	marked := map[cas.ID]struct{}{}
 	mark := func(m *cas.Manifest) {
+		if m == nil {
+			return // a directory or symlink
+		}
 		for _, c := range m.Chunks {
 			marked[c.ID] = struct{}{}
 		}

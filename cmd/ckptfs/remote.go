@@ -82,7 +82,7 @@ func openRemote(ctx context.Context, url string) (backend.Backend, error) {
 	}
 	be, err := s3.Open(ctx, url, s3.Options{RequestTimeout: timeout})
 	if err != nil {
-		return nil, fmt.Errorf("remote %s: %w", url, err)
+		return nil, fmt.Errorf("remote: %w", err) // the error names the bucket and prefix
 	}
 	return be, nil
 }
@@ -197,9 +197,11 @@ func (r *refresher) refresh(ctx context.Context) error {
 	if err != nil || snap == nil {
 		return err
 	}
-	files := make([]fusefs.ImportFile, len(snap.Files))
-	for i, f := range snap.Files {
-		files[i] = fusefs.ImportFile{Path: f.Path, Node: f.Node, Manifest: f.Manifest}
+	files := make([]fusefs.ImportFile, 0, len(snap.Files))
+	for _, f := range snap.Files {
+		if f.Manifest != nil { // directories and symlinks wait for a remount
+			files = append(files, fusefs.ImportFile{Path: f.Path, Node: f.Node, Manifest: f.Manifest})
+		}
 	}
 	if _, err := r.fsys.ImportFiles(ctx, files); err != nil {
 		return err

@@ -200,9 +200,30 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Backend, error) {
 		if errors.Is(err, errNoBucket) {
 			return nil, fmt.Errorf("s3: %s: the bucket %q does not exist (or these credentials may not see it)", b.location, bucket)
 		}
+		if code, denied := deniedCode(err); denied {
+			return nil, fmt.Errorf("s3: %s: %w (%s): check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, and that they may list the prefix", b.location, ErrDenied, code)
+		}
 		return nil, fmt.Errorf("s3: %s: %w", b.location, err)
 	}
 	return b, nil
+}
+
+// ErrDenied means the server refused the credentials (HTTP 403).
+var ErrDenied = errors.New("the server refused these credentials")
+
+// deniedCode reports whether err is the server refusing the request's
+// credentials or permissions, and its error code.
+func deniedCode(err error) (string, bool) {
+	code := "HTTP 403"
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		code = ae.ErrorCode()
+	}
+	switch code {
+	case "SignatureDoesNotMatch", "InvalidAccessKeyId", "AccessDenied", "InvalidToken", "ExpiredToken":
+		return code, true
+	}
+	return code, statusOf(err) == http.StatusForbidden
 }
 
 // Location implements backend.Backend: s3://BUCKET/PREFIX, followed by
