@@ -315,6 +315,8 @@ func TestRemoteFaultServer(t *testing.T) {
 	empty := e.srv.URL("nothing-here")
 	mE := e.dir("E-mnt")
 	d := startDaemon(t, e.dir("E"), mE, remoteFlag, empty, readOnlyFlag)
+	time.Sleep(3 * time.Second) // a refresh or so: still one warning
+	d.stop(syscall.SIGTERM)
 	if n := strings.Count(d.stderr.String(), "nothing is published"); n != 1 {
 		t.Errorf("a reading mount of an empty prefix warned %d times:\n%s", n, d.stderr)
 	}

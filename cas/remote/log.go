@@ -83,16 +83,29 @@ func readEntry(ctx context.Context, be backend.Backend, seq uint64) (*logEntry, 
 // Finding it taken by another session fences this one for good: someone
 // else has the log, and whatever this session would publish would hide it.
 func (s *Session) appendEntry(ctx context.Context, e logEntry) error {
-	if err := s.Err(); err != nil {
+	if err := s.usable(ctx); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	e.Seq = s.seq + 1
 	s.mu.Unlock()
+	other, err := s.tryAppend(ctx, e)
+	if other != nil {
+		err := fmt.Errorf("%w: session %s (%s pid %d) wrote log entry %d of %s at %s; remount to rejoin as a new session",
+			ErrFenced, other.Session, other.Host, other.PID, e.Seq, s.be.Location(), other.Time.Format(time.RFC3339))
+		s.fence(err)
+		return err
+	}
+	return err
+}
+
+// tryAppend puts e at e.Seq, create-only, before the session's deadline;
+// it returns the entry found there when another session wrote it.
+func (s *Session) tryAppend(ctx context.Context, e logEntry) (*logEntry, error) {
 	e.Session, e.Host, e.PID, e.Time = s.rec.Session, s.rec.Host, s.rec.PID, time.Now().UTC()
 	body, err := json.Marshal(e)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	actx, cancel := context.WithDeadline(ctx, s.deadline())
 	defer cancel()
@@ -100,18 +113,15 @@ func (s *Session) appendEntry(ctx context.Context, e logEntry) error {
 	if errors.Is(err, backend.ErrExists) {
 		other, rerr := readEntry(ctx, s.be, e.Seq)
 		if rerr != nil {
-			return fmt.Errorf("log entry %d of %s exists: %w", e.Seq, s.be.Location(), rerr)
+			return nil, fmt.Errorf("log entry %d of %s exists: %w", e.Seq, s.be.Location(), rerr)
 		}
 		if other.Session != s.rec.Session {
-			err := fmt.Errorf("%w: session %s (%s pid %d) wrote log entry %d of %s at %s; remount to rejoin as a new session",
-				ErrFenced, other.Session, other.Host, other.PID, e.Seq, s.be.Location(), other.Time.Format(time.RFC3339))
-			s.fence(err)
-			return err
+			return other, nil
 		}
 		err = nil // ours: an answer lost on the way
 	}
 	if err != nil {
-		return fmt.Errorf("append to the log of %s: %w", s.be.Location(), err)
+		return nil, fmt.Errorf("append to the log of %s: %w", s.be.Location(), err)
 	}
 	s.mu.Lock()
 	s.seq = e.Seq
@@ -121,12 +131,12 @@ func (s *Session) appendEntry(ctx context.Context, e logEntry) error {
 	if err := s.be.Put(ctx, backend.Handle{Kind: backend.Lock, Name: headName}, hb, backend.PutOptions{}); err != nil {
 		s.opts.Logf("write the head hint of %s: %v", s.be.Location(), err)
 	}
-	return nil
+	return nil, nil
 }
 
 // confirm checks that nobody appended after this session's last entry.
 func (s *Session) confirm(ctx context.Context) error {
-	if err := s.Err(); err != nil {
+	if err := s.usable(ctx); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -175,19 +185,19 @@ func (s *Session) join(ctx context.Context) error {
 			return err
 		}
 		var snap string
+		var seq uint64
 		if tail != nil {
-			s.seq, snap = tail.Seq, tail.Snapshot
+			seq, snap = tail.Seq, tail.Snapshot
 		}
-		err = s.appendEntry(ctx, logEntry{Kind: "join", Snapshot: snap})
-		if errors.Is(err, ErrFenced) && attempt < 3 && s.Err() != nil {
-			// A session before ours appended meanwhile: read the tail again.
-			s.mu.Lock()
-			s.fenced = nil
-			s.mu.Unlock()
-			continue
-		}
+		other, err := s.tryAppend(ctx, logEntry{Seq: seq + 1, Kind: "join", Snapshot: snap})
 		if err != nil {
 			return err
+		}
+		if other != nil {
+			if attempt < 3 { // a session before ours appended meanwhile
+				continue
+			}
+			return fmt.Errorf("%s: %w (session %s keeps appending to its log)", s.be.Location(), ErrLocked, other.Session)
 		}
 		if _, err := s.r.apply(ctx, snap, true, s.opts.Logf); err != nil {
 			return fmt.Errorf("merge the files published in %s: %w", s.be.Location(), err)

@@ -144,7 +144,7 @@ func (r *Tier) UploadRound(ctx context.Context, force bool) error {
 	if err != nil {
 		return err
 	}
-	if err := sess.Err(); err != nil {
+	if err := sess.usable(ctx); err != nil {
 		return err
 	}
 	r.upMu.Lock()
@@ -376,9 +376,18 @@ func readSnapshotObject(ctx context.Context, be backend.Backend, name string) (*
 
 // ApplyPublished makes a reading mount's store namespace the newest
 // published one (new files, overwrites, removals, renames), before the
-// namespace is served; it returns the snapshot's name ("" when nothing is
-// published yet) and how many paths changed.
+// namespace is served; it refuses a store whose own commits are not
+// uploaded. It returns the snapshot's name ("" when nothing is published
+// yet) and how many paths changed.
 func (r *Tier) ApplyPublished(ctx context.Context) (string, int, error) {
+	// A store with commits not uploaded (a writer's, unsynced) would lose
+	// them to the bucket's namespace: refuse.
+	if pending, err := r.UploadPending(); err != nil || pending {
+		if err == nil {
+			err = errors.New("this store has commits not uploaded yet: mount it as the writer (without --read-only) and sync first")
+		}
+		return "", 0, err
+	}
 	tail, err := readTail(ctx, r.be)
 	if err != nil {
 		return "", 0, err

@@ -22,9 +22,13 @@ const DefaultLease = 2 * time.Minute
 // ErrLocked means another writer session holds the remote's lease.
 var ErrLocked = errors.New("the remote is mounted for writing elsewhere")
 
-// ErrFenced means this mount's writer session can no longer publish: its
-// lease expired or was taken, or another session appended to the log.
+// ErrFenced means this mount's writer session can publish nothing more,
+// ever: another session took its lease or appended to the log.
 var ErrFenced = errors.New("this mount's writer session lost the remote")
+
+// ErrLeaseExpired means no lease write reached the bucket for too long; a
+// renewal that finds the lease still ours makes the session usable again.
+var ErrLeaseExpired = errors.New("this mount's writer lease expired")
 
 // conditional is the compare-and-swap a bucket offers (cas/backend/s3):
 // the lease is replaced and released only if it still has the tag read.
@@ -66,8 +70,9 @@ type Session struct {
 	opts SessionOptions
 	rec  lockRecord
 
-	stop context.CancelFunc
-	done chan struct{}
+	stop    context.CancelFunc
+	done    chan struct{}
+	renewMu sync.Mutex // one lease write at a time
 
 	mu         sync.Mutex
 	tag        string    // the lease object's tag (or body) as we wrote it last
@@ -254,7 +259,7 @@ func (s *Session) Err() error {
 		return s.fenced
 	}
 	if time.Now().After(s.validUntil) {
-		return fmt.Errorf("%w: no heartbeat reached %s for %v (paused, or the bucket is unreachable)", ErrFenced, s.be.Location(), s.opts.Lease-s.opts.Lease/4)
+		return fmt.Errorf("%w: no heartbeat reached %s for %v (paused, or the bucket is unreachable)", ErrLeaseExpired, s.be.Location(), s.opts.Lease-s.opts.Lease/4)
 	}
 	return nil
 }
@@ -282,29 +287,61 @@ func (s *Session) heartbeat(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		s.mu.Lock()
-		fenced, tag := s.fenced != nil, s.tag
-		s.mu.Unlock()
-		if fenced {
-			return
-		}
-		rec := s.rec
-		rec.Beat = time.Now().UTC()
-		body, _ := json.Marshal(rec) // strings, ints and times: cannot fail
-		start := time.Now()
-		rctx, cancel := context.WithTimeout(ctx, s.opts.Lease/4)
-		newTag, err := s.replaceLock(rctx, body, tag)
-		cancel()
+		err := s.renew(ctx)
 		switch {
-		case err == nil:
-			s.renewed(start, newTag)
-		case errors.Is(err, errModified) || errors.Is(err, backend.ErrNotExist) || isModified(err):
-			s.fence(fmt.Errorf("%w: another writer took the lease of %s (this session %s was silent too long)", ErrFenced, s.be.Location(), s.rec.Session))
+		case errors.Is(err, ErrFenced):
 			return
-		case ctx.Err() == nil:
+		case err != nil && ctx.Err() == nil:
 			s.opts.Logf("writer lease heartbeat to %s: %v", s.be.Location(), err)
 		}
 	}
+}
+
+// renew rewrites the lease if it is still ours (If-Match); finding it
+// taken fences the session.
+func (s *Session) renew(ctx context.Context) error {
+	s.renewMu.Lock()
+	defer s.renewMu.Unlock()
+	s.mu.Lock()
+	fenced, tag := s.fenced, s.tag
+	s.mu.Unlock()
+	if fenced != nil {
+		return fenced
+	}
+	rec := s.rec
+	rec.Beat = time.Now().UTC()
+	body, _ := json.Marshal(rec) // strings, ints and times: cannot fail
+	start := time.Now()
+	rctx, cancel := context.WithTimeout(ctx, s.opts.Lease/4)
+	newTag, err := s.replaceLock(rctx, body, tag)
+	cancel()
+	switch {
+	case err == nil:
+		s.renewed(start, newTag)
+		return nil
+	case errors.Is(err, errModified) || errors.Is(err, backend.ErrNotExist) || isModified(err):
+		err := fmt.Errorf("%w: another writer took the lease of %s (this session %s was silent too long); remount to rejoin as a new session", ErrFenced, s.be.Location(), s.rec.Session)
+		s.fence(err)
+		return err
+	}
+	return fmt.Errorf("renew the writer lease of %s: %w", s.be.Location(), err)
+}
+
+// usable returns nil when the session may publish or collect now: its
+// lease is valid, renewed on the spot if it lapsed (a pause, a bucket
+// that was unreachable), unless someone else took it meanwhile.
+func (s *Session) usable(ctx context.Context) error {
+	err := s.Err()
+	if !errors.Is(err, ErrLeaseExpired) {
+		return err
+	}
+	if rerr := s.renew(ctx); rerr != nil {
+		if errors.Is(rerr, ErrFenced) {
+			return rerr
+		}
+		return errors.Join(err, rerr)
+	}
+	return s.Err()
 }
 
 // Close stops the heartbeat and releases the lease if it is still ours.
