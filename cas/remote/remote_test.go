@@ -436,3 +436,76 @@ func TestUploadProgress(t *testing.T) {
 		}
 	}
 }
+
+// TestJoinMergesThreeWays: a session joining merges the published
+// namespace into its store against the snapshot the store last agreed
+// with: the bucket's overwrite and removal arrive, the store's own unsynced
+// change stays, and nothing either side synced is lost.
+func TestJoinMergesThreeWays(t *testing.T) {
+	ctx := context.Background()
+	remote := mem.New(backend.Properties{DurableOnPut: true})
+	a, ra := testStore(t, remote)
+	b, rb := testStore(t, remote)
+	size := func(s *cas.Store, name string) int64 {
+		var n int64 = -1
+		s.View(func(tx *cas.Tx) error {
+			if ino, ok := tx.Lookup(cas.RootIno, name); ok {
+				if m, ok, _ := tx.Manifest(ino); ok {
+					n = m.Size()
+				}
+			}
+			return nil
+		})
+		return n
+	}
+	sa := join(t, a, ra)
+	for i, name := range []string{"f", "g", "h"} {
+		commitNamed(t, a, name, pseudoRandom(1000, byte(30+i)))
+	}
+	if err := ra.UploadRound(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	sa.Close(ctx)
+
+	sb := join(t, b, rb)
+	if size(b, "f") != 1000 || size(b, "g") != 1000 {
+		t.Fatalf("a new store's join did not bring the published files: f %d, g %d", size(b, "f"), size(b, "g"))
+	}
+	commitNamed(t, b, "f", pseudoRandom(2000, 40))
+	if err := b.Update(func(tx *cas.Tx) error {
+		ino, _ := tx.Lookup(cas.RootIno, "g")
+		if err := tx.Unlink(cas.RootIno, "g"); err != nil {
+			return err
+		}
+		if err := tx.DeleteNode(ino); err != nil {
+			return err
+		}
+		return tx.Uploads().CountCommit()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rb.UploadRound(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	sb.Close(ctx)
+
+	commitNamed(t, a, "h", pseudoRandom(3000, 41)) // a's own change, not synced
+	join(t, a, ra)
+	if f, g, h := size(a, "f"), size(a, "g"), size(a, "h"); f != 2000 || g != -1 || h != 3000 {
+		t.Fatalf("after a's join: f %d (want b's 2000), g %d (want removed), h %d (want a's own 3000)", f, g, h)
+	}
+	if err := ra.UploadRound(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	snap, _, err := ReadSnapshot(ctx, remote, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, f := range snap.Files {
+		got[f.Path] = f.Manifest.Size()
+	}
+	if len(got) != 2 || got["f"] != 2000 || got["h"] != 3000 {
+		t.Fatalf("published after the merge: %v", got)
+	}
+}
