@@ -96,7 +96,8 @@ func gcGrace0(t *testing.T, mnt string) (int, string) {
 
 // Reproduction 1: writer A paused past its lease, B takes the prefix; A,
 // resumed, can publish and collect nothing, its sync fails naming why, and
-// every file B synced survives.
+// every file B synced survives; remounted after B, A rejoins as a new
+// session and uploads what it wrote meanwhile.
 func TestRemoteFaultStaleWriterFenced(t *testing.T) {
 	e := newFaultEnv(t, "p1")
 	t.Setenv(leaseEnv, "2s")
@@ -108,7 +109,7 @@ func TestRemoteFaultStaleWriterFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(2500 * time.Millisecond)
-	_, mB := e.writer("B")
+	b, mB := e.writer("B")
 	put(t, filepath.Join(mB, "b1.st"), b1)
 	e.sync(mB)
 	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
@@ -126,6 +127,14 @@ func TestRemoteFaultStaleWriterFenced(t *testing.T) {
 	put(t, filepath.Join(mB, "b2.st"), b2)
 	e.sync(mB)
 	e.expect("R", map[string][]byte{"a1.st": a1, "b1.st": b1, "b2.st": b2}, "a2.st")
+
+	// A rejoins as a new session once B is gone: its unsynced a2 is
+	// uploaded, and nothing B synced is hidden.
+	a.stop(syscall.SIGTERM)
+	b.stop(syscall.SIGTERM)
+	_, mA = e.writer("A")
+	e.sync(mA)
+	e.expect("R2", map[string][]byte{"a1.st": a1, "a2.st": a2, "b1.st": b1, "b2.st": b2})
 }
 
 // Reproduction 2: a new store on a prefix neither hides nor collects what
