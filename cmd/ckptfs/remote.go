@@ -129,8 +129,10 @@ func (u *uploader) poke(context.Context) error {
 	return nil
 }
 
-// run uploads until ctx is done: a round after every poke, and after a
-// failure again after a pause that doubles up to retryMax.
+// run uploads until ctx is done: a round after every poke, a forced one
+// (namespace changes that are not commits) every publishInterval, and after
+// a failure again after a pause that doubles up to retryMax; a fenced
+// session stops it.
 func (u *uploader) run(ctx context.Context) {
 	wait := time.Duration(0)
 	u.poke(ctx) // a previous daemon may have left uploads pending
@@ -158,8 +160,10 @@ func (u *uploader) run(ctx context.Context) {
 		case ctx.Err() != nil:
 			return
 		case errors.Is(err, remote.ErrFenced):
-			wait = retryMax // only a remount rejoins; sync says why
-			u.logger.Printf("upload to %s: %v", u.tier.Location(), err)
+			// Only a remount rejoins; ckptfs sync keeps saying why.
+			u.logger.Printf("upload to %s: %v; this mount uploads nothing more", u.tier.Location(), err)
+			return
+		default:
 			wait = min(max(2*wait, retryMin), retryMax)
 			u.logger.Printf("upload to %s: %v (retrying in %v)", u.tier.Location(), err, wait)
 		}
