@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	s3api "github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
@@ -141,6 +143,13 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Backend, error) {
 	}
 	if opts.Endpoint != "" {
 		loads = append(loads, config.WithBaseEndpoint(opts.Endpoint))
+	}
+	// With an explicit endpoint (a server of one's own), missing keys must
+	// not send the credential chain off the box to the EC2 metadata service;
+	// AWS_EC2_METADATA_DISABLED=false asks for it.
+	explicit := opts.Endpoint != "" || os.Getenv("AWS_ENDPOINT_URL") != "" || os.Getenv("AWS_ENDPOINT_URL_S3") != ""
+	if explicit && os.Getenv("AWS_EC2_METADATA_DISABLED") == "" {
+		loads = append(loads, config.WithEC2IMDSClientEnableState(imds.ClientDisabled))
 	}
 	cfg, err := config.LoadDefaultConfig(ctx, loads...)
 	if err != nil {
