@@ -2,6 +2,8 @@ package remote
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -153,6 +155,7 @@ func (r *Tier) UploadRound(ctx context.Context, force bool) error {
 	var gen, done uint64
 	snap := Snapshot{Version: snapshotVersion, Time: time.Now().UTC()}
 	need := map[cas.ID]uint32{}
+	digest := sha256.New() // of the namespace, to tell a forced round with nothing new
 	err = s.View(func(tx *cas.Tx) error {
 		up := tx.Uploads()
 		gen, done = up.Gens()
@@ -160,6 +163,8 @@ func (r *Tier) UploadRound(ctx context.Context, force bool) error {
 			return nil
 		}
 		return walkNamespace(tx, func(p string, e nsEntry) error {
+			fmt.Fprintf(digest, "%q %d %d %d %d %d %q %d\n", p, e.Node.Mode, e.Node.UID, e.Node.GID, e.Node.Size, e.Node.Mtime, e.Node.Target, len(e.Raw))
+			digest.Write(e.Raw)
 			if e.m != nil {
 				for _, c := range e.m.Chunks {
 					if !up.Has(c.ID) {
@@ -175,13 +180,9 @@ func (r *Tier) UploadRound(ctx context.Context, force bool) error {
 		return err
 	}
 	snap.Gen = gen
-	files, err := json.Marshal(snap.Files)
-	if err != nil {
-		return err
-	}
-	digest := cas.Sum(files).String()
+	sum := hex.EncodeToString(digest.Sum(nil))
 	sess.mu.Lock()
-	unchanged := sess.published == digest
+	unchanged := sess.published == sum
 	sess.mu.Unlock()
 	if unchanged {
 		if err := sess.confirm(ctx); err != nil {
@@ -197,7 +198,7 @@ func (r *Tier) UploadRound(ctx context.Context, force bool) error {
 	if err := r.uploadChunks(ctx, need); err != nil {
 		return err
 	}
-	return r.publish(ctx, sess, &snap, digest)
+	return r.publish(ctx, sess, &snap, sum)
 }
 
 // publish puts snap and appends the log entry naming it.
