@@ -92,7 +92,7 @@ func (s *Session) appendEntry(ctx context.Context, e logEntry) error {
 	other, err := s.tryAppend(ctx, e)
 	if other != nil {
 		err := fmt.Errorf("%w: session %s (%s pid %d) wrote log entry %d of %s at %s; remount to rejoin as a new session",
-			ErrFenced, other.Session, other.Host, other.PID, e.Seq, s.be.Location(), other.Time.Format(time.RFC3339))
+			ErrFenced, other.Session, other.Host, other.PID, other.Seq, s.be.Location(), other.Time.Format(time.RFC3339))
 		s.fence(err)
 		return err
 	}
@@ -100,28 +100,37 @@ func (s *Session) appendEntry(ctx context.Context, e logEntry) error {
 }
 
 // tryAppend puts e at e.Seq, create-only, before the session's deadline;
-// it returns the entry found there when another session wrote it.
+// it returns the entry found there when another session wrote it. An entry
+// of this session's found there (an earlier try whose answer was lost)
+// counts as appended if it says what e says, and is stepped over if not.
 func (s *Session) tryAppend(ctx context.Context, e logEntry) (*logEntry, error) {
 	e.Session, e.Host, e.PID, e.Time = s.rec.Session, s.rec.Host, s.rec.PID, time.Now().UTC()
-	body, err := json.Marshal(e)
-	if err != nil {
-		return nil, err
-	}
-	actx, cancel := context.WithDeadline(ctx, s.deadline())
-	defer cancel()
-	err = s.be.Put(actx, logHandle(e.Seq), body, backend.PutOptions{IfAbsent: true})
-	if errors.Is(err, backend.ErrExists) {
-		other, rerr := readEntry(ctx, s.be, e.Seq)
-		if rerr != nil {
-			return nil, fmt.Errorf("log entry %d of %s exists: %w", e.Seq, s.be.Location(), rerr)
+	for {
+		body, err := json.Marshal(e)
+		if err != nil {
+			return nil, err
 		}
-		if other.Session != s.rec.Session {
-			return other, nil
+		actx, cancel := context.WithDeadline(ctx, s.deadline())
+		err = s.be.Put(actx, logHandle(e.Seq), body, backend.PutOptions{IfAbsent: true})
+		cancel()
+		if errors.Is(err, backend.ErrExists) {
+			other, rerr := readEntry(ctx, s.be, e.Seq)
+			if rerr != nil {
+				return nil, fmt.Errorf("log entry %d of %s exists: %w", e.Seq, s.be.Location(), rerr)
+			}
+			if other.Session != s.rec.Session {
+				return other, nil
+			}
+			if other.Kind != e.Kind || other.Snapshot != e.Snapshot {
+				e.Seq++ // an earlier round's entry, published after all
+				continue
+			}
+			err = nil // this very entry: an answer lost on the way
 		}
-		err = nil // ours: an answer lost on the way
-	}
-	if err != nil {
-		return nil, fmt.Errorf("append to the log of %s: %w", s.be.Location(), err)
+		if err != nil {
+			return nil, fmt.Errorf("append to the log of %s: %w", s.be.Location(), err)
+		}
+		break
 	}
 	s.mu.Lock()
 	s.seq = e.Seq

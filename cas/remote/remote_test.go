@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -46,7 +47,8 @@ func pseudoRandom(n int, seed byte) []byte { return tensortest.PseudoRandom(n, s
 // flakyRemote fails every Put while down is set: a server that went away.
 type flakyRemote struct {
 	*mem.Backend
-	down atomic.Bool
+	down     atomic.Bool
+	loseLogs atomic.Int32 // this many log entries are put, and their answers lost
 }
 
 var errDown = errors.New("connection refused")
@@ -55,7 +57,11 @@ func (f *flakyRemote) Put(ctx context.Context, h backend.Handle, obj []byte, opt
 	if f.down.Load() {
 		return errDown
 	}
-	return f.Backend.Put(ctx, h, obj, opts)
+	err := f.Backend.Put(ctx, h, obj, opts)
+	if err == nil && h.Kind == backend.Lock && strings.HasPrefix(h.Name, "log.") && f.loseLogs.Add(-1) >= 0 {
+		return errDown
+	}
+	return err
 }
 
 // commitNamed commits data as file name in the root directory.
@@ -507,5 +513,30 @@ func TestJoinMergesThreeWays(t *testing.T) {
 	}
 	if len(got) != 2 || got["f"] != 2000 || got["h"] != 3000 {
 		t.Fatalf("published after the merge: %v", got)
+	}
+}
+
+// TestLostLogAnswer: a log entry put whose answer was lost counts as ours;
+// the next round, with more files, publishes after it, not as it.
+func TestLostLogAnswer(t *testing.T) {
+	ctx := context.Background()
+	remote := &flakyRemote{Backend: mem.New(backend.Properties{DurableOnPut: true})}
+	s, r := testStore(t, remote)
+	join(t, s, r)
+	commitNamed(t, s, "one", pseudoRandom(1000, 50))
+	remote.loseLogs.Store(1)
+	if err := r.UploadRound(ctx, false); !errors.Is(err, errDown) {
+		t.Fatalf("a round whose log answer was lost: %v", err)
+	}
+	commitNamed(t, s, "two", pseudoRandom(1000, 51))
+	if err := r.UploadRound(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	snap, _, err := ReadSnapshot(ctx, remote, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Files) != 2 {
+		t.Fatalf("published %d files after a lost answer, want both", len(snap.Files))
 	}
 }
