@@ -30,8 +30,8 @@ func logHandle(seq uint64) backend.Handle {
 }
 
 // readTail returns the last entry of be's log (nil when there is none): it
-// starts from the head's hint, which only ever names an entry that exists,
-// and reads forward until an entry is absent. A head of the first format
+// reads the entry the head's hint names (the hint only ever names an entry
+// that exists), and reads forward until an entry is absent. A head of the first format
 // (no seq) stands for an entry 0 naming its snapshot.
 func readTail(ctx context.Context, be backend.Backend) (*logEntry, error) {
 	hb, err := be.Get(ctx, backend.Handle{Kind: backend.Lock, Name: headName}, nil)
@@ -46,6 +46,11 @@ func readTail(ctx context.Context, be backend.Backend) (*logEntry, error) {
 			return nil, fmt.Errorf("the head of %s is damaged: %w", be.Location(), err)
 		}
 		tail = &logEntry{Seq: hd.Seq, Kind: "commit", Snapshot: hd.Snapshot, Gen: hd.Gen, Time: hd.Time}
+		if hd.Seq > 0 { // the entry itself is what counts, not the hint's copy
+			if tail, err = readEntry(ctx, be, hd.Seq); err != nil {
+				return nil, fmt.Errorf("the head of %s names log entry %d: %w", be.Location(), hd.Seq, err)
+			}
+		}
 	}
 	seq := uint64(0)
 	if tail != nil {
