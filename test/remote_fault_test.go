@@ -264,20 +264,30 @@ func TestRemoteFaultReaderRemountApplies(t *testing.T) {
 }
 
 // Reproduction 6: a store that was a reader can become the writer: it
-// uploads what the bucket lacks and nothing else.
+// uploads what the bucket lacks, and takes the bucket's namespace as it is
+// (a file it imported while mounted and the writer removed stays removed).
 func TestRemoteFaultReaderStoreBecomesWriter(t *testing.T) {
 	e := newFaultEnv(t, "p6")
 	w, mW := e.writer("W")
 	f := randBytes(121, 2<<20)
 	put(t, filepath.Join(mW, "f.bin"), f)
 	e.sync(mW)
+	// k.txt reaches the reader by a live refresh, then goes away: the
+	// reader's store must not bring it back when it becomes the writer.
+	r, mR := e.reader("R")
+	put(t, filepath.Join(mW, "k.txt"), []byte("k\n"))
+	e.sync(mW)
+	waitFile(t, filepath.Join(mR, "k.txt"))
+	if err := os.Remove(filepath.Join(mW, "k.txt")); err != nil {
+		t.Fatal(err)
+	}
+	e.sync(mW)
 	w.stop(syscall.SIGTERM)
-	r, _ := e.reader("R")
 	r.stop(syscall.SIGTERM)
-	_, mR := e.writer("R")
+	_, mR = e.writer("R")
 	put(t, filepath.Join(mR, "new.txt"), []byte("new\n"))
 	e.sync(mR)
-	e.expect("R2", map[string][]byte{"f.bin": f, "new.txt": []byte("new\n")})
+	e.expect("R2", map[string][]byte{"f.bin": f, "new.txt": []byte("new\n")}, "k.txt")
 }
 
 // Reproduction 7: faults of the server. A killed or stalled server gives

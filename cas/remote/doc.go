@@ -64,8 +64,9 @@
 //     publishes. Then merge the tail's snapshot into the store (three-way,
 //     against the snapshot the store last agreed with: the bucket's change
 //     wins where the store did not change a path, the store's otherwise;
-//     both changed: the store's, logged), and keep the store's records of
-//     uploaded chunks only for chunks a listing of the bucket shows, adding
+//     both changed: the store's, logged; a store last mounted read-only has
+//     no changes of its own and takes the bucket's namespace whole), and
+//     keep the store's records of uploaded chunks only for chunks a listing of the bucket shows, adding
 //     records for those it shows: the first round re-uploads exactly what
 //     the bucket lacks. All of this happens before the namespace is served.
 //  4. Round. Walk the namespace in one read transaction into a snapshot;

@@ -120,13 +120,21 @@ func (r *Tier) apply(ctx context.Context, name string, merge bool, logf func(str
 		return 0, err
 	}
 	var baseName string
+	var mirror bool
 	ours := map[string]nsEntry{}
 	err = r.store.View(func(tx *cas.Tx) error {
-		baseName = tx.Uploads().Base()
+		baseName, mirror = tx.Uploads().Base()
 		return walkNamespace(tx, func(p string, e nsEntry) error { ours[p] = e; return nil })
 	})
 	if err != nil {
 		return 0, err
+	}
+	writer := merge
+	if mirror && merge {
+		// A former reader's store: its namespace is the bucket's as of some
+		// refresh (files imported while mounted, overwrites and removals
+		// not yet), with no change of its own to keep.
+		merge = false
 	}
 	var base *Snapshot
 	if merge && baseName != "" && baseName != name {
@@ -167,7 +175,7 @@ func (r *Tier) apply(ctx context.Context, name string, merge bool, logf func(str
 	if err != nil {
 		return n, err
 	}
-	return n, r.store.Update(func(tx *cas.Tx) error { return tx.Uploads().SetBase(name) })
+	return n, r.store.Update(func(tx *cas.Tx) error { return tx.Uploads().SetBase(name, !writer) })
 }
 
 // snapshotByName reads snapshot name from the bucket (nil for "").

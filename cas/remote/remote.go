@@ -222,7 +222,7 @@ func (r *Tier) publish(ctx context.Context, sess *Session, snap *Snapshot, diges
 		if err := tx.Uploads().SetUploaded(snap.Gen); err != nil {
 			return err
 		}
-		return tx.Uploads().SetBase(name)
+		return tx.Uploads().SetBase(name, false)
 	})
 }
 
