@@ -21,9 +21,10 @@ const (
 	// named by the BLAKE3-256 of its bytes (s3: PREFIX/manifests/<64 hex>).
 	Manifest Kind = 2
 	// Lock is a small mutable object named by a word (s3: PREFIX/locks/NAME):
-	// the remote tier's writer lock ("writer": its holder takes it with an
-	// IfAbsent Put and rewrites it as a heartbeat) and the pointer to the
-	// newest snapshot ("head", rewritten only by the lock's holder).
+	// the remote tier's writer lease ("writer": taken with an IfAbsent Put,
+	// rewritten as a heartbeat), its log ("log.<seq>": create-only entries)
+	// and a hint to the log's tail ("head"). cas/remote/doc.go has the
+	// protocol.
 	Lock Kind = 3
 )
 

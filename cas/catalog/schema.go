@@ -76,5 +76,6 @@ var (
 	keyStoreID        = []byte("store_id")
 	keyCommitGen      = []byte("commit_gen")
 	keyUploadedGen    = []byte("remote_uploaded_gen")
+	keyRemoteBase     = []byte("remote_base")
 	bucketRemoteChunk = []byte("remote_chunks")
 )

@@ -71,3 +71,25 @@ func (u Uploads) Forget(ids []ID) error {
 	}
 	return nil
 }
+
+// Base returns the name of the remote snapshot the namespace last agreed
+// with (published or applied by cas/remote), "" when none: the common
+// ancestor of a merge with the bucket's newest state. mirror says the
+// namespace was a reading mount's copy of it (no changes of its own since).
+func (u Uploads) Base() (name string, mirror bool) {
+	v := u.t.b(bucketMeta).Get(keyRemoteBase)
+	if len(v) == 0 {
+		return "", false
+	}
+	return string(v[1:]), v[0] == 'm'
+}
+
+// SetBase records name as the remote snapshot the namespace agrees with,
+// as a reading mount's mirror or not.
+func (u Uploads) SetBase(name string, mirror bool) error {
+	flag := byte('w')
+	if mirror {
+		flag = 'm'
+	}
+	return u.t.b(bucketMeta).Put(keyRemoteBase, append([]byte{flag}, name...))
+}

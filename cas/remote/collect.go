@@ -25,24 +25,39 @@ type CollectResult struct {
 // reading mounts may still be on an older snapshot). It holds the upload
 // lock throughout, so no upload round runs meanwhile; a chunk's
 // remote_chunks row is removed before its object, so a later round uploads
-// it again if a commit comes to need it. Only the writer (the holder of the
-// remote's lock) may call it. With dryRun it deletes nothing.
+// it again if a commit comes to need it. Only a writer session may collect,
+// and only while its lease is valid: it checks before each delete, and each
+// delete's request carries the lease's deadline (doc.go says why that is
+// safe with one writer at a time). With dryRun it deletes nothing.
 func (r *Tier) Collect(ctx context.Context, before time.Time, live []*cas.Manifest, dryRun bool) (CollectResult, error) {
 	var res CollectResult
 	s := r.store
 	if s.ReadOnly() {
 		return res, errors.New("store is open read-only")
 	}
+	sess, err := r.session()
+	if err != nil {
+		return res, err
+	}
+	if err := sess.confirm(ctx); err != nil {
+		return res, fmt.Errorf("collect the remote: %w", err)
+	}
 	r.upMu.Lock()
 	defer r.upMu.Unlock()
 
 	marked := map[cas.ID]struct{}{}
 	mark := func(m *cas.Manifest) {
+		if m == nil {
+			return // a directory or symlink
+		}
 		for _, c := range m.Chunks {
 			marked[c.ID] = struct{}{}
 		}
 	}
 	snap, _, err := r.Snapshot(ctx, "")
+	if err == nil {
+		err = sess.confirm(ctx) // the snapshot read is the newest: nobody appended since
+	}
 	if err != nil {
 		return res, fmt.Errorf("read the published files: %w", err) // never sweep on a partial mark
 	}
@@ -103,7 +118,13 @@ func (r *Tier) Collect(ctx context.Context, before time.Time, live []*cas.Manife
 	}
 	res.Freed, res.FreedBytes = 0, 0
 	for _, v := range victims {
-		if err := r.be.Delete(ctx, chunkHandle(v.id)); err != nil {
+		if err := sess.Err(); err != nil {
+			return res, fmt.Errorf("collect the remote: %w", err)
+		}
+		dctx, cancel := context.WithDeadline(ctx, sess.deadline())
+		err := r.be.Delete(dctx, chunkHandle(v.id))
+		cancel()
+		if err != nil {
 			return res, fmt.Errorf("delete chunk %v from the remote: %w", v.id, err)
 		}
 		res.Freed++

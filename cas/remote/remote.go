@@ -2,11 +2,13 @@ package remote
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -33,8 +35,25 @@ type Tier struct {
 
 	upMu sync.Mutex // one upload round (or collection) at a time
 
-	mu sync.Mutex
-	up UploadProgress // under mu; PendingBytes is the tier's
+	mu   sync.Mutex
+	up   UploadProgress // under mu; PendingBytes is the tier's
+	sess *Session       // under mu: the writer session (Join), nil for a reader
+}
+
+func (r *Tier) setSession(s *Session) {
+	r.mu.Lock()
+	r.sess = s
+	r.mu.Unlock()
+}
+
+// session returns the writer session, or an error naming its absence.
+func (r *Tier) session() (*Session, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.sess == nil {
+		return nil, errors.New("no writer session on the remote (remote.Join)")
+	}
+	return r.sess, nil
 }
 
 // New returns the remote tier of store, whose objects are t.
@@ -68,7 +87,9 @@ func (r *Tier) Progress() UploadProgress {
 	return p
 }
 
-// Snapshot is what the remote tier publishes: every committed regular file.
+// Snapshot is what the remote tier publishes: the committed namespace
+// (directories, regular files, symlinks; the first format had regular
+// files only).
 type Snapshot struct {
 	Version int            `json:"version"`
 	Gen     uint64         `json:"gen"`  // the writer's commit generation
@@ -76,22 +97,24 @@ type Snapshot struct {
 	Files   []SnapshotFile `json:"files"`
 }
 
-// SnapshotFile is one committed file of a Snapshot.
+// SnapshotFile is one entry of a Snapshot.
 type SnapshotFile struct {
 	Path     string        `json:"path"` // slash-separated, relative to the mount's root
-	Node     cas.Node      `json:"node"` // attributes (Ino is the writer's)
+	Node     cas.Node      `json:"node"` // attributes (no Ino, Atime, Ctime)
 	Manifest *cas.Manifest `json:"-"`
-	Raw      []byte        `json:"manifest"` // Manifest, marshalled
+	Raw      []byte        `json:"manifest,omitempty"` // regular files: Manifest, marshalled
 }
 
-// head is locks/head: the newest snapshot.
+// head is locks/head: a hint to the log's tail, the entry Seq (0 in the
+// first format, which had no log) and what it names.
 type head struct {
+	Seq      uint64    `json:"seq,omitempty"`
 	Gen      uint64    `json:"gen"`
 	Snapshot string    `json:"snapshot"`
 	Time     time.Time `json:"time"`
 }
 
-const snapshotVersion = 1
+const snapshotVersion = 2
 
 // UploadPending reports whether commits are waiting for an upload round.
 func (r *Tier) UploadPending() (bool, error) {
@@ -104,15 +127,27 @@ func (r *Tier) UploadPending() (bool, error) {
 	return pending, err
 }
 
-// UploadRound uploads to the remote everything committed up to now: the
-// chunks it lacks, then a snapshot of the namespace, then the head naming
-// it; then it records the generation as uploaded. It returns nil at once
-// when nothing is pending. Rounds are serialised. A failed round uploaded
-// some chunks (remembered) and nothing else; the next round resumes.
-func (r *Tier) UploadRound(ctx context.Context) error {
+// UploadRound publishes everything committed up to now: the chunks the
+// bucket lacks, a snapshot of the namespace, and a log entry naming it
+// (create-only, after the session's last: the fence); then it records the
+// generation as uploaded and the snapshot as the namespace's base. Without
+// force it returns nil at once when no commit is pending; with force (sync)
+// it also publishes namespace changes that are not commits (rename,
+// unlink, chmod, …), and in any case checks that nobody appended to the
+// log after this session, so that nil means a fresh reader sees this
+// namespace. Rounds are serialised. A failed round uploaded some chunks
+// (remembered) and published nothing; the next round resumes.
+func (r *Tier) UploadRound(ctx context.Context, force bool) error {
 	s := r.store
 	if s.ReadOnly() {
 		return errors.New("store is open read-only")
+	}
+	sess, err := r.session()
+	if err != nil {
+		return err
+	}
+	if err := sess.usable(ctx); err != nil {
+		return err
 	}
 	r.upMu.Lock()
 	defer r.upMu.Unlock()
@@ -120,53 +155,54 @@ func (r *Tier) UploadRound(ctx context.Context) error {
 	var gen, done uint64
 	snap := Snapshot{Version: snapshotVersion, Time: time.Now().UTC()}
 	need := map[cas.ID]uint32{}
-	err := s.View(func(tx *cas.Tx) error {
+	digest := sha256.New() // of the namespace, to tell a forced round with nothing new
+	err = s.View(func(tx *cas.Tx) error {
 		up := tx.Uploads()
 		gen, done = up.Gens()
-		if gen <= done {
+		if gen <= done && !force {
 			return nil
 		}
-		var walk func(dir uint64, prefix string) error
-		walk = func(dir uint64, prefix string) error {
-			return tx.Children(dir, func(name string, ino uint64) error {
-				n, ok, err := tx.Node(ino)
-				if err != nil || !ok {
-					return err
-				}
-				p := path.Join(prefix, name)
-				switch {
-				case n.IsDir():
-					return walk(ino, p)
-				case n.IsRegular():
-					m, ok, err := tx.Manifest(ino)
-					if err != nil || !ok {
-						return err
+		return walkNamespace(tx, func(p string, e nsEntry) error {
+			fmt.Fprintf(digest, "%q %d %d %d %d %d %q %d\n", p, e.Node.Mode, e.Node.UID, e.Node.GID, e.Node.Size, e.Node.Mtime, e.Node.Target, len(e.Raw))
+			digest.Write(e.Raw)
+			if e.m != nil {
+				for _, c := range e.m.Chunks {
+					if !up.Has(c.ID) {
+						need[c.ID] = c.Len
 					}
-					for _, c := range m.Chunks {
-						if !up.Has(c.ID) {
-							need[c.ID] = c.Len
-						}
-					}
-					snap.Files = append(snap.Files, SnapshotFile{Path: p, Node: n, Raw: m.Marshal()})
 				}
-				return nil
-			})
-		}
-		return walk(cas.RootIno, "")
+			}
+			snap.Files = append(snap.Files, SnapshotFile{Path: p, Node: e.Node, Raw: e.Raw})
+			return nil
+		})
 	})
-	if err != nil || gen <= done {
+	if err != nil || (gen <= done && !force) {
 		return err
 	}
 	snap.Gen = gen
+	sum := hex.EncodeToString(digest.Sum(nil))
+	sess.mu.Lock()
+	unchanged := sess.published == sum
+	sess.mu.Unlock()
+	if unchanged {
+		if err := sess.confirm(ctx); err != nil {
+			return err
+		}
+		return s.Update(func(tx *cas.Tx) error { return tx.Uploads().SetUploaded(gen) })
+	}
 	var pending int64
 	for _, n := range need {
 		pending += int64(n)
 	}
 	r.tier.SetPending(pending)
-
 	if err := r.uploadChunks(ctx, need); err != nil {
 		return err
 	}
+	return r.publish(ctx, sess, &snap, sum)
+}
+
+// publish puts snap and appends the log entry naming it.
+func (r *Tier) publish(ctx context.Context, sess *Session, snap *Snapshot, digest string) error {
 	body, err := json.Marshal(snap)
 	if err != nil {
 		return err
@@ -176,14 +212,18 @@ func (r *Tier) UploadRound(ctx context.Context) error {
 	if err != nil && !errors.Is(err, backend.ErrExists) {
 		return fmt.Errorf("upload snapshot: %w", err)
 	}
-	hb, err := json.Marshal(head{Gen: gen, Snapshot: name, Time: snap.Time})
-	if err != nil {
-		return err
-	}
-	if err := r.be.Put(ctx, backend.Handle{Kind: backend.Lock, Name: headName}, hb, backend.PutOptions{}); err != nil {
+	if err := sess.appendEntry(ctx, logEntry{Kind: "commit", Snapshot: name, Gen: snap.Gen}); err != nil {
 		return fmt.Errorf("publish snapshot: %w", err)
 	}
-	return s.Update(func(tx *cas.Tx) error { return tx.Uploads().SetUploaded(gen) })
+	sess.mu.Lock()
+	sess.published = digest
+	sess.mu.Unlock()
+	return r.store.Update(func(tx *cas.Tx) error {
+		if err := tx.Uploads().SetUploaded(snap.Gen); err != nil {
+			return err
+		}
+		return tx.Uploads().SetBase(name, false)
+	})
 }
 
 // uploadRecordBatch is how many uploaded chunks one catalog transaction records.
@@ -226,6 +266,20 @@ func (r *Tier) uploadChunks(ctx context.Context, need map[cas.ID]uint32) error {
 			for id := range ids {
 				h := chunkHandle(id)
 				obj, err := r.tier.Local().Get(gctx, h, buf)
+				if errors.Is(err, backend.ErrNotExist) {
+					// Never fetched here (a former reader's store): the
+					// bucket has it if anyone does.
+					if _, serr := r.be.Stat(gctx, h); serr == nil {
+						err = nil
+						obj = nil
+					}
+				}
+				if err == nil && obj == nil {
+					mu.Lock()
+					done = append(done, id)
+					mu.Unlock()
+					continue
+				}
 				if err != nil {
 					return fmt.Errorf("upload chunk %v: read the local object: %w", id, err)
 				}
@@ -273,44 +327,78 @@ func (r *Tier) Snapshot(ctx context.Context, known string) (snap *Snapshot, name
 	return ReadSnapshot(ctx, r.be, known)
 }
 
-// ReadSnapshot is Snapshot from remote be.
+// ReadSnapshot is Snapshot from remote be: the snapshot named by the
+// log's last entry.
 func ReadSnapshot(ctx context.Context, be backend.Backend, known string) (snap *Snapshot, name string, err error) {
-	hb, err := be.Get(ctx, backend.Handle{Kind: backend.Lock, Name: headName}, nil)
-	if errors.Is(err, backend.ErrNotExist) {
-		return nil, "", nil
+	tail, err := readTail(ctx, be)
+	if err != nil || tail == nil || tail.Snapshot == "" {
+		return nil, "", err
 	}
-	if err != nil {
-		return nil, "", fmt.Errorf("read the head of %s: %w", be.Location(), err)
-	}
-	var hd head
-	if err := json.Unmarshal(hb, &hd); err != nil {
-		return nil, "", fmt.Errorf("the head of %s is damaged: %w", be.Location(), err)
-	}
-	if hd.Snapshot == known {
+	if tail.Snapshot == known {
 		return nil, known, nil
 	}
-	body, err := be.Get(ctx, backend.Handle{Kind: backend.Manifest, Name: hd.Snapshot}, nil)
+	snap, err = readSnapshotObject(ctx, be, tail.Snapshot)
 	if err != nil {
-		return nil, "", fmt.Errorf("read snapshot %s: %w", hd.Snapshot, err)
+		return nil, "", err
 	}
-	if cas.Sum(body).String() != hd.Snapshot {
-		return nil, "", fmt.Errorf("snapshot %s in %s: %w: its hash differs from its name", hd.Snapshot, be.Location(), cas.ErrCorrupt)
+	return snap, tail.Snapshot, nil
+}
+
+// readSnapshotObject reads and checks snapshot name.
+func readSnapshotObject(ctx context.Context, be backend.Backend, name string) (*Snapshot, error) {
+	body, err := be.Get(ctx, backend.Handle{Kind: backend.Manifest, Name: name}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("read snapshot %s: %w", name, err)
 	}
-	snap = &Snapshot{}
+	if cas.Sum(body).String() != name {
+		return nil, fmt.Errorf("snapshot %s in %s: %w: its hash differs from its name", name, be.Location(), cas.ErrCorrupt)
+	}
+	snap := &Snapshot{}
 	if err := json.Unmarshal(body, snap); err != nil {
-		return nil, "", fmt.Errorf("snapshot %s: %w", hd.Snapshot, err)
+		return nil, fmt.Errorf("snapshot %s: %w", name, err)
 	}
-	if snap.Version != snapshotVersion {
-		return nil, "", fmt.Errorf("snapshot %s has version %d, this ckptfs reads %d: %w", hd.Snapshot, snap.Version, snapshotVersion, cas.ErrNewerFormat)
+	if snap.Version < 1 || snap.Version > snapshotVersion {
+		return nil, fmt.Errorf("snapshot %s has version %d, this ckptfs reads up to %d: %w", name, snap.Version, snapshotVersion, cas.ErrNewerFormat)
 	}
 	for i := range snap.Files {
 		f := &snap.Files[i]
-		if f.Manifest, err = catalog.ParseManifest(f.Raw); err != nil {
-			return nil, "", fmt.Errorf("snapshot %s, %s: %w", hd.Snapshot, f.Path, err)
+		if f.Node.IsRegular() || snap.Version == 1 {
+			if f.Manifest, err = catalog.ParseManifest(f.Raw); err != nil {
+				return nil, fmt.Errorf("snapshot %s, %s: %w", name, f.Path, err)
+			}
+			if snap.Version == 1 {
+				f.Node.Mode = syscall.S_IFREG | f.Node.Mode&0o7777
+			}
 		}
 		f.Raw = nil
 	}
-	return snap, hd.Snapshot, nil
+	return snap, nil
+}
+
+// ApplyPublished makes a reading mount's store namespace the newest
+// published one (new files, overwrites, removals, renames), before the
+// namespace is served; it refuses a store whose own commits are not
+// uploaded. It returns the snapshot's name ("" when nothing is published
+// yet) and how many paths changed.
+func (r *Tier) ApplyPublished(ctx context.Context) (string, int, error) {
+	// A store with commits not uploaded (a writer's, unsynced) would lose
+	// them to the bucket's namespace: refuse.
+	if pending, err := r.UploadPending(); err != nil || pending {
+		if err == nil {
+			err = errors.New("this store has commits not uploaded yet: mount it as the writer (without --read-only) and sync first")
+		}
+		return "", 0, err
+	}
+	tail, err := readTail(ctx, r.be)
+	if err != nil {
+		return "", 0, err
+	}
+	name := ""
+	if tail != nil {
+		name = tail.Snapshot
+	}
+	n, err := r.apply(ctx, name, false, func(string, ...any) {})
+	return name, n, err
 }
 
 // VerifyObject fetches chunk id's object from the remote and verifies it,

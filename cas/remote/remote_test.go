@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -46,7 +47,8 @@ func pseudoRandom(n int, seed byte) []byte { return tensortest.PseudoRandom(n, s
 // flakyRemote fails every Put while down is set: a server that went away.
 type flakyRemote struct {
 	*mem.Backend
-	down atomic.Bool
+	down     atomic.Bool
+	loseLogs atomic.Int32 // this many log entries are put, and their answers lost
 }
 
 var errDown = errors.New("connection refused")
@@ -55,7 +57,11 @@ func (f *flakyRemote) Put(ctx context.Context, h backend.Handle, obj []byte, opt
 	if f.down.Load() {
 		return errDown
 	}
-	return f.Backend.Put(ctx, h, obj, opts)
+	err := f.Backend.Put(ctx, h, obj, opts)
+	if err == nil && h.Kind == backend.Lock && strings.HasPrefix(h.Name, "log.") && f.loseLogs.Add(-1) >= 0 {
+		return errDown
+	}
+	return err
 }
 
 // commitNamed commits data as file name in the root directory.
@@ -99,12 +105,13 @@ func TestRemoteRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	join(t, a, ra)
 	one := pseudoRandom(300000, 1)
 	commitNamed(t, a, "one.bin", one)
 	if pending, _ := ra.UploadPending(); !pending {
 		t.Fatal("a commit left nothing pending for upload")
 	}
-	if err := ra.UploadRound(ctx); err != nil {
+	if err := ra.UploadRound(ctx, false); err != nil {
 		t.Fatal(err)
 	}
 	if pending, _ := ra.UploadPending(); pending {
@@ -119,7 +126,7 @@ func TestRemoteRoundTrip(t *testing.T) {
 	remote.down.Store(true)
 	two := append(bytes.Repeat([]byte("shared prefix "), 5000), pseudoRandom(200000, 2)...)
 	commitNamed(t, a, "two.bin", two)
-	if err := ra.UploadRound(ctx); !errors.Is(err, errDown) {
+	if err := ra.UploadRound(ctx, false); !errors.Is(err, errDown) {
 		t.Fatalf("upload round with the server down: %v", err)
 	}
 	if st, _ := a.Stats(); st.RemoteStats.PendingBytes < int64(len(two))/2 {
@@ -132,10 +139,11 @@ func TestRemoteRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close()
+	join(t, a, ra) // the same store directory: its dead session's lease is taken at once
 	if pending, _ := ra.UploadPending(); !pending {
 		t.Fatal("a reopened store forgot its pending upload")
 	}
-	if err := ra.UploadRound(ctx); err != nil {
+	if err := ra.UploadRound(ctx, false); err != nil {
 		t.Fatal(err)
 	}
 
@@ -200,9 +208,10 @@ func TestRemoteDamagedObject(t *testing.T) {
 	ctx := context.Background()
 	remote := mem.New(backend.Properties{DurableOnPut: true})
 	a, ra := testStore(t, remote)
+	join(t, a, ra)
 	data := pseudoRandom(100000, 3)
 	commitNamed(t, a, "f", data)
-	if err := ra.UploadRound(ctx); err != nil {
+	if err := ra.UploadRound(ctx, false); err != nil {
 		t.Fatal(err)
 	}
 	id := cas.Sum(data[:1<<16])
@@ -224,54 +233,106 @@ func TestRemoteDamagedObject(t *testing.T) {
 	}
 }
 
-// TestRemoteWriterLock: one writer per remote; a second is refused, and can
-// lock once the first unlocks.
-func TestRemoteWriterLock(t *testing.T) {
-	ctx := context.Background()
-	remote := mem.New(backend.Properties{})
-	l, err := TakeLock(ctx, remote, "store-a", t.Logf)
+// join starts a writer session of store s (its directory tells a restart
+// from a copy), closed when the test ends.
+func join(t *testing.T, s *cas.Store, r *Tier) *Session {
+	t.Helper()
+	sess, err := joinOpts(s, r, SessionOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := TakeLock(ctx, remote, "store-b", t.Logf); !errors.Is(err, ErrLocked) {
+	t.Cleanup(func() { sess.Close(context.Background()) })
+	return sess
+}
+
+func joinOpts(s *cas.Store, r *Tier, opts SessionOptions) (*Session, error) {
+	id, err := s.ID()
+	if err != nil {
+		return nil, err
+	}
+	opts.StoreDir = s.Dir()
+	return Join(context.Background(), r, id, opts)
+}
+
+// TestRemoteWriterLease: one writer session per prefix; a second store is
+// refused, and joins once the first closes; a session whose daemon died is
+// taken over at once by its own store directory, never by another.
+func TestRemoteWriterLease(t *testing.T) {
+	ctx := context.Background()
+	remote := mem.New(backend.Properties{})
+	a, ra := testStore(t, remote)
+	b, rb := testStore(t, remote)
+	sa := join(t, a, ra)
+	if _, err := joinOpts(b, rb, SessionOptions{}); !errors.Is(err, ErrLocked) {
 		t.Fatalf("second writer: %v, want ErrLocked", err)
 	} else {
 		t.Logf("refused: %v", err)
 	}
-	if err := l.Unlock(ctx); err != nil {
+	if err := sa.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	l2, err := TakeLock(ctx, remote, "store-b", t.Logf)
-	if err != nil {
-		t.Fatalf("lock after unlock: %v", err)
+	sb := join(t, b, rb)
+	sb.stop() // b's daemon dies holding the lease
+	<-sb.done
+	b2 := New(b, rb.tier)
+	join(t, b, b2)
+	if _, err := joinOpts(a, ra, SessionOptions{}); !errors.Is(err, ErrLocked) {
+		t.Fatalf("another store took a fresh lease: %v", err)
 	}
-	// Store b's daemon dies holding the lock; b, reopened, takes it back at
-	// once; store a still may not.
-	l3, err := TakeLock(ctx, remote, "store-b", t.Logf)
-	if err != nil {
-		t.Fatalf("the same store relocking after its daemon died: %v", err)
-	}
-	if _, err := TakeLock(ctx, remote, "store-a", t.Logf); !errors.Is(err, ErrLocked) {
-		t.Fatalf("another store took a fresh lock: %v", err)
-	}
-	l2.stop()
-	l3.Unlock(ctx)
 }
 
-// TestRemoteStaleLock: a lock nobody rewrote for StaleLockAge is taken over.
-func TestRemoteStaleLock(t *testing.T) {
+// TestRemoteFencedSession: a session paused past its lease is taken over
+// by another store, after which it publishes nothing and collects
+// nothing, and every file the new session published survives.
+func TestRemoteFencedSession(t *testing.T) {
 	ctx := context.Background()
-	remote := mem.New(backend.Properties{KeepsModTime: true})
-	h := backend.Handle{Kind: backend.Lock, Name: writerName}
-	old := time.Now().Add(-2 * StaleLockAge)
-	if err := remote.Put(ctx, h, []byte(`{"holder":"x","store":"dead","host":"gone","pid":1}`), backend.PutOptions{ModTime: old}); err != nil {
+	remote := mem.New(backend.Properties{DurableOnPut: true})
+	a, ra := testStore(t, remote)
+	b, rb := testStore(t, remote)
+	lease := SessionOptions{Lease: 300 * time.Millisecond, Logf: t.Logf}
+	sa, err := joinOpts(a, ra, lease)
+	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := TakeLock(ctx, remote, "store-a", t.Logf)
-	if err != nil {
-		t.Fatalf("a stale lock was not taken over: %v", err)
+	defer sa.Close(ctx)
+	commitNamed(t, a, "a1", pseudoRandom(50000, 21))
+	if err := ra.UploadRound(ctx, false); err != nil {
+		t.Fatal(err)
 	}
-	l.Unlock(ctx)
+	sa.stop() // paused: no heartbeat
+	<-sa.done
+	time.Sleep(400 * time.Millisecond)
+	sb, err := joinOpts(b, rb, lease)
+	if err != nil {
+		t.Fatalf("taking a silent lease: %v", err)
+	}
+	defer sb.Close(ctx)
+	commitNamed(t, b, "b1", pseudoRandom(50000, 22))
+	if err := rb.UploadRound(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	// a resumes as if its lease were fresh: the log still fences it.
+	sa.renewed(time.Now(), sa.tag)
+	commitNamed(t, a, "a2", pseudoRandom(50000, 23))
+	if err := ra.UploadRound(ctx, false); !errors.Is(err, ErrFenced) {
+		t.Fatalf("a fenced session's round: %v, want ErrFenced", err)
+	} else {
+		t.Logf("fenced: %v", err)
+	}
+	if _, err := ra.Collect(ctx, time.Now().Add(time.Hour), nil, false); !errors.Is(err, ErrFenced) {
+		t.Fatalf("a fenced session's collection: %v, want ErrFenced", err)
+	}
+	snap, _, err := ReadSnapshot(ctx, remote, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for _, f := range snap.Files {
+		paths = append(paths, f.Path)
+	}
+	if len(paths) != 2 || paths[0] != "a1" || paths[1] != "b1" {
+		t.Fatalf("published after the takeover: %q, want a1 (merged at b's join) and b1", paths)
+	}
 }
 
 // TestCollectRemote: the remote's garbage collection deletes the chunks no
@@ -281,10 +342,11 @@ func TestCollectRemote(t *testing.T) {
 	ctx := context.Background()
 	remote := mem.New(backend.Properties{DurableOnPut: true})
 	s, rs := testStore(t, remote)
+	join(t, s, rs)
 	keep, drop := pseudoRandom(100000, 11), pseudoRandom(100000, 12)
 	commitNamed(t, s, "keep", keep)
 	commitNamed(t, s, "drop", drop)
-	if err := rs.UploadRound(ctx); err != nil {
+	if err := rs.UploadRound(ctx, false); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Update(func(tx *cas.Tx) error {
@@ -299,7 +361,7 @@ func TestCollectRemote(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := rs.UploadRound(ctx); err != nil {
+	if err := rs.UploadRound(ctx, false); err != nil {
 		t.Fatal(err)
 	}
 	count := func() int {
@@ -326,7 +388,7 @@ func TestCollectRemote(t *testing.T) {
 	}
 	// drop's bytes committed again are uploaded again.
 	commitNamed(t, s, "again", drop)
-	if err := rs.UploadRound(ctx); err != nil {
+	if err := rs.UploadRound(ctx, false); err != nil {
 		t.Fatal(err)
 	}
 	if count() != all {
@@ -335,8 +397,8 @@ func TestCollectRemote(t *testing.T) {
 }
 
 // TestUploadProgress: the upload counters say what each round put into the
-// bucket, raw and sent, and what it found there already (a second store
-// uploading the same file), and nothing stays pending after a round.
+// bucket, raw and sent; a second store joining knows what the bucket holds
+// already and puts nothing of the same file; nothing stays pending.
 func TestUploadProgress(t *testing.T) {
 	ctx := context.Background()
 	remote := mem.New(backend.Properties{DurableOnPut: true, AtomicPut: true})
@@ -348,11 +410,15 @@ func TestUploadProgress(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer s.Close()
+		sess, err := joinOpts(s, rs, SessionOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
 		if got := rs.Progress(); got != (UploadProgress{}) {
 			t.Fatalf("store %s before any round: %+v", dir, got)
 		}
 		commitNamed(t, s, "one.bin", data)
-		if err := rs.UploadRound(ctx); err != nil {
+		if err := rs.UploadRound(ctx, false); err != nil {
 			t.Fatal(err)
 		}
 		got := rs.Progress()
@@ -360,7 +426,7 @@ func TestUploadProgress(t *testing.T) {
 		if err := s.View(func(tx *cas.Tx) error { counts = tx.Counts(); return nil }); err != nil {
 			t.Fatal(err)
 		}
-		if got.PendingBytes != 0 || got.SettledBytes != counts.UniqueBytes {
+		if got.PendingBytes != 0 || (i == 0 && got.SettledBytes != counts.UniqueBytes) {
 			t.Errorf("store %s: %+v; want nothing pending and %d bytes settled", dir, got, counts.UniqueBytes)
 		}
 		if i == 0 {
@@ -368,8 +434,109 @@ func TestUploadProgress(t *testing.T) {
 			if got.Chunks != chunks || got.RawBytes != counts.UniqueBytes || got.SentBytes <= 0 || got.Present != 0 {
 				t.Errorf("first upload: %+v; want %d chunks, %d raw bytes, none present", got, chunks, counts.UniqueBytes)
 			}
-		} else if got.Chunks != 0 || got.RawBytes != 0 || got.SentBytes != 0 || got.Present != chunks {
-			t.Errorf("second store, same file: %+v; want all %d chunks present, none put", got, chunks)
+		} else if got.Chunks != 0 || got.RawBytes != 0 || got.SentBytes != 0 {
+			t.Errorf("second store, same file: %+v; want none of the %d chunks put", got, chunks)
 		}
+		if err := sess.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestJoinMergesThreeWays: a session joining merges the published
+// namespace into its store against the snapshot the store last agreed
+// with: the bucket's overwrite and removal arrive, the store's own unsynced
+// change stays, and nothing either side synced is lost.
+func TestJoinMergesThreeWays(t *testing.T) {
+	ctx := context.Background()
+	remote := mem.New(backend.Properties{DurableOnPut: true})
+	a, ra := testStore(t, remote)
+	b, rb := testStore(t, remote)
+	size := func(s *cas.Store, name string) int64 {
+		var n int64 = -1
+		s.View(func(tx *cas.Tx) error {
+			if ino, ok := tx.Lookup(cas.RootIno, name); ok {
+				if m, ok, _ := tx.Manifest(ino); ok {
+					n = m.Size()
+				}
+			}
+			return nil
+		})
+		return n
+	}
+	sa := join(t, a, ra)
+	for i, name := range []string{"f", "g", "h"} {
+		commitNamed(t, a, name, pseudoRandom(1000, byte(30+i)))
+	}
+	if err := ra.UploadRound(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	sa.Close(ctx)
+
+	sb := join(t, b, rb)
+	if size(b, "f") != 1000 || size(b, "g") != 1000 {
+		t.Fatalf("a new store's join did not bring the published files: f %d, g %d", size(b, "f"), size(b, "g"))
+	}
+	commitNamed(t, b, "f", pseudoRandom(2000, 40))
+	if err := b.Update(func(tx *cas.Tx) error {
+		ino, _ := tx.Lookup(cas.RootIno, "g")
+		if err := tx.Unlink(cas.RootIno, "g"); err != nil {
+			return err
+		}
+		if err := tx.DeleteNode(ino); err != nil {
+			return err
+		}
+		return tx.Uploads().CountCommit()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rb.UploadRound(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	sb.Close(ctx)
+
+	commitNamed(t, a, "h", pseudoRandom(3000, 41)) // a's own change, not synced
+	join(t, a, ra)
+	if f, g, h := size(a, "f"), size(a, "g"), size(a, "h"); f != 2000 || g != -1 || h != 3000 {
+		t.Fatalf("after a's join: f %d (want b's 2000), g %d (want removed), h %d (want a's own 3000)", f, g, h)
+	}
+	if err := ra.UploadRound(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	snap, _, err := ReadSnapshot(ctx, remote, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, f := range snap.Files {
+		got[f.Path] = f.Manifest.Size()
+	}
+	if len(got) != 2 || got["f"] != 2000 || got["h"] != 3000 {
+		t.Fatalf("published after the merge: %v", got)
+	}
+}
+
+// TestLostLogAnswer: a log entry put whose answer was lost counts as ours;
+// the next round, with more files, publishes after it, not as it.
+func TestLostLogAnswer(t *testing.T) {
+	ctx := context.Background()
+	remote := &flakyRemote{Backend: mem.New(backend.Properties{DurableOnPut: true})}
+	s, r := testStore(t, remote)
+	join(t, s, r)
+	commitNamed(t, s, "one", pseudoRandom(1000, 50))
+	remote.loseLogs.Store(1)
+	if err := r.UploadRound(ctx, false); !errors.Is(err, errDown) {
+		t.Fatalf("a round whose log answer was lost: %v", err)
+	}
+	commitNamed(t, s, "two", pseudoRandom(1000, 51))
+	if err := r.UploadRound(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	snap, _, err := ReadSnapshot(ctx, remote, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Files) != 2 {
+		t.Fatalf("published %d files after a lost answer, want both", len(snap.Files))
 	}
 }

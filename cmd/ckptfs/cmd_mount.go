@@ -181,12 +181,18 @@ func serveMount(ctx context.Context, cfg *mountConfig, stdout, stderr io.Writer)
 			removeNew()
 		}
 	}()
-	if tier != nil && !cfg.readOnly {
-		unlock, err := takeWriterLock(ctx, store, objects, logger)
+	knownSnapshot := ""
+	switch {
+	case tier != nil && !cfg.readOnly:
+		leave, err := joinRemote(ctx, store, tier, logger)
 		if err != nil {
 			return err
 		}
-		defer unlock() // before store.Close (deferred earlier)
+		defer leave() // before store.Close (deferred earlier)
+	case tier != nil:
+		if knownSnapshot, err = applyPublished(ctx, tier, cfg.remoteURL, logger, ready); err != nil {
+			return err
+		}
 	}
 
 	logger.Print(mem)
@@ -203,10 +209,7 @@ func serveMount(ctx context.Context, cfg *mountConfig, stdout, stderr io.Writer)
 	defer fsys.Close() // stops the background re-encoder; runs before store.Close
 	var ref *refresher
 	if cfg.readOnly {
-		ref = &refresher{tier: tier, fsys: fsys, logger: logger}
-		if err := ref.refresh(ctx); err != nil {
-			return fmt.Errorf("read the files of %s: %w", cfg.remoteURL, err)
-		}
+		ref = &refresher{tier: tier, fsys: fsys, logger: logger, known: knownSnapshot}
 	}
 	srv, err := fusefs.Mount(fsys, mnt, fusefs.MountOptions{ReadAheadKB: cfg.readAhead, Debug: cfg.debug, AllowOther: cfg.allowOther, ReadOnly: cfg.readOnly})
 	if err != nil {
@@ -264,19 +267,25 @@ func openMountStore(ctx context.Context, cfg *mountConfig, opts cas.Options) (*c
 	return store, objects, nil
 }
 
-// takeWriterLock takes the bucket prefix's writer lock for store, and
-// returns the function that gives it back.
-func takeWriterLock(ctx context.Context, store *cas.Store, objects *tiered.Backend, logger *log.Logger) (func(), error) {
+// joinRemote starts the mount's writer session on the bucket prefix
+// (remote.Join: the lease, the join entry, the merge of what is published),
+// and returns the function that ends it.
+func joinRemote(ctx context.Context, store *cas.Store, tier *remote.Tier, logger *log.Logger) (func(), error) {
 	id, err := store.ID()
 	if err != nil {
 		return nil, err
 	}
-	lock, err := remote.TakeLock(ctx, objects.Remote(), id, logger.Printf)
+	lease, err := envDuration(leaseEnv)
 	if err != nil {
 		return nil, err
 	}
+	sess, err := remote.Join(ctx, tier, id, remote.SessionOptions{Lease: lease, StoreDir: store.Dir(), Logf: logger.Printf})
+	if err != nil {
+		return nil, err
+	}
+	logger.Printf("writer session %s on %s", sess.ID(), tier.Location())
 	return func() {
-		if err := lock.Unlock(context.Background()); err != nil {
+		if err := sess.Close(context.Background()); err != nil {
 			logger.Printf("%v", err)
 		}
 	}, nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"os"
 	"sync"
 	"time"
 
@@ -25,15 +26,63 @@ import (
 
 const (
 	refreshInterval = 2 * time.Second
+	// publishInterval is how often a writer publishes namespace changes
+	// that are not commits (rename, unlink, chmod, …) without a sync.
+	publishInterval = 5 * time.Second
 	retryMin        = time.Second
 	retryMax        = 30 * time.Second
 )
 
+// Hidden knobs, for tests and for users who need them: the writer lease
+// (remote.DefaultLease) and the bound on one request to the bucket.
+const (
+	leaseEnv   = "CKPTFS_REMOTE_LEASE"
+	timeoutEnv = "CKPTFS_REMOTE_TIMEOUT"
+)
+
+// envDuration reads a duration from the environment variable name (0 when
+// unset).
+func envDuration(name string) (time.Duration, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%s=%q: want a positive duration such as 30s", name, v)
+	}
+	return d, nil
+}
+
+// applyPublished brings a reading mount's store to the newest published
+// namespace before it is served, and warns once when nothing is published:
+// in the log, and on the terminal that started a --background mount.
+func applyPublished(ctx context.Context, tier *remote.Tier, url string, logger *log.Logger, ready *readyPipe) (string, error) {
+	name, n, err := tier.ApplyPublished(ctx)
+	if err != nil {
+		return "", fmt.Errorf("read the files of %s: %w", url, err)
+	}
+	if name == "" {
+		msg := fmt.Sprintf("warning: nothing is published in %s (a mistyped prefix?): the mount stays empty until a writer syncs there", url)
+		logger.Print(msg)
+		if ready != nil {
+			ready.note(msg)
+		}
+	} else if n > 0 {
+		logger.Printf("applied %d changes published in %s", n, url)
+	}
+	return name, nil
+}
+
 // openRemote connects to s3://BUCKET/PREFIX with the AWS_* configuration.
 func openRemote(ctx context.Context, url string) (backend.Backend, error) {
-	be, err := s3.Open(ctx, url, s3.Options{})
+	timeout, err := envDuration(timeoutEnv)
 	if err != nil {
-		return nil, fmt.Errorf("remote %s: %w", url, err)
+		return nil, err
+	}
+	be, err := s3.Open(ctx, url, s3.Options{RequestTimeout: timeout})
+	if err != nil {
+		return nil, fmt.Errorf("remote: %w", err) // the error names the bucket and prefix
 	}
 	return be, nil
 }
@@ -80,11 +129,16 @@ func (u *uploader) poke(context.Context) error {
 	return nil
 }
 
-// run uploads until ctx is done: a round after every poke, and after a
-// failure again after a pause that doubles up to retryMax.
+// run uploads until ctx is done: a round after every poke, a forced one
+// (namespace changes that are not commits) every publishInterval, and after
+// a failure again after a pause that doubles up to retryMax; a fenced
+// session stops it.
 func (u *uploader) run(ctx context.Context) {
 	wait := time.Duration(0)
 	u.poke(ctx) // a previous daemon may have left uploads pending
+	tick := time.NewTicker(publishInterval)
+	defer tick.Stop()
+	force := true // the session's first round publishes the merged namespace
 	for {
 		var retry <-chan time.Time
 		if wait > 0 {
@@ -95,12 +149,19 @@ func (u *uploader) run(ctx context.Context) {
 			return
 		case <-u.kick:
 		case <-retry:
+		case <-tick.C:
+			force = true
 		}
-		err := u.round(ctx)
+		err := u.round(ctx, force)
+		force = false
 		switch {
 		case err == nil:
 			wait = 0
 		case ctx.Err() != nil:
+			return
+		case errors.Is(err, remote.ErrFenced):
+			// Only a remount rejoins; ckptfs sync keeps saying why.
+			u.logger.Printf("upload to %s: %v; this mount uploads nothing more", u.tier.Location(), err)
 			return
 		default:
 			wait = min(max(2*wait, retryMin), retryMax)
@@ -109,8 +170,8 @@ func (u *uploader) run(ctx context.Context) {
 	}
 }
 
-func (u *uploader) round(ctx context.Context) error {
-	err := u.tier.UploadRound(ctx)
+func (u *uploader) round(ctx context.Context, force bool) error {
+	err := u.tier.UploadRound(ctx, force)
 	u.mu.Lock()
 	u.lastErr = err
 	u.mu.Unlock()
@@ -120,7 +181,7 @@ func (u *uploader) round(ctx context.Context) error {
 // sync runs a round now and reports whether everything committed before it
 // is in the bucket (ckptfs sync, --commit=remote).
 func (u *uploader) sync(ctx context.Context) error {
-	if err := u.round(ctx); err != nil {
+	if err := u.round(ctx, true); err != nil {
 		return fmt.Errorf("upload to %s: %w", u.tier.Location(), err)
 	}
 	return nil
@@ -140,9 +201,11 @@ func (r *refresher) refresh(ctx context.Context) error {
 	if err != nil || snap == nil {
 		return err
 	}
-	files := make([]fusefs.ImportFile, len(snap.Files))
-	for i, f := range snap.Files {
-		files[i] = fusefs.ImportFile{Path: f.Path, Node: f.Node, Manifest: f.Manifest}
+	files := make([]fusefs.ImportFile, 0, len(snap.Files))
+	for _, f := range snap.Files {
+		if f.Manifest != nil { // directories and symlinks wait for a remount
+			files = append(files, fusefs.ImportFile{Path: f.Path, Node: f.Node, Manifest: f.Manifest})
+		}
 	}
 	if _, err := r.fsys.ImportFiles(ctx, files); err != nil {
 		return err

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	s3api "github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
@@ -142,6 +144,13 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Backend, error) {
 	if opts.Endpoint != "" {
 		loads = append(loads, config.WithBaseEndpoint(opts.Endpoint))
 	}
+	// With an explicit endpoint (a server of one's own), missing keys must
+	// not send the credential chain off the box to the EC2 metadata service;
+	// AWS_EC2_METADATA_DISABLED=false asks for it.
+	explicit := opts.Endpoint != "" || os.Getenv("AWS_ENDPOINT_URL") != "" || os.Getenv("AWS_ENDPOINT_URL_S3") != ""
+	if explicit && os.Getenv("AWS_EC2_METADATA_DISABLED") == "" {
+		loads = append(loads, config.WithEC2IMDSClientEnableState(imds.ClientDisabled))
+	}
 	cfg, err := config.LoadDefaultConfig(ctx, loads...)
 	if err != nil {
 		return nil, fmt.Errorf("s3: AWS configuration: %w", err)
@@ -200,9 +209,30 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Backend, error) {
 		if errors.Is(err, errNoBucket) {
 			return nil, fmt.Errorf("s3: %s: the bucket %q does not exist (or these credentials may not see it)", b.location, bucket)
 		}
+		if code, denied := deniedCode(err); denied {
+			return nil, fmt.Errorf("s3: %s: %w (%s): check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, and that they may list the prefix", b.location, ErrDenied, code)
+		}
 		return nil, fmt.Errorf("s3: %s: %w", b.location, err)
 	}
 	return b, nil
+}
+
+// ErrDenied means the server refused the credentials (HTTP 403).
+var ErrDenied = errors.New("the server refused these credentials")
+
+// deniedCode reports whether err is the server refusing the request's
+// credentials or permissions, and its error code.
+func deniedCode(err error) (string, bool) {
+	code := "HTTP 403"
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		code = ae.ErrorCode()
+	}
+	switch code {
+	case "SignatureDoesNotMatch", "InvalidAccessKeyId", "AccessDenied", "InvalidToken", "ExpiredToken":
+		return code, true
+	}
+	return code, statusOf(err) == http.StatusForbidden
 }
 
 // Location implements backend.Backend: s3://BUCKET/PREFIX, followed by
