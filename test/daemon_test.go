@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -44,8 +45,27 @@ type daemon struct {
 	cmd    *exec.Cmd
 	store  string
 	mnt    string
-	stderr *bytes.Buffer
+	stderr *syncBuffer // what the daemon wrote to stderr so far
 	done   chan error
+}
+
+// syncBuffer is a bytes.Buffer that a running daemon writes to (through
+// exec's copying goroutine) while the test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // startDaemon runs `ckptfs mount store mnt` and waits until the mount serves.
@@ -75,7 +95,7 @@ func startDaemonUnder(t testing.TB, wrap []string, store, mnt string, extra ...s
 // to fail (the power-loss suite) can tell; otherwise it is killed and its
 // mount detached when the test ends.
 func launch(t testing.TB, cmd *exec.Cmd, store, mnt string, wait time.Duration) (*daemon, error) {
-	d := &daemon{t: t, cmd: cmd, store: store, mnt: mnt, stderr: &bytes.Buffer{}, done: make(chan error, 1)}
+	d := &daemon{t: t, cmd: cmd, store: store, mnt: mnt, stderr: &syncBuffer{}, done: make(chan error, 1)}
 	d.cmd.Stderr = d.stderr
 	stdout, err := d.cmd.StdoutPipe()
 	if err != nil {
