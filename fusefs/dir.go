@@ -16,6 +16,10 @@ import (
 // (changed holding both, read holding either).
 type dirNode struct {
 	nodeBase
+	// subdirs counts the subdirectories, for the link count, once
+	// subdirsKnown (nlink); guarded like attr.
+	subdirs      int
+	subdirsKnown bool
 }
 
 var (
@@ -122,6 +126,8 @@ func (f *FS) nodeFor(rec cas.Node, dir *dirNode, name string) fs.InodeEmbedder {
 		return &dirNode{nodeBase: nodeBase{fsys: f, attr: rec}}
 	case rec.IsSymlink():
 		return &symlinkNode{nodeBase: nodeBase{fsys: f, attr: rec}}
+	case rec.IsSpecial():
+		return &specialNode{nodeBase: nodeBase{fsys: f, attr: rec}, typ: rec.Mode & syscall.S_IFMT}
 	default:
 		return &fileNode{nodeBase: nodeBase{fsys: f, attr: rec}, persisted: true, dir: dir, name: name, committedSize: rec.Size}
 	}
@@ -210,8 +216,23 @@ func (d *dirNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 
 func (d *dirNode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	d.fsys.viewMu.RLock()
-	defer d.fsys.viewMu.RUnlock()
-	fillAttr(&out.Attr, &d.attr, 2)
+	nlink, known := d.cachedNlink()
+	if known {
+		fillAttr(&out.Attr, &d.attr, nlink)
+	}
+	d.fsys.viewMu.RUnlock()
+	if known {
+		return 0
+	}
+	// The first time only: the count is read from the catalog under nsMu,
+	// so that no mkdir, rmdir or rename runs meanwhile.
+	d.fsys.nsMu.Lock()
+	defer d.fsys.nsMu.Unlock()
+	nlink, err := d.nlink()
+	if err != nil {
+		return d.fsys.toErrno("getattr", err)
+	}
+	fillAttr(&out.Attr, &d.attr, nlink)
 	return 0
 }
 
@@ -219,7 +240,13 @@ func (d *dirNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttr
 	if _, ok := in.GetSize(); ok {
 		return syscall.EISDIR
 	}
-	return d.fsys.setattrNS(&d.attr, in, out, 2)
+	d.fsys.nsMu.Lock()
+	nlink, err := d.nlink()
+	d.fsys.nsMu.Unlock()
+	if err != nil {
+		return d.fsys.toErrno("setattr", err)
+	}
+	return d.fsys.setattrNS(&d.attr, in, out, nlink)
 }
 
 // setattrNS applies a mode, owner or time change to a directory's or a
@@ -263,7 +290,8 @@ func (d *dirNode) touch(now int64) {
 	d.fsys.setView(func() { d.attr.Mtime, d.attr.Ctime = now, now })
 }
 
-// addNode persists a new directory or symlink record at d/name.
+// addNode persists a new directory, symlink or special file record at
+// d/name (or an empty regular file's, for mknod).
 func (d *dirNode) addNode(ctx context.Context, name string, rec cas.Node) (*fs.Inode, syscall.Errno) {
 	if len(name) > maxNameLen {
 		return nil, syscall.ENAMETOOLONG
@@ -289,6 +317,11 @@ func (d *dirNode) addNode(ctx context.Context, name string, rec cas.Node) (*fs.I
 		if err := tx.PutNode(rec); err != nil {
 			return err
 		}
+		if rec.IsRegular() { // mknod(2) of a regular file: committed, empty
+			if err := tx.PutManifest(ino, &cas.Manifest{}); err != nil {
+				return err
+			}
+		}
 		if err := tx.PutNode(parent); err != nil {
 			return err
 		}
@@ -299,6 +332,10 @@ func (d *dirNode) addNode(ctx context.Context, name string, rec cas.Node) (*fs.I
 	}
 	d.fsys.setView(func() { d.attr = parent })
 	child := d.fsys.nodeFor(rec, d, name)
+	if cd, ok := child.(*dirNode); ok {
+		d.fsys.setView(func() { cd.subdirsKnown = true })
+		d.addSubdirs(+1)
+	}
 	d.fsys.listNode(child)
 	return d.NewInode(ctx, child, fs.StableAttr{Mode: rec.Mode & syscall.S_IFMT, Ino: ino}), 0
 }
@@ -309,7 +346,7 @@ func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 		return nil, errno
 	}
 	d.fsys.nsMu.Lock()
-	fillAttr(&out.Attr, &ch.Operations().(*dirNode).attr, 2)
+	fillAttr(&out.Attr, &ch.Operations().(*dirNode).attr, 2) // no subdirectory yet
 	d.fsys.nsMu.Unlock()
 	return ch, 0
 }
@@ -466,6 +503,7 @@ func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 		return d.fsys.toErrno("rmdir", err)
 	}
 	d.fsys.setView(func() { d.attr = parent })
+	d.addSubdirs(-1)
 	detach(cd)
 	return 0
 }
@@ -485,6 +523,8 @@ func removeEntry(tx *cas.Tx, parent uint64, name string, n fs.InodeEmbedder) err
 	case *dirNode:
 		ino = n.attr.Ino
 	case *symlinkNode:
+		ino = n.attr.Ino
+	case *specialNode:
 		ino = n.attr.Ino
 	}
 	if ino == 0 {
@@ -614,6 +654,13 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 			np.attr = newParentRec
 		}
 	})
+	if srcIsDir {
+		d.addSubdirs(-1)
+		np.addSubdirs(+1)
+		if _, dstIsDir := dst.(*dirNode); dstIsDir {
+			np.addSubdirs(-1)
+		}
+	}
 	if dst != nil {
 		detach(dst)
 	}
@@ -654,11 +701,13 @@ func (d *dirNode) mayReplace(dst fs.InodeEmbedder, srcIsDir bool, flags uint32) 
 
 // modeOf returns the file type bits of a node.
 func modeOf(n fs.InodeEmbedder) uint32 {
-	switch n.(type) {
+	switch n := n.(type) {
 	case *dirNode:
 		return syscall.S_IFDIR
 	case *symlinkNode:
 		return syscall.S_IFLNK
+	case *specialNode:
+		return n.typ
 	}
 	return syscall.S_IFREG
 }
@@ -670,6 +719,8 @@ func inoOf(n fs.InodeEmbedder) uint64 {
 	case *dirNode:
 		return n.attr.Ino
 	case *symlinkNode:
+		return n.attr.Ino
+	case *specialNode:
 		return n.attr.Ino
 	}
 	return 0

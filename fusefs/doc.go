@@ -34,6 +34,15 @@
 // directory .ckptfs (inode 2) holds stats.json (inode 3), regenerated on every
 // open; nothing under it can be written (EROFS). Hard links are refused (EPERM).
 //
+// FIFOs, UNIX sockets (bind) and character and block devices (mknod, mkfifo;
+// special.go) are catalog records only: type, mode, rdev, owner and times.
+// The kernel gives them their semantics and never sends their opens, reads
+// or writes here; gc, fsck and the remote tier see no content in them.
+// mknod of a regular file makes a committed empty file. A directory's link
+// count is 2 plus its subdirectories (the root's counts .ckptfs): dirNode
+// counts them in the catalog at its first getattr, holding nsMu so that no
+// mkdir, rmdir or rename runs meanwhile, and those keep the count after.
+//
 // Memory: prune.go keeps what the kernel has looked up near a limit
 // (WithNodeLimit, 8192 by default, about 2 KiB of RSS each): past it, the
 // daemon asks the kernel to forget the oldest nodes (FUSE_NOTIFY_PRUNE; the
@@ -184,7 +193,9 @@
 //
 // Reads of the namespace never wait for a change or a commit (an `ls` while a
 // 1 GiB file in the directory commits): lookup, readdir and the getattr of
-// directories and symlinks take FS.viewMu (a read lock) instead of nsMu, and
+// directories, symlinks and special files take FS.viewMu (a read lock)
+// instead of nsMu (a directory's first getattr takes nsMu, to count its
+// subdirectories), and
 // the getattr of a file takes file.attrMu instead of file.mu. Each is held
 // for a few memory accesses: a field those readers see (a directory's or
 // symlink's attr; a file's attr) is changed holding both its guards (nsMu and

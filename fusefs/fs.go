@@ -239,6 +239,7 @@ func fillAttr(out *fuse.Attr, n *cas.Node, nlink uint32) {
 	out.Blocks = (uint64(n.Size) + 511) / 512
 	out.Blksize = blksize
 	out.Nlink = nlink
+	out.Rdev = n.Rdev
 	out.Owner = fuse.Owner{Uid: n.UID, Gid: n.GID}
 	setTime := func(ns int64) (uint64, uint32) { return uint64(ns / 1e9), uint32(ns % 1e9) }
 	out.Atime, out.Atimensec = setTime(n.Atime)

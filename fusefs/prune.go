@@ -108,5 +108,7 @@ func (f *FS) listNode(n fs.InodeEmbedder) {
 		f.nodes.add(&n.nodeBase)
 	case *symlinkNode:
 		f.nodes.add(&n.nodeBase)
+	case *specialNode:
+		f.nodes.add(&n.nodeBase)
 	}
 }

@@ -21,6 +21,7 @@ type Node struct {
 	Mtime  int64
 	Ctime  int64
 	Target string // symlink target
+	Rdev   uint32 // character and block devices: the device number, as in stat(2)
 }
 
 const nodeRecordVersion = 1
@@ -35,6 +36,11 @@ func (n *Node) marshal() []byte {
 	b = binary.LittleEndian.AppendUint64(b, uint64(n.Atime))
 	b = binary.LittleEndian.AppendUint64(b, uint64(n.Mtime))
 	b = binary.LittleEndian.AppendUint64(b, uint64(n.Ctime))
+	if n.IsDevice() {
+		// The tail a symlink's target takes: an older binary, which reads
+		// it as a target, ignores it for a node that is no symlink.
+		return binary.LittleEndian.AppendUint32(b, n.Rdev)
+	}
 	b = append(b, n.Target...)
 	return b
 }
@@ -52,14 +58,34 @@ func unmarshalNode(ino uint64, b []byte) (Node, error) {
 	n.Atime = int64(binary.LittleEndian.Uint64(b[21:]))
 	n.Mtime = int64(binary.LittleEndian.Uint64(b[29:]))
 	n.Ctime = int64(binary.LittleEndian.Uint64(b[37:]))
+	if n.IsDevice() {
+		if len(b) != fixed+4 {
+			return Node{}, fmt.Errorf("node %d: device record of %d bytes", ino, len(b))
+		}
+		n.Rdev = binary.LittleEndian.Uint32(b[fixed:])
+		return n, nil
+	}
 	n.Target = string(b[fixed:])
 	return n, nil
 }
 
-// IsDir, IsRegular and IsSymlink report the node's type.
+// IsDir, IsRegular and IsSymlink report the node's type. IsSpecial reports a
+// FIFO, socket or device node (no content: the kernel gives it its
+// semantics), IsDevice a character or block device.
 func (n *Node) IsDir() bool     { return n.Mode&0o170000 == 0o040000 }
 func (n *Node) IsRegular() bool { return n.Mode&0o170000 == 0o100000 }
 func (n *Node) IsSymlink() bool { return n.Mode&0o170000 == 0o120000 }
+func (n *Node) IsDevice() bool {
+	t := n.Mode & 0o170000
+	return t == 0o020000 || t == 0o060000
+}
+func (n *Node) IsSpecial() bool {
+	switch n.Mode & 0o170000 {
+	case 0o010000, 0o020000, 0o060000, 0o140000:
+		return true
+	}
+	return false
+}
 
 // ChunkRef is one entry of a manifest: Len raw bytes of chunk ID.
 type ChunkRef struct {
