@@ -352,3 +352,54 @@ func TestChmodDuringForkCommit(t *testing.T) {
 	check("after a remount")
 	mustEqualFile(t, p, v2)
 }
+
+// TestFailedSpillOnReadKeepsCommittedVersion: reading a file that is being
+// written in order turns its stream into a spool first; when that fails (here
+// the spool directory is gone), the streamed bytes are gone with the stream.
+// The file must not stay changed with nothing staged: its next commit would
+// replace the committed version with an empty one. The writer's close reports
+// the loss, and the committed version survives.
+func TestFailedSpillOnReadKeepsCommittedVersion(t *testing.T) {
+	m := mountStore(t, filepath.Join(t.TempDir(), "store"))
+	p := m.path("f")
+	v1, v2 := randBytes(41, 3<<20), randBytes(42, 2<<20)
+	mustWrite(t, p, v1)
+	w, err := os.OpenFile(p, os.O_RDWR|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, err := w.Write(v2); err != nil {
+		t.Fatal(err)
+	}
+	spool := filepath.Join(m.store, "spool")
+	if err := os.Rename(spool, spool+".away"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.ReadAt(make([]byte, 4096), 0); err == nil {
+		t.Fatal("a read of the streamed file succeeded with no spool to move it to: the test tests nothing")
+	}
+	if err := os.Rename(spool+".away", spool); err != nil {
+		t.Fatal(err)
+	}
+	n := m.fileNodeAt("f")
+	if err := w.Close(); err == nil {
+		t.Fatal("close reported success for bytes a failed spill dropped")
+	}
+	// The RELEASE that follows the close (the writer gone, the loss told)
+	// comes on its own; the unmount's final commit would report the loss
+	// again if it came first.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		n.mu.RLock()
+		writers := n.writers
+		n.mu.RUnlock()
+		if writers == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the writer's RELEASE did not come")
+		}
+	}
+	m.remount()
+	mustEqualFile(t, p, v1)
+}

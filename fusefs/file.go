@@ -282,7 +282,13 @@ func (n *fileNode) read(ctx context.Context, f fs.FileHandle, dest []byte, off i
 		n.mu.Lock()
 		var err error
 		if st := n.staging; st != nil && st.Streaming() {
-			if err = st.Spill(ctx); !st.Holds() {
+			switch err = st.Spill(ctx); {
+			case err != nil && !st.Holds():
+				// The stream's bytes went with it: as after a failed
+				// write, the file shows its committed content and its
+				// writers are told, instead of a commit of nothing.
+				n.revert(err)
+			case !st.Holds():
 				n.staging = nil
 			}
 		}
