@@ -3,6 +3,7 @@ package fusefs
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"syscall"
 	"time"
@@ -295,12 +296,20 @@ func (n *fileNode) replaceOrigin(origin *fileNode) func() {
 }
 
 // CommitAll commits every file with uncommitted content (used at unmount, after
-// the kernel has let go of the mount).
+// the kernel has let go of the mount). A file whose staged content an
+// earlier failure dropped has nothing to commit: its committed version
+// stands, and the loss was its writers' to hear (at their next write, fsync
+// or close, or at the RELEASE that may still be on its way when the mount
+// goes). It is logged, not reported as a failure of the unmount.
 func (f *FS) CommitAll(ctx context.Context) error {
 	f.pending.Wait()
 	var first error
 	for _, n := range f.pinnedFiles() { // open files, and closed ones a commit failed for
-		if err := n.commit(ctx); err != nil && first == nil {
+		err := n.commit(ctx)
+		switch {
+		case errors.Is(err, errStagedLost):
+			f.log.Printf("%s: %v (its committed version stays)", n.nameNow(), err)
+		case err != nil && first == nil:
 			first = err
 		}
 	}

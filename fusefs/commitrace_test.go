@@ -382,6 +382,15 @@ func TestFailedSpillOnReadKeepsCommittedVersion(t *testing.T) {
 	if err := os.Rename(spool+".away", spool); err != nil {
 		t.Fatal(err)
 	}
+	// An unmount now (its final commit while the writer's RELEASE may still
+	// be on its way) finds nothing to commit: not a failure of the unmount,
+	// and the committed version stays.
+	if err := m.fsys.CommitAll(context.Background()); err != nil {
+		t.Fatalf("the final commit reported the loss the writer is told of: %v", err)
+	}
+	if got := m.committedSize(p); got != int64(len(v1)) {
+		t.Fatalf("the catalog holds %d bytes, want the committed version's %d", got, len(v1))
+	}
 	n := m.fileNodeAt("f")
 	if err := w.Close(); err == nil {
 		t.Fatal("close reported success for bytes a failed spill dropped")

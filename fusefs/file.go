@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -659,6 +660,10 @@ func (n *fileNode) releaseWriter() {
 	n.mu.Unlock()
 }
 
+// errStagedLost is what n.lost wraps: a file's staged content was dropped
+// (revert), and the file shows its committed version again.
+var errStagedLost = errors.New("the file's staged content was lost")
+
 // revert drops staged content that cannot be committed (its stream failed):
 // n shows its committed content again, as after a crash before the commit
 // (mu held). The writers that had it staged must not go on as if it were
@@ -668,7 +673,7 @@ func (n *fileNode) releaseWriter() {
 // So writes fail with that error until the file is truncated to nothing (open
 // with O_TRUNC: a new save) or every writer has closed.
 func (n *fileNode) revert(cause error) {
-	n.lost = fmt.Errorf("the file's staged content was lost (%w): write it again from the start", cause)
+	n.lost = fmt.Errorf("%w (%w): write it again from the start", errStagedLost, cause)
 	if n.staging != nil {
 		n.staging.Abort()
 		n.staging = nil
