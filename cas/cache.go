@@ -70,8 +70,12 @@ func newCache(budget int64, bufSize int) *cache {
 }
 
 // buffer returns a buffer of n bytes for a load, recycled when it can be.
+// Recycled buffers are bufSize (a whole chunk) and their pages are in
+// memory: only a load of more than half of that takes one, so that a small
+// chunk (a tensor's edge, a header) never holds a megabyte the budget would
+// count as a few kilobytes.
 func (c *cache) buffer(n int) []byte {
-	if n <= c.bufSize {
+	if n > c.bufSize/2 && n <= c.bufSize {
 		c.mu.Lock()
 		if k := len(c.free); k > 0 {
 			b := c.free[k-1]
@@ -84,6 +88,10 @@ func (c *cache) buffer(n int) []byte {
 	}
 	return make([]byte, n)
 }
+
+// held is the memory an entry's buffer holds, which the budget counts: its
+// capacity, not its length.
+func held(e *cacheEntry) int64 { return int64(cap(e.data)) }
 
 // get returns chunk id as a shared slice (never recycled).
 func (c *cache) get(ctx context.Context, id ID, fill func(ctx context.Context, buf func(int) []byte) ([]byte, error)) ([]byte, error) {
@@ -159,7 +167,7 @@ func (c *cache) fill(ctx context.Context, id ID, l *load, fill func(ctx context.
 }
 
 func (c *cache) insertLocked(e *cacheEntry) {
-	size := int64(len(e.data))
+	size := held(e)
 	if size > c.budget {
 		return // stays evicted: recycled when its holders are done
 	}
@@ -175,7 +183,7 @@ func (c *cache) evictLocked(el *list.Element) {
 	e := el.Value.(*cacheEntry)
 	c.lru.Remove(el)
 	delete(c.entries, e.id)
-	c.used -= int64(len(e.data))
+	c.used -= held(e)
 	e.evicted = true
 	c.maybeRecycleLocked(e)
 }
