@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/ckptfs/ckptfs/cas/backend"
@@ -120,4 +123,63 @@ func TestPutIfMatchAnswerLost(t *testing.T) {
 	if got, tag, err := b.GetTag(ctx, h, nil); err != nil || string(got) != "v2" || tag != tag2 {
 		t.Fatalf("stored %q %q %v, want v2 %q", got, tag, err, tag2)
 	}
+}
+
+// TestCheckConditional: the mount's probe passes on the test server,
+// refuses one that ignores the conditional headers with ErrUnsupported
+// naming the header, and leaves no object behind either way.
+func TestCheckConditional(t *testing.T) {
+	srv := s3test.Start(t)
+	proxy := s3test.NewProxy(t, srv.Endpoint)
+	ctx := context.Background()
+	tests := []struct {
+		name   string
+		fault  s3test.Fault
+		header string // "" when the probe passes
+	}{
+		{"conditional writes", s3test.Fault{}, ""},
+		{"If-None-Match ignored", s3test.Fault{IgnoreConditions: true, Match: hasHeader("If-None-Match")}, "If-None-Match"},
+		{"If-Match ignored", s3test.Fault{IgnoreConditions: true, Match: hasHeader("If-Match")}, "If-Match"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := open(t, proxy.URL, fast)
+			proxy.Set(tt.fault)
+			defer proxy.Clear()
+			before := proxy.Injected()
+			err := b.CheckConditional(ctx)
+			switch {
+			case tt.header == "" && err != nil:
+				t.Fatalf("CheckConditional: %v", err)
+			case tt.header != "" && (!errors.Is(err, s3.ErrUnsupported) || !strings.Contains(err.Error(), "ignores "+tt.header)):
+				t.Fatalf("CheckConditional with %s: %v, want ErrUnsupported naming %s", tt.name, err, tt.header)
+			case tt.header != "" && proxy.Injected() == before:
+				t.Fatal("the proxy changed no request")
+			}
+			t.Logf("%s: %v", tt.name, err)
+			n := 0
+			if err := b.List(ctx, backend.Lock, func(backend.Info) error { n++; return nil }); err != nil || n != 0 {
+				t.Fatalf("after the probe: %d objects under locks/ (%v), want 0", n, err)
+			}
+		})
+	}
+}
+
+func hasHeader(name string) func(*http.Request) bool {
+	return func(r *http.Request) bool { return r.Header.Get(name) != "" }
+}
+
+// TestUnreachableHasNoErrno: the error of a server that is down carries
+// no syscall.Errno (ECONNREFUSED) that fusefs would hand to read(2) instead
+// of EIO, and stays transient.
+func TestUnreachableHasNoErrno(t *testing.T) {
+	srv := s3test.Start(t)
+	b := open(t, srv.Endpoint, fast)
+	srv.Stop()
+	_, err := b.Get(context.Background(), chunkH("down"), nil)
+	var errno syscall.Errno
+	if err == nil || errors.As(err, &errno) || b.IsPermanent(err) {
+		t.Fatalf("Get from a stopped server: %v (errno %v, permanent %v), want a transient error without an errno", err, errno, b.IsPermanent(err))
+	}
+	t.Log(err)
 }

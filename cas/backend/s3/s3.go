@@ -700,5 +700,15 @@ func classify(err error) (error, bool) {
 		return err, true
 	}
 	// No HTTP answer: a broken connection, a refused dial, a timeout.
-	return err, false
+	return unreachable{err}, false
 }
+
+// unreachable is a request that got no answer from the server (a refused
+// dial, a reset or broken connection). It keeps the message but hides the
+// chain: the syscall.Errno inside (ECONNREFUSED, ECONNRESET, ...) is about
+// the network, and callers that hand a wrapped errno on to the kernel
+// (fusefs does, so that ENOSPC stays ENOSPC) must answer a read the bucket
+// cannot serve with EIO, not with "connection refused".
+type unreachable struct{ err error }
+
+func (u unreachable) Error() string { return u.err.Error() }
