@@ -11,6 +11,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 )
 
 // Fault is one rule of a Proxy: which requests it touches and what it does to
@@ -47,6 +50,11 @@ type Fault struct {
 	// StallResponse sends the headers and half the body, then waits this long
 	// (or until the client gives up) before sending the rest.
 	StallResponse time.Duration
+	// IgnoreConditions makes the server act as one that does not support
+	// conditional writes: the proxy drops If-None-Match and If-Match from
+	// the request and signs it again with the test credentials, so the
+	// server performs an unconditional write.
+	IgnoreConditions bool
 }
 
 // IsGet, IsPut and IsHead match requests by method, for Fault.Match.
@@ -170,6 +178,12 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 	out.Header = r.Header.Clone()
 	out.Host = r.Host
 	out.ContentLength = int64(len(body))
+	if f.IgnoreConditions && (out.Header.Get("If-None-Match") != "" || out.Header.Get("If-Match") != "") {
+		if err := resign(out); err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+	}
 	resp, err := p.tr.RoundTrip(out)
 	if err != nil {
 		// The server is down: look like it to the client.
@@ -214,6 +228,18 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(resp.StatusCode)
 		w.Write(rb)
 	}
+}
+
+// resign removes the conditional headers from r and signs it again (SigV4,
+// the test credentials), keeping the payload hash the client sent.
+func resign(r *http.Request) error {
+	r.Header.Del("If-None-Match")
+	r.Header.Del("If-Match")
+	r.Header.Del("Authorization")
+	r.Header.Del("X-Amz-Date")
+	creds := aws.Credentials{AccessKeyID: AccessKey, SecretAccessKey: SecretKey}
+	hash := r.Header.Get("X-Amz-Content-Sha256")
+	return v4.NewSigner().SignHTTP(r.Context(), creds, r, hash, "s3", Region, time.Now())
 }
 
 func errorCode(status int) string {

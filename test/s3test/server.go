@@ -33,10 +33,12 @@ const (
 // startTimeout bounds how long Start and Restart wait for the port to answer.
 const startTimeout = 20 * time.Second
 
-// Server is one versitygw process serving Dir on 127.0.0.1.
+// Server is one S3 server process (versitygw or moto, see Kind) on
+// 127.0.0.1.
 type Server struct {
 	Endpoint string // http://127.0.0.1:PORT
-	Dir      string // the gateway's root: one subdirectory per bucket
+	Dir      string // versitygw's root: one subdirectory per bucket (moto keeps objects in memory)
+	Kind     string // Versitygw or Moto
 
 	tb     testing.TB
 	bin    string
@@ -44,13 +46,45 @@ type Server struct {
 	logf   string
 	cfgDir string
 
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{} // closed when cmd has exited
+	mu    sync.Mutex
+	cmd   *exec.Cmd
+	done  chan struct{} // closed when cmd has exited
+	front *front        // moto: the port clients reach (Stop closes it, not the process)
 }
 
-// Binary returns the path of the versitygw binary test/tools.sh builds.
+// The servers Start can run, picked by $CKPTFS_S3_SERVER (KindEnv).
+const (
+	Versitygw = "versitygw" // the default
+	Moto      = "moto"
+	KindEnv   = "CKPTFS_S3_SERVER"
+)
+
+// ServerKind returns the kind of server $CKPTFS_S3_SERVER names
+// (Versitygw when it is unset).
+func ServerKind() (string, error) {
+	switch k := os.Getenv(KindEnv); k {
+	case "", Versitygw:
+		return Versitygw, nil
+	case Moto:
+		return Moto, nil
+	default:
+		return "", fmt.Errorf("s3test: %s=%q: want %s or %s", KindEnv, k, Versitygw, Moto)
+	}
+}
+
+// ChecksCredentials reports whether the server refuses requests signed
+// with the wrong secret (versitygw does; moto's server accepts any
+// signature unless IAM is set up in it).
+func (s *Server) ChecksCredentials() bool { return s.Kind != Moto }
+
+// Binary returns the path of the program of the server $CKPTFS_S3_SERVER
+// names, as test/tools.sh installs it: versitygw in $CKPTFS_TOOLS/bin,
+// moto_server in $CKPTFS_TOOLS/moto-venv/bin.
 func Binary() (string, error) {
+	kind, err := ServerKind()
+	if err != nil {
+		return "", err
+	}
 	tools := os.Getenv("CKPTFS_TOOLS")
 	if tools == "" {
 		home, err := os.UserHomeDir()
@@ -59,10 +93,13 @@ func Binary() (string, error) {
 		}
 		tools = filepath.Join(home, ".cache", "ckptfs", "tools")
 	}
-	bin := filepath.Join(tools, "bin", "versitygw")
+	bin, what := filepath.Join(tools, "bin", "versitygw"), "versitygw v1.8.0 into $CKPTFS_TOOLS/bin"
+	if kind == Moto {
+		bin, what = filepath.Join(tools, "moto-venv", "bin", "moto_server"), "moto[server] 5.2.5 into $CKPTFS_TOOLS/moto-venv"
+	}
 	if _, err := os.Stat(bin); err != nil {
 		return "", fmt.Errorf("s3test: the S3 test server is missing (%w); build it with test/tools.sh "+
-			"(it installs versitygw v1.8.0 into $CKPTFS_TOOLS/bin, default ~/.cache/ckptfs/tools/bin)", err)
+			"(it installs %s, default ~/.cache/ckptfs/tools)", err, what)
 	}
 	return bin, nil
 }
@@ -76,12 +113,14 @@ func Start(tb testing.TB) *Server {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	kind, _ := ServerKind() // Binary checked it
 	tmp := tb.TempDir()
 	s := &Server{
 		tb:     tb,
 		bin:    bin,
+		Kind:   kind,
 		Dir:    filepath.Join(tmp, "gw"),
-		logf:   filepath.Join(tmp, "versitygw.log"),
+		logf:   filepath.Join(tmp, kind+".log"),
 		cfgDir: filepath.Join(tmp, "aws"),
 	}
 	for _, d := range []string{s.Dir, s.cfgDir} {
@@ -94,7 +133,12 @@ func Start(tb testing.TB) *Server {
 			tb.Fatal(err)
 		}
 	}
-	tb.Cleanup(s.Stop)
+	tb.Cleanup(func() {
+		if s.front != nil {
+			s.front.close()
+		}
+		s.kill()
+	})
 	// The port is picked by binding :0 and closing it, so another process may
 	// take it before versitygw binds; try a few ports.
 	for attempt := 0; ; attempt++ {
@@ -103,11 +147,11 @@ func Start(tb testing.TB) *Server {
 			tb.Fatal(err)
 		}
 		s.Endpoint = "http://" + s.addr
-		if err = s.start(); err == nil {
+		if err = s.startKind(); err == nil {
 			break
 		}
 		if attempt == 2 {
-			tb.Fatalf("s3test: start versitygw: %v\n%s", err, s.log())
+			tb.Fatalf("s3test: start %s: %v\n%s", kind, err, s.log())
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -127,8 +171,32 @@ func freePort() (string, error) {
 	return addr, l.Close()
 }
 
-// start runs the process and waits until its port answers HTTP.
-func (s *Server) start() error {
+// startKind starts the server: versitygw on addr; moto on a port of its own
+// behind a front on addr.
+func (s *Server) startKind() error {
+	if s.Kind != Moto {
+		return s.start(s.Endpoint, s.bin, "--port", s.addr,
+			"--access", AccessKey, "--secret", SecretKey, "--region", Region,
+			"--quiet", "posix", s.Dir)
+	}
+	back, err := freePort()
+	if err != nil {
+		return err
+	}
+	host, port, _ := net.SplitHostPort(back)
+	if err := s.start("http://"+back, s.bin, "-H", host, "-p", port); err != nil {
+		return err
+	}
+	s.front = &front{target: back}
+	if err := s.front.open(s.addr); err != nil {
+		s.kill()
+		return err
+	}
+	return nil
+}
+
+// start runs the process with args and waits until url answers HTTP.
+func (s *Server) start(url string, args ...string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cmd != nil {
@@ -139,12 +207,8 @@ func (s *Server) start() error {
 		return err
 	}
 	defer logFile.Close()
-	fmt.Fprintf(logFile, "== %s start on %s\n", time.Now().Format(time.RFC3339Nano), s.addr)
-	cmd := exec.Command(s.bin,
-		"--port", s.addr,
-		"--access", AccessKey, "--secret", SecretKey, "--region", Region,
-		"--quiet",
-		"posix", s.Dir)
+	fmt.Fprintf(logFile, "== %s start %s\n", time.Now().Format(time.RFC3339Nano), strings.Join(args, " "))
+	cmd := exec.Command(args[0], args[1:]...)
 	// Keep the developer's or CI's own gateway settings out of the test.
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + s.cfgDir}
 	cmd.Stdout = logFile
@@ -160,7 +224,7 @@ func (s *Server) start() error {
 	deadline := time.Now().Add(startTimeout)
 	hc := &http.Client{Timeout: time.Second}
 	for {
-		resp, err := hc.Get(s.Endpoint + "/")
+		resp, err := hc.Get(url + "/")
 		if err == nil {
 			resp.Body.Close()
 			return nil
@@ -168,29 +232,66 @@ func (s *Server) start() error {
 		select {
 		case <-done:
 			s.cmd = nil
-			return fmt.Errorf("s3test: versitygw exited at start (%v)", cmd.ProcessState)
+			return fmt.Errorf("s3test: %s exited at start (%v)", s.Kind, cmd.ProcessState)
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			cmd.Process.Kill()
 			<-done
 			s.cmd = nil
-			return fmt.Errorf("s3test: versitygw did not answer on %s within %v: %v", s.addr, startTimeout, err)
+			return fmt.Errorf("s3test: %s did not answer on %s within %v: %v", s.Kind, url, startTimeout, err)
 		}
 	}
 }
 
 // Stop kills the server (SIGKILL, as a crash would) and waits for it to exit.
-// Stopping a stopped server does nothing.
+// Stopping a stopped server does nothing. Moto keeps its objects in memory
+// only, so for moto Stop closes the front instead: the port refuses new
+// connections and open ones are reset, as when a server dies, while the
+// process lives on for Restart.
 func (s *Server) Stop() {
+	if s.front != nil {
+		s.front.close()
+		return
+	}
+	s.kill()
+}
+
+// kill ends the process and waits for it.
+func (s *Server) kill() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cmd == nil {
 		return
 	}
+	s.cmd.Process.Signal(syscall.SIGCONT) // a paused one too
 	s.cmd.Process.Kill()
 	<-s.done
 	s.cmd = nil
+}
+
+// Pause stops the server process with SIGSTOP: connections are accepted by
+// the kernel (or moto's front) and nothing answers, as with a server that
+// hangs. Resume continues it; a test's end does too.
+func (s *Server) Pause() {
+	s.tb.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		s.tb.Fatal("s3test: Pause of a stopped server")
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		s.tb.Fatalf("s3test: pause %s: %v", s.Kind, err)
+	}
+}
+
+// Resume continues a paused server.
+func (s *Server) Resume() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		s.cmd.Process.Signal(syscall.SIGCONT)
+	}
 }
 
 // Restart starts a stopped server again on the same directory and port; it
@@ -200,12 +301,17 @@ func (s *Server) Restart() {
 	var err error
 	// The old socket may linger for a moment after the kill.
 	for attempt := 0; attempt < 20; attempt++ {
-		if err = s.start(); err == nil {
+		if s.front != nil {
+			err = s.front.open(s.addr)
+		} else {
+			err = s.startKind()
+		}
+		if err == nil {
 			return
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	s.tb.Fatalf("s3test: restart versitygw on %s: %v\n%s", s.addr, err, s.log())
+	s.tb.Fatalf("s3test: restart %s on %s: %v\n%s", s.Kind, s.addr, err, s.log())
 }
 
 // log returns the server's output, for failure messages.
