@@ -39,7 +39,7 @@ func runFsck(ctx context.Context, c command, args []string, stdout, stderr io.Wr
 		opts := cas.Options{KeepSpool: true}
 		var objects *tiered.Backend
 		if *remoteURL != "" {
-			if objects, err = openTiered(ctx, *remoteURL, t.storeDir, tiered.DefaultCacheSize); err != nil {
+			if objects, err = openTiered(ctx, *remoteURL, t.storeDir, tiered.DefaultCacheSize, remoteOptions{}); err != nil {
 				return err
 			}
 			opts.Objects = objects

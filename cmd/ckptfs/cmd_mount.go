@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/ckptfs/ckptfs/cas"
 	"github.com/ckptfs/ckptfs/cas/backend/tiered"
@@ -40,20 +41,22 @@ type mountConfig struct {
 	storeDir, mnt string
 	flagArgs      []string // the flags as given, for a daemon started in the background
 
-	cacheSize   int64 // 0: the default share of the memory budget
-	readAhead   int
-	debug       bool
-	commitMode  string // sync, async or remote
-	remoteURL   string
-	readOnly    bool
-	localCache  int64
-	encoders    int
-	keyframe    int
-	allowOther  bool
-	metricsAddr string
-	background  bool
-	logFile     string
-	nonEmpty    bool
+	cacheSize  int64 // 0: the default share of the memory budget
+	readAhead  int
+	debug      bool
+	commitMode string // sync, async or remote
+	remoteURL  string
+	// remoteTimeout bounds one request to the bucket (0: the default).
+	remoteTimeout time.Duration
+	readOnly      bool
+	localCache    int64
+	encoders      int
+	keyframe      int
+	allowOther    bool
+	metricsAddr   string
+	background    bool
+	logFile       string
+	nonEmpty      bool
 }
 
 // parseMount parses and checks mount's flags and arguments; a bad one is a
@@ -67,6 +70,7 @@ func parseMount(c command, args []string, stderr io.Writer) (*mountConfig, error
 	commitMode := fl.String("commit", "sync", "sync: close returns once the file is committed; async: once its bytes are staged (fsync waits for the commit); remote: once it is also uploaded to --remote")
 	remoteURL := fl.String("remote", "", "s3://BUCKET/PREFIX: upload committed files there in the background, fetch missing chunks from there (endpoint and credentials: AWS_* variables)")
 	readOnly := fl.Bool("read-only", false, "with --remote: mount read-only, showing the files the remote's writer uploaded (refreshed every few seconds)")
+	remoteTimeout := fl.Duration("remote-timeout", 0, "with --remote: how long one request to the bucket may take before it is retried (3 tries); a read the bucket cannot serve in time fails with EIO (default 10s, or $CKPTFS_REMOTE_TIMEOUT)")
 	localCache := byteSize(tiered.DefaultCacheSize)
 	fl.Var(&localCache, "local-cache-size", "with --remote: local space for chunks fetched from the remote (e.g. 10GiB)")
 	encoders := inlineEncodersFlag(fl)
@@ -101,6 +105,10 @@ func parseMount(c command, args []string, stderr io.Writer) (*mountConfig, error
 		fmt.Fprintf(stderr, "ckptfs mount: --read-only needs --remote\n")
 		return nil, errUsage
 	}
+	if flagSet(fl, "remote-timeout") && (*remoteURL == "" || *remoteTimeout <= 0) {
+		fmt.Fprintf(stderr, "ckptfs mount: --remote-timeout needs --remote and a positive duration such as 30s\n")
+		return nil, errUsage
+	}
 	if *readOnly && !flagSet(fl, "readahead-kb") {
 		// On a reading mount every chunk the kernel's readahead touches
 		// beyond what a reader wants is a GET from the bucket, not a local
@@ -119,7 +127,7 @@ func parseMount(c command, args []string, stderr io.Writer) (*mountConfig, error
 	return &mountConfig{
 		storeDir: pos[0], mnt: pos[1], flagArgs: flagArgs,
 		cacheSize: int64(cacheSize), readAhead: *readAhead, debug: *debug, commitMode: *commitMode,
-		remoteURL: *remoteURL, readOnly: *readOnly, localCache: int64(localCache), encoders: *encoders,
+		remoteURL: *remoteURL, remoteTimeout: *remoteTimeout, readOnly: *readOnly, localCache: int64(localCache), encoders: *encoders,
 		keyframe: *keyframe, allowOther: *allowOther, metricsAddr: *metricsAddr, background: *background,
 		logFile: *logFile, nonEmpty: *nonEmpty,
 	}, nil
@@ -252,7 +260,8 @@ func openMountStore(ctx context.Context, cfg *mountConfig, opts cas.Options) (*c
 	var objects *tiered.Backend
 	if cfg.remoteURL != "" {
 		var err error
-		if objects, err = openTiered(ctx, cfg.remoteURL, cfg.storeDir, cfg.localCache); err != nil {
+		ro := remoteOptions{timeout: cfg.remoteTimeout, write: !cfg.readOnly}
+		if objects, err = openTiered(ctx, cfg.remoteURL, cfg.storeDir, cfg.localCache, ro); err != nil {
 			return nil, nil, err
 		}
 		opts.Objects = objects

@@ -74,23 +74,48 @@ func applyPublished(ctx context.Context, tier *remote.Tier, url string, logger *
 	return name, nil
 }
 
-// openRemote connects to s3://BUCKET/PREFIX with the AWS_* configuration.
-func openRemote(ctx context.Context, url string) (backend.Backend, error) {
-	timeout, err := envDuration(timeoutEnv)
-	if err != nil {
-		return nil, err
+// remoteOptions say how a command talks to its bucket.
+type remoteOptions struct {
+	// timeout bounds one request (s3.Options.RequestTimeout); 0: $CKPTFS_REMOTE_TIMEOUT,
+	// else s3.DefaultRequestTimeout.
+	timeout time.Duration
+	// write: the command writes to the bucket, so the server must honour
+	// the conditional writes the protocol rests on (s3.CheckConditional).
+	write bool
+}
+
+// openRemote connects to s3://BUCKET/PREFIX with the AWS_* configuration,
+// and for a writer checks once, on a scratch object, that the server
+// supports conditional writes: one that ignores them would let two writers
+// take the prefix at once, so the mount is refused with one line instead.
+func openRemote(ctx context.Context, url string, ro remoteOptions) (backend.Backend, error) {
+	timeout := ro.timeout
+	if timeout == 0 {
+		var err error
+		if timeout, err = envDuration(timeoutEnv); err != nil {
+			return nil, err
+		}
 	}
 	be, err := s3.Open(ctx, url, s3.Options{RequestTimeout: timeout})
 	if err != nil {
 		return nil, fmt.Errorf("remote: %w", err) // the error names the bucket and prefix
+	}
+	if ro.write {
+		if err := be.CheckConditional(ctx); err != nil {
+			be.Close()
+			if errors.Is(err, s3.ErrUnsupported) {
+				return nil, fmt.Errorf("remote: %w; a writing mount needs If-None-Match and If-Match on PUT (AWS S3, versitygw, MinIO and moto have them; see cas/backend/s3)", err)
+			}
+			return nil, fmt.Errorf("remote: %w", err)
+		}
 	}
 	return be, nil
 }
 
 // openTiered opens the bucket at url behind the local objects of the store
 // in storeDir, keeping up to cacheSize bytes of fetched objects.
-func openTiered(ctx context.Context, url, storeDir string, cacheSize int64) (*tiered.Backend, error) {
-	be, err := openRemote(ctx, url)
+func openTiered(ctx context.Context, url, storeDir string, cacheSize int64, ro remoteOptions) (*tiered.Backend, error) {
+	be, err := openRemote(ctx, url, ro)
 	if err != nil {
 		return nil, err
 	}
