@@ -42,6 +42,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"mount", "--commit", "later", "a", "b"}, "--commit must be sync, async or remote"},
 		{[]string{"mount", "--readahead-kb", "999999999", "a", "b"}, "--readahead-kb must be 0 (the kernel's default) to 65536 (64.0 MiB), not 999999999"},
 		{[]string{"mount", "--readahead-kb=-1", "a", "b"}, "--readahead-kb must be 0"},
+		{[]string{"mount", "--remote-timeout", "5s", "a", "b"}, "--remote-timeout needs --remote and a positive duration"},
+		{[]string{"mount", "--remote", "s3://b/p", "--remote-timeout", "0s", "a", "b"}, "--remote-timeout needs --remote and a positive duration"},
+		{[]string{"mount", "--remote", "s3://b/p", "--remote-timeout", "soon", "a", "b"}, `invalid value "soon" for --remote-timeout`},
 		{[]string{"best", "x"}, "--metric is required"},
 		{[]string{"nosuch"}, `unknown command "nosuch"`},
 	} {

@@ -104,7 +104,7 @@ func openRemote(ctx context.Context, url string, ro remoteOptions) (backend.Back
 		if err := be.CheckConditional(ctx); err != nil {
 			be.Close()
 			if errors.Is(err, s3.ErrUnsupported) {
-				return nil, fmt.Errorf("remote: %w; a writing mount needs If-None-Match and If-Match on PUT (AWS S3, versitygw, MinIO and moto have them; see cas/backend/s3)", err)
+				return nil, fmt.Errorf("remote: %w; a writing mount needs If-None-Match: * and If-Match (AWS S3, versitygw and moto have them; see cas/backend/s3)", err)
 			}
 			return nil, fmt.Errorf("remote: %w", err)
 		}

@@ -1,13 +1,23 @@
-// Package s3test runs a real S3-compatible server for tests: versitygw (the
-// Versity S3 Gateway, Apache-2.0) serving a temporary directory, bound to
-// 127.0.0.1 on a free port, with its own credentials and one bucket. It also
-// has a fault-injecting reverse proxy to put between a client and that
-// server.
+// Package s3test runs a real S3-compatible server for tests, bound to
+// 127.0.0.1 on a free port, with its own credentials and one bucket:
+// versitygw (the Versity S3 Gateway, Apache-2.0) serving a temporary
+// directory, or, with CKPTFS_S3_SERVER=moto, moto's server (Apache-2.0, in
+// memory). It also has a fault-injecting reverse proxy to put between a
+// client and that server.
 //
 // The versitygw binary is built once by test/tools.sh into
-// $CKPTFS_TOOLS/bin (default $HOME/.cache/ckptfs/tools/bin); CI runs that
-// script, so a missing binary fails the test with a message saying how to
-// build it. It is never skipped.
+// $CKPTFS_TOOLS/bin (default $HOME/.cache/ckptfs/tools/bin), and moto is
+// installed into $CKPTFS_TOOLS/moto-venv; CI runs that script, so a missing
+// server fails the test with a message saying how to get it. It is never
+// skipped. What each server supports is in cas/backend/s3's package doc;
+// Server.ChecksCredentials tells a test whether a wrong secret is refused.
+//
+// moto keeps its objects in process memory, so a Server of kind Moto puts a
+// TCP front on the endpoint's port: Stop closes the front (dials are
+// refused, open connections reset, as when a server dies) and Restart opens
+// it again, while the process and its objects live on. Pause and Resume
+// (SIGSTOP, SIGCONT) stop either server's process: it accepts connections
+// and answers nothing.
 //
 // # Server
 //
@@ -31,7 +41,8 @@
 //
 // NewProxy puts a reverse proxy on 127.0.0.1 in front of a server. Its rules
 // answer chosen requests with an HTTP error, delay them, truncate or corrupt
-// the bodies of responses (or of uploads, on their way to the server), or hang
-// up. Tests use it to show that clients fail within a bounded time and never
+// the bodies of responses (or of uploads, on their way to the server), hang
+// up, or strip the conditional headers and sign the request again
+// (IgnoreConditions: a server without conditional writes). Tests use it to show that clients fail within a bounded time and never
 // report damaged data as success.
 package s3test

@@ -1,5 +1,5 @@
 // Package s3 is a backend.Backend in an S3-compatible bucket (AWS S3,
-// versitygw, MinIO, Ceph RGW, s3proxy, ...), for ckptfs's remote tier.
+// versitygw, moto, s3proxy, Ceph RGW, ...), for ckptfs's remote tier.
 //
 // # Configuration
 //
@@ -73,6 +73,40 @@
 //   - LastModified is the server's clock (1 s granularity on versitygw), so
 //     KeepsModTime is false.
 //
+// # Servers
+//
+// A writing mount calls CheckConditional once (cmd/ckptfs): on a scratch
+// object PREFIX/locks/probe.<random> it checks put-if-absent (If-None-Match:
+// *), replace with If-Match, and delete with If-Match, then removes the
+// object; a server that ignores one of them is refused with ErrUnsupported
+// and a line naming the header. Reading mounts write nothing and are not
+// probed. What the servers do (CI runs the first two, make test-s3-moto):
+//
+//   - versitygw v1.8.0 (posix backend; test/s3test's default): every
+//     conditional, a 16-way put-if-absent race with one winner, Content-MD5
+//     checked (400 BadDigest), signatures checked, objects in files (damage at
+//     rest can be tested), restarts keep them. The whole suite runs on it.
+//   - moto 5.2.5 (moto_server, CKPTFS_S3_SERVER=moto): every conditional
+//     with the right answers, one request at a time (the conformance, fault
+//     and mount suites pass), but NOT atomically: put_object checks the
+//     precondition and then writes, with no lock between (moto/s3/
+//     responses.py), on a threaded server, so of racing conditional PUTs
+//     two can win (seen once in about ten runs of TestCompareAndSwapRace's
+//     five rounds of ten takers). Fine to try ckptfs with one writer; no
+//     proof of the exclusion races, which are left out for it. It does NOT
+//     check Content-MD5 (a body damaged on the way is stored, and
+//     caught at read by the MD5 metadata and BLAKE3: TestFaults'
+//     "put corrupted" cases are left out for it), checks no signature (any
+//     secret is accepted, so the bad-credential tests are left out), and
+//     keeps objects in memory only (test/s3test simulates a crash by closing
+//     its port, not by killing it).
+//   - AWS S3: every conditional (If-None-Match since Aug 2024, If-Match on
+//     PUT and DELETE since late 2024/2025); not run here.
+//   - MinIO (per ../shared/notes/remote-and-delta.md, not run here): put-if-
+//     absent and If-Match on PUT, but it ignores If-Match on DeleteObject,
+//     so CheckConditional refuses it for writing (the writer lease's release
+//     deletes with If-Match); s3proxy 4.1.0 passed every conditional there.
+//
 // # Bounded time
 //
 // The SDK's own retryer is off; this package retries (Options.Attempts,
@@ -85,7 +119,10 @@
 // the backoffs (about 35 s for a 1 MiB chunk with the defaults), and every
 // call returns promptly with ctx.Err() once the caller's context is done.
 // Attempt timeouts are reported as transient errors (IsPermanent false), not
-// as context.DeadlineExceeded. Callers that retry on their own (the
+// as context.DeadlineExceeded. A request that got no answer at all (a
+// refused dial, a reset) is reported without the syscall.Errno inside it,
+// so a reading mount answers read(2) with EIO, never ECONNREFUSED (fusefs
+// passes wrapped errnos on). Callers that retry on their own (the
 // write-back uploader) may set Attempts to 1.
 //
 // # Why aws-sdk-go-v2 and not minio-go

@@ -30,12 +30,15 @@ const probePrefix = "probe."
 //     and leaves the first bytes in place;
 //  3. a replace with If-Match naming a version the object does not have is
 //     refused and changes nothing;
-//  4. a replace with If-Match naming the version read succeeds.
+//  4. a replace with If-Match naming the version read succeeds;
+//  5. a delete with If-Match naming a version the object does not have is
+//     refused and leaves the object (the writer lease's release relies on
+//     it: cas/remote's Session.Close).
 //
 // A server that ignores the headers answers 200 to 2 or 3 (an unconditional
 // write): CheckConditional then fails with ErrUnsupported and a message
 // naming the header. Any other failure (the server is down, the credentials
-// may not write) is returned as it is. It costs six requests, once per
+// may not write) is returned as it is. It costs eight requests, once per
 // writing mount.
 func (b *Backend) CheckConditional(ctx context.Context) error {
 	var nonce [8]byte
@@ -87,6 +90,15 @@ func (b *Backend) checkConditional(ctx context.Context, h backend.Handle, body f
 			return fmt.Errorf("%w: a replace with If-Match naming the current version was refused", ErrUnsupported)
 		}
 		return fmt.Errorf("replace with If-Match: %w", err)
+	}
+	err = b.DeleteIfMatch(ctx, h, tag) // tag is stale now
+	if err != nil && !errors.Is(err, ErrModified) {
+		return fmt.Errorf("delete with a stale If-Match: %w", err)
+	}
+	if _, serr := b.Stat(ctx, h); errors.Is(serr, backend.ErrNotExist) {
+		return fmt.Errorf("%w: it ignores If-Match on DELETE (a delete naming another version removed the object)", ErrUnsupported)
+	} else if serr != nil {
+		return serr
 	}
 	return nil
 }
