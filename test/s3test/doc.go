@@ -9,8 +9,9 @@
 // $CKPTFS_TOOLS/bin (default $HOME/.cache/ckptfs/tools/bin), and moto is
 // installed into $CKPTFS_TOOLS/moto-venv; CI runs that script, so a missing
 // server fails the test with a message saying how to get it. It is never
-// skipped. What each server supports is in cas/backend/s3's package doc;
-// Server.ChecksCredentials tells a test whether a wrong secret is refused.
+// skipped. What each server supports is in cas/backend/s3's package doc
+// (moto, for one, accepts any secret: tests of bad credentials are for
+// versitygw).
 //
 // moto keeps its objects in process memory, so a Server of kind Moto puts a
 // TCP front on the endpoint's port: Stop closes the front (dials are

@@ -72,11 +72,6 @@ func ServerKind() (string, error) {
 	}
 }
 
-// ChecksCredentials reports whether the server refuses requests signed
-// with the wrong secret (versitygw does; moto's server accepts any
-// signature unless IAM is set up in it).
-func (s *Server) ChecksCredentials() bool { return s.Kind != Moto }
-
 // Binary returns the path of the program of the server $CKPTFS_S3_SERVER
 // names, as test/tools.sh installs it: versitygw in $CKPTFS_TOOLS/bin,
 // moto_server in $CKPTFS_TOOLS/moto-venv/bin.
