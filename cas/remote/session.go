@@ -215,6 +215,11 @@ func (s *Session) renew(ctx context.Context) error {
 	if fenced != nil {
 		return fenced
 	}
+	if s.Err() != nil {
+		// Lapsed (a pause, a bucket out of reach): another writer may have
+		// taken the session for dead, so it never renews, it ends.
+		return s.usable(ctx)
+	}
 	rec := s.rec
 	rec.Beat = time.Now().UTC()
 	body, _ := json.Marshal(rec) // strings, ints and times: cannot fail
