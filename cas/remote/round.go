@@ -37,12 +37,11 @@ func (r *Tier) UploadRound(ctx context.Context, force bool) error {
 	if r.store.ReadOnly() {
 		return errors.New("store is open read-only")
 	}
-	sess, err := r.writer(ctx)
-	if err != nil {
-		return err
-	}
 	r.upMu.Lock()
-	err = r.round(ctx, sess, force)
+	sess, err := r.writer(ctx) // under upMu: one rejoin, not one per round waiting
+	if err == nil {
+		err = r.round(ctx, sess, force)
+	}
 	r.upMu.Unlock()
 	if !force {
 		return err
@@ -53,6 +52,8 @@ func (r *Tier) UploadRound(ctx context.Context, force bool) error {
 	r.mu.Unlock()
 	if err == nil && note != nil {
 		err = fmt.Errorf("%w; rejoined as session %s, which published this mount's files", note, sess.ID())
+	} else if note != nil {
+		err = errors.Join(note, err)
 	}
 	return err
 }
@@ -551,4 +552,16 @@ func (r *Tier) waitCollection(ctx context.Context, opts SessionOptions) error {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// Close ends the tier's writer session, whichever it is now (a rejoin
+// replaces the one Join returned). Call it once no round runs.
+func (r *Tier) Close(ctx context.Context) error {
+	r.mu.Lock()
+	sess := r.sess
+	r.mu.Unlock()
+	if sess == nil {
+		return nil
+	}
+	return sess.Close(ctx)
 }

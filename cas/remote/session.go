@@ -230,6 +230,15 @@ func (s *Session) renew(ctx context.Context) error {
 	var err error
 	if s.cond != nil {
 		newTag, err = s.cond.PutIfMatch(rctx, leaseHandle(s.rec.Session), body, tag)
+		if isModified(err) {
+			// Only this session writes its lease (a fencer deletes it): a
+			// changed tag is a renewal whose answer was lost. Take its tag.
+			if _, cur, gerr := s.cond.GetTag(rctx, leaseHandle(s.rec.Session), nil); gerr == nil {
+				newTag, err = s.cond.PutIfMatch(rctx, leaseHandle(s.rec.Session), body, cur)
+			} else if errors.Is(gerr, backend.ErrNotExist) {
+				err = gerr
+			}
+		}
 	} else {
 		newTag = string(body)
 		var cur []byte

@@ -292,7 +292,7 @@ func joinRemote(ctx context.Context, store *cas.Store, tier *remote.Tier, logger
 	}
 	logger.Printf("writer session %s on %s", sess.ID(), tier.Location())
 	return func() {
-		if err := sess.Close(context.Background()); err != nil {
+		if err := tier.Close(context.Background()); err != nil { // the session now: a rejoin replaces sess
 			logger.Printf("%v", err)
 		}
 	}, nil
