@@ -55,22 +55,26 @@ func published(n cas.Node) cas.Node {
 
 // walkNamespace calls fn for every directory, regular file and symlink
 // below the root, parents before children.
+//
+// An entry's ctime is the later of its record's and its directory's: a
+// rename changes the directory's ctime, not the record's, and the stamp
+// of the renamed path must be when it got its name.
 func walkNamespace(tx *cas.Tx, fn func(p string, e nsEntry) error) error {
-	var walk func(dir uint64, prefix string) error
-	walk = func(dir uint64, prefix string) error {
+	var walk func(dir uint64, prefix string, dirCtime int64) error
+	walk = func(dir uint64, prefix string, dirCtime int64) error {
 		return tx.Children(dir, func(name string, ino uint64) error {
 			n, ok, err := tx.Node(ino)
 			if err != nil || !ok {
 				return err
 			}
 			p := path.Join(prefix, name)
-			e := nsEntry{Node: published(n), ctime: n.Ctime}
+			e := nsEntry{Node: published(n), ctime: max(n.Ctime, dirCtime)}
 			switch {
 			case n.IsDir():
 				if err := fn(p, e); err != nil {
 					return err
 				}
-				return walk(ino, p)
+				return walk(ino, p, n.Ctime)
 			case n.IsRegular():
 				m, ok, err := tx.Manifest(ino)
 				if err != nil || !ok {
@@ -83,7 +87,11 @@ func walkNamespace(tx *cas.Tx, fn func(p string, e nsEntry) error) error {
 			return fn(p, e)
 		})
 	}
-	return walk(cas.RootIno, "")
+	root, _, err := tx.Node(cas.RootIno)
+	if err != nil {
+		return err
+	}
+	return walk(cas.RootIno, "", root.Ctime)
 }
 
 // Change is one path a refresh changes in a local namespace: from Have

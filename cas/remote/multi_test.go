@@ -101,9 +101,11 @@ func TestWritersShare(t *testing.T) {
 	}
 	check("disjoint files", map[string]int64{"a.bin": 1000, "b.bin": 2000, "c.bin": 3000})
 
-	// One path, two writers: the later commit wins whole.
-	commitAt(t, stores[0], "x", pseudoRandom(4000, 70), 100e9)
-	commitAt(t, stores[1], "x", pseudoRandom(5000, 71), 200e9)
+	// One path, two writers: the later commit wins whole. (Commit times in
+	// the future: later than every directory's ctime.)
+	base := time.Now().UnixNano() + int64(time.Hour)
+	commitAt(t, stores[0], "x", pseudoRandom(4000, 70), base+100e9)
+	commitAt(t, stores[1], "x", pseudoRandom(5000, 71), base+200e9)
 	if err := tiers[0].UploadRound(ctx, true); err != nil {
 		t.Fatal(err)
 	}
@@ -113,8 +115,8 @@ func TestWritersShare(t *testing.T) {
 	check("one path from two writers", map[string]int64{"a.bin": 1000, "b.bin": 2000, "c.bin": 3000, "x": 5000})
 
 	// Concurrent: c commits y before it saw a's later y.
-	commitAt(t, stores[0], "y", pseudoRandom(6000, 72), 300e9)
-	commitAt(t, stores[2], "y", pseudoRandom(7000, 73), 250e9)
+	commitAt(t, stores[0], "y", pseudoRandom(6000, 72), base+300e9)
+	commitAt(t, stores[2], "y", pseudoRandom(7000, 73), base+250e9)
 	if err := tiers[0].UploadRound(ctx, true); err != nil {
 		t.Fatal(err)
 	}
@@ -218,5 +220,54 @@ func TestFencedSessionRejoins(t *testing.T) {
 	}
 	if _, err := rb.Collect(ctx, time.Now(), nil, true); err != nil {
 		t.Fatalf("a collection with every other session closed: %v", err)
+	}
+}
+
+// TestCheckpointCompacts: once a round reads more than compactEvery
+// sessions' states, it writes a checkpoint and deletes the entries it
+// folds but each session's last; a fresh reader still sees every file, and
+// later publications on top of the checkpoint.
+func TestCheckpointCompacts(t *testing.T) {
+	ctx := context.Background()
+	remote := mem.New(backend.Properties{DurableOnPut: true})
+	var first *Tier
+	var firstStore *cas.Store
+	n := compactEvery + 2
+	for i := range n {
+		s, r := testStore(t, remote)
+		join(t, s, r)
+		for j := range 2 { // two entries per session
+			commitNamed(t, s, string(rune('a'+i))+string(rune('0'+j)), pseudoRandom(1000+i, byte(80+i+j)))
+			if err := r.UploadRound(ctx, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if i == 0 {
+			first, firstStore = r, s
+		}
+	}
+	if err := first.UploadRound(ctx, true); err != nil { // reads n states: compacts
+		t.Fatal(err)
+	}
+	if _, err := remote.Stat(ctx, backend.Handle{Kind: backend.Lock, Name: checkpointName}); err != nil {
+		t.Fatalf("no checkpoint after a round that read %d states: %v", n, err)
+	}
+	logs := 0
+	remote.List(ctx, backend.Lock, func(in backend.Info) error {
+		if _, _, ok := parseLogName(in.Handle.Name); ok {
+			logs++
+		}
+		return nil
+	})
+	if logs >= 2*n {
+		t.Errorf("%d log entries of %d left for %d sessions after compaction", logs, 2*n, n)
+	}
+	commitNamed(t, firstStore, "z", pseudoRandom(500, 99))
+	if err := first.UploadRound(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	got := readPublished(t, remote)
+	if len(got) != 2*n+1 {
+		t.Errorf("a fresh reader after compaction sees %d paths, want %d", len(got), 2*n+1)
 	}
 }
