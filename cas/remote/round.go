@@ -166,6 +166,9 @@ func (r *Tier) round(ctx context.Context, sess *Session, force bool) error {
 	if err := sess.usable(ctx); err != nil {
 		return r.fencedErr(sess, err)
 	}
+	if err := r.notePending(); err != nil {
+		return err
+	}
 	w, err := r.readWorld(ctx)
 	if err != nil {
 		return err
@@ -223,6 +226,31 @@ func (r *Tier) round(ctx context.Context, sess *Session, force bool) error {
 		return fmt.Errorf("%s: %w: %s", r.be.Location(), ErrSuperseded, strings.Join(lost, ", "))
 	}
 	return nil
+}
+
+// notePending counts, as the tier's pending bytes, the chunks of the
+// catalog's files not recorded as uploaded, when commits wait for upload:
+// what the round has to put at most, known before the bucket answers.
+func (r *Tier) notePending() error {
+	return r.store.View(func(tx *cas.Tx) error {
+		up := tx.Uploads()
+		if gen, done := up.Gens(); gen <= done {
+			return nil
+		}
+		seen := map[cas.ID]bool{}
+		var pending int64
+		err := tx.ForEachManifest(func(_ uint64, m *cas.Manifest) error {
+			for _, c := range m.Chunks {
+				if !seen[c.ID] && !up.Has(c.ID) {
+					seen[c.ID] = true
+					pending += int64(c.Len)
+				}
+			}
+			return nil
+		})
+		r.tier.SetPending(pending)
+		return err
+	})
 }
 
 // fencedErr notes that a round reported the session fenced: the next
@@ -402,6 +430,11 @@ func (r *Tier) applyState(ctx context.Context, local map[string]nsEntry, st stat
 // unchanged for a whole lease by its own clock (doc.go, step 5).
 func (r *Tier) fenceSilent(ctx context.Context, w *world, sess *Session) {
 	now := time.Now()
+	for id := range r.silent {
+		if w.sessions[id] == nil {
+			delete(r.silent, id)
+		}
+	}
 	for id, si := range w.sessions {
 		if id == sess.ID() || !si.live() {
 			delete(r.silent, id)

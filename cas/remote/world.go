@@ -147,18 +147,30 @@ func (r *Tier) readWorld(ctx context.Context) (*world, error) {
 			return nil, err
 		}
 	}
-	r.cacheMu.Lock()
+	r.prune(w)
+	return w, nil
+}
+
+// prune keeps in the caches only the snapshots w used and the entries the
+// listing showed.
+func (r *Tier) prune(w *world) {
 	used := map[string]bool{}
 	for _, n := range w.snapshots {
 		used[n] = true
 	}
+	r.cacheMu.Lock()
+	defer r.cacheMu.Unlock()
 	for n := range r.snaps {
 		if !used[n] {
 			delete(r.snaps, n)
 		}
 	}
-	r.cacheMu.Unlock()
-	return w, nil
+	for n, e := range r.entries {
+		si := w.sessions[e.Session]
+		if si == nil || len(si.seqs) == 0 || e.Seq < si.seqs[0] {
+			delete(r.entries, n)
+		}
+	}
 }
 
 func (r *Tier) readCheckpoint(ctx context.Context, w *world) error {

@@ -17,11 +17,12 @@ import (
 	"github.com/ckptfs/ckptfs/cas/remote"
 )
 
-// The remote tier in the daemon (cas/remote.go has the design): a writing
-// mount holds the remote's writer lock and runs an uploader that starts an
-// upload round after commits (and retries failed ones with a growing pause);
-// a reading mount (--read-only) imports the remote's newest snapshot at
-// start and every refreshInterval.
+// The remote tier in the daemon (cas/remote/doc.go has the design): a
+// writing mount has a writer session (one of any number on the prefix) and
+// runs an uploader that runs a round after commits and every refresh
+// interval (publish this mount's changes, apply the other writers'), and
+// retries failed ones with a growing pause; a reading mount (--read-only)
+// applies what is published at start and every refresh interval.
 
 const (
 	// refreshInterval is how often a mount runs a round (a writer: publish
