@@ -160,7 +160,7 @@ func TestFencedSessionRejoins(t *testing.T) {
 	remote := mem.New(backend.Properties{DurableOnPut: true})
 	a, ra := testStore(t, remote)
 	b, rb := testStore(t, remote)
-	lease := SessionOptions{Lease: 300 * time.Millisecond, Logf: t.Logf}
+	lease := SessionOptions{Lease: time.Second, Logf: t.Logf}
 	sa, err := joinOpts(a, ra, lease)
 	if err != nil {
 		t.Fatal(err)
@@ -183,7 +183,7 @@ func TestFencedSessionRejoins(t *testing.T) {
 	if _, err := rb.Collect(ctx, time.Now(), nil, true); !errors.Is(err, ErrBusy) {
 		t.Fatalf("a collection while a's session may publish: %v, want ErrBusy", err)
 	}
-	time.Sleep(400 * time.Millisecond)
+	time.Sleep(1200 * time.Millisecond)
 	if err := rb.UploadRound(ctx, true); err != nil { // finds a silent for a lease: fences it
 		t.Fatal(err)
 	}

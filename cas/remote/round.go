@@ -215,6 +215,7 @@ func (r *Tier) round(ctx context.Context, sess *Session, force bool) error {
 	if err != nil {
 		return err
 	}
+	r.tier.SetPending(0) // published, or the same as what is published
 	if err := r.compact(ctx, w); err != nil {
 		sess.opts.Logf("compact the logs of %s: %v", r.be.Location(), err)
 	}
