@@ -171,3 +171,32 @@ func TestRemoteMultiWriter(t *testing.T) {
 }
 
 func name(i int) string { return []string{"w1.bin", "w2.bin", "w3.bin"}[i] }
+
+// TestRemoteRefreshOpenFile: a reading mount with a file open keeps
+// reading the version it opened while a writer replaces it; the new
+// version takes the path once the file is closed.
+func TestRemoteRefreshOpenFile(t *testing.T) {
+	e := newFaultEnv(t, "open")
+	t.Setenv(refreshEnv, "300ms")
+	_, mW := e.writer("W")
+	_, mR := e.reader("R")
+	v1, v2 := randBytes(230, 1<<20), randBytes(231, 3<<20)
+	put(t, filepath.Join(mW, "f.bin"), v1)
+	e.sync(mW)
+	waitContent(t, filepath.Join(mR, "f.bin"), v1)
+	fd, err := os.Open(filepath.Join(mR, "f.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	put(t, filepath.Join(mW, "f.bin"), v2)
+	e.sync(mW)
+	time.Sleep(1500 * time.Millisecond) // several refreshes
+	got := make([]byte, len(v1)+1)
+	n, err := fd.ReadAt(got, 0)
+	if n != len(v1) || !bytes.Equal(got[:n], v1) {
+		t.Fatalf("the open file read %d bytes (%v), not the version it opened", n, err)
+	}
+	fd.Close()
+	d := waitContent(t, filepath.Join(mR, "f.bin"), v2, v1)
+	t.Logf("the new version took the path %v after the close", d.Round(time.Millisecond))
+}
