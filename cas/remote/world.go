@@ -31,6 +31,8 @@ type sessionInfo struct {
 	lease    bool      // locks/session.<id> is there
 	leaseMod time.Time // and was last written then (the bucket's clock)
 	last     *logEntry // its last entry (nil: none)
+	// stateless: none of its entries is a state (it never published).
+	stateless bool
 }
 
 // live reports whether the session may still publish: its log does not
@@ -93,6 +95,19 @@ func readSnapshotObject(ctx context.Context, be backend.Backend, name string) (*
 // one listing of locks/, the checkpoint, and one snapshot per session that
 // published since the checkpoint (O(files) when compacted).
 func (r *Tier) readWorld(ctx context.Context) (*world, error) {
+	for try := 0; ; try++ {
+		w, err := r.readWorldOnce(ctx)
+		if errors.Is(err, errCompacted) && try < 3 {
+			continue // a checkpoint folded what was listed: read it
+		}
+		return w, err
+	}
+}
+
+// errCompacted: an entry listed was deleted by a compaction meanwhile.
+var errCompacted = errors.New("the logs were compacted while being read")
+
+func (r *Tier) readWorldOnce(ctx context.Context) (*world, error) {
 	w := &world{state: state{}, sessions: map[string]*sessionInfo{}, folded: map[string]uint64{}}
 	legacy, hasCkpt := false, false
 	si := func(id string) *sessionInfo {
@@ -222,7 +237,7 @@ func (r *Tier) readSession(ctx context.Context, w *world, s *sessionInfo) error 
 		seq := s.seqs[i]
 		e, err := r.readEntry(ctx, s.id, seq)
 		if errors.Is(err, backend.ErrNotExist) {
-			continue // compacted meanwhile
+			return errCompacted
 		}
 		if err != nil {
 			return err
@@ -238,6 +253,7 @@ func (r *Tier) readSession(ctx context.Context, w *world, s *sessionInfo) error 
 			return r.mergeSnapshot(ctx, w, e.Snapshot)
 		}
 	}
+	s.stateless = true
 	return nil
 }
 
@@ -268,7 +284,13 @@ func (r *Tier) compact(ctx context.Context, w *world) error {
 	if err := r.be.Put(ctx, backend.Handle{Kind: backend.Manifest, Name: name}, body, backend.PutOptions{IfAbsent: true}); err != nil && !errors.Is(err, backend.ErrExists) {
 		return fmt.Errorf("put the checkpoint's snapshot: %w", err)
 	}
-	ck, err := json.Marshal(checkpoint{Snapshot: name, Folded: w.folded, Time: time.Now().UTC()})
+	folded := map[string]uint64{}
+	for id, seq := range w.folded {
+		if w.sessions[id] != nil { // a session with nothing listed ended, its entries deleted
+			folded[id] = seq
+		}
+	}
+	ck, err := json.Marshal(checkpoint{Snapshot: name, Folded: folded, Time: time.Now().UTC()})
 	if err != nil {
 		return err
 	}
@@ -288,8 +310,19 @@ func (r *Tier) compact(ctx context.Context, w *world) error {
 		}
 		return fmt.Errorf("put the checkpoint of %s: %w", r.be.Location(), err)
 	}
-	for id, upto := range w.folded {
-		for _, seq := range w.sessions[id].seqsBefore(upto) {
+	for id, si := range w.sessions {
+		upto, ok := folded[id]
+		if !ok && !si.stateless {
+			continue
+		}
+		seqs := si.seqsBefore(upto)
+		if si.last != nil && si.last.Kind == kindClose && !si.lease {
+			// Closed by itself, its state folded: it appends nothing
+			// more, so its whole log goes (a fenced session keeps its
+			// fence: it may still try the seq after its last).
+			seqs = si.seqs
+		}
+		for _, seq := range seqs {
 			if err := r.be.Delete(ctx, logHandle(id, seq)); err != nil && !errors.Is(err, backend.ErrNotExist) {
 				return fmt.Errorf("delete compacted log entry: %w", err)
 			}
