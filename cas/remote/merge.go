@@ -249,7 +249,13 @@ func putPath(tx *cas.Tx, c change, ino uint64, inPlace bool) (bool, error) {
 	}
 	w := c.Want
 	n := w.Node
+	// The record's ctime is its version's stamp: a store that applied it
+	// and changed nothing, remounted after another writer changed the
+	// path again, stamps it no later than that version (step 4).
 	now := time.Now().UnixNano()
+	if w.ctime > 0 {
+		now = w.ctime
+	}
 	switch {
 	case inPlace:
 		if !exists || !same(cur, true, *c.Have, true) {

@@ -271,3 +271,51 @@ func TestCheckpointCompacts(t *testing.T) {
 		t.Errorf("a fresh reader after compaction sees %d paths, want %d", len(got), 2*n+1)
 	}
 }
+
+// TestRemountKeepsAppliedVersions: a store that applied another writer's
+// version and changed nothing takes, after a remount, a third writer's
+// later version of the path: what it applied is no change of its own,
+// even with later activity in the directory.
+func TestRemountKeepsAppliedVersions(t *testing.T) {
+	ctx := context.Background()
+	remote := mem.New(backend.Properties{DurableOnPut: true})
+	a, ra := testStore(t, remote)
+	b, rb := testStore(t, remote)
+	c, rc := testStore(t, remote)
+	join(t, a, ra)
+	commitNamed(t, a, "x", pseudoRandom(1000, 90))
+	if err := ra.UploadRound(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	sb := join(t, b, rb) // applies a's x
+	if got := sizes(t, b)["x"]; got != 1000 {
+		t.Fatalf("b has x of %d bytes, want a's 1000", got)
+	}
+	if err := sb.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	join(t, c, rc)
+	commitNamed(t, c, "x", pseudoRandom(2000, 91))
+	if err := rc.UploadRound(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	// Activity in b's root after the apply: its ctime moves on.
+	if err := b.Update(func(tx *cas.Tx) error {
+		n, _, err := tx.Node(cas.RootIno)
+		if err != nil {
+			return err
+		}
+		n.Ctime = time.Now().Add(time.Hour).UnixNano()
+		return tx.PutNode(n)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	b2 := New(b, rb.tier)
+	join(t, b, b2)
+	if got := sizes(t, b)["x"]; got != 2000 {
+		t.Errorf("b remounted has x of %d bytes, want c's later 2000", got)
+	}
+	if got := readPublished(t, remote)["x"].m.Size(); got != 2000 {
+		t.Errorf("published x has %d bytes, want c's 2000", got)
+	}
+}

@@ -203,8 +203,17 @@ func (r *Tier) round(ctx context.Context, sess *Session, force bool) error {
 		return r.fencedErr(sess, err)
 	}
 	r.mine, r.adopt = next, false
-	if _, err := r.applyState(ctx, local, next); err != nil {
+	applied, err := r.applyState(ctx, local, next)
+	if err != nil {
 		return fmt.Errorf("apply the files published in %s: %w", r.be.Location(), err)
+	}
+	if name == "" && applied > 0 {
+		// The store now agrees with next, which no entry names: keep it
+		// as the base (a snapshot object, no entry), so that a remount
+		// does not take what it applied for changes of its own.
+		if name, err = r.putSnapshot(ctx, next, me, gen); err != nil {
+			return err
+		}
 	}
 	err = r.store.Update(func(tx *cas.Tx) error {
 		if err := tx.Uploads().SetUploaded(gen); err != nil || name == "" {
@@ -349,7 +358,19 @@ func (r *Tier) publishOwn(ctx context.Context, sess *Session, own, next state, g
 	if err := r.uploadChunks(ctx, need); err != nil {
 		return "", err
 	}
-	body, err := json.Marshal(next.snapshot(sess.ID(), gen))
+	name, err := r.putSnapshot(ctx, next, sess.ID(), gen)
+	if err != nil {
+		return "", err
+	}
+	if err := sess.appendEntry(ctx, logEntry{Kind: kindState, Snapshot: name, Gen: gen}); err != nil {
+		return "", fmt.Errorf("publish snapshot: %w", err)
+	}
+	return name, nil
+}
+
+// putSnapshot puts st as a snapshot object; its name.
+func (r *Tier) putSnapshot(ctx context.Context, st state, session string, gen uint64) (string, error) {
+	body, err := json.Marshal(st.snapshot(session, gen))
 	if err != nil {
 		return "", err
 	}
@@ -357,9 +378,6 @@ func (r *Tier) publishOwn(ctx context.Context, sess *Session, own, next state, g
 	err = r.be.Put(ctx, backend.Handle{Kind: backend.Manifest, Name: name}, body, backend.PutOptions{IfAbsent: true})
 	if err != nil && !errors.Is(err, backend.ErrExists) {
 		return "", fmt.Errorf("upload snapshot: %w", err)
-	}
-	if err := sess.appendEntry(ctx, logEntry{Kind: kindState, Snapshot: name, Gen: gen}); err != nil {
-		return "", fmt.Errorf("publish snapshot: %w", err)
 	}
 	return name, nil
 }

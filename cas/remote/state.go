@@ -132,7 +132,9 @@ func (st state) visible() map[string]nsEntry {
 			continue
 		}
 		if _, ok := out[p]; !ok {
-			out[p] = st[p].nsEntry
+			e := st[p].nsEntry
+			e.ctime = st[p].Stamp.Wall // applied here, the record keeps its version's time
+			out[p] = e
 		}
 	}
 	return out
