@@ -109,8 +109,12 @@
 //     next's namespace to the store (through fusefs.ApplyRemote when
 //     served: each path changes only if its record is still the one walked
 //     and no open or staged file is at or below it; the kernel is told to
-//     forget the entries). mine = next. A round with no own change checks
-//     instead that the session's next seq holds no fence. Invariant: every
+//     forget the entries; an applied record's ctime is its version's stamp).
+//     mine = next, and the store's base is next's snapshot (one that
+//     applied changes and published nothing puts next as a snapshot object,
+//     no entry), so a remount never takes what the store applied for a
+//     change of its own. A round with no own change checks instead that
+//     the session's next seq holds no fence. Invariant: every
 //     chunk a snapshot names is in the bucket before the snapshot, and the
 //     snapshot before the entry naming it, so a reader that finds an entry
 //     can read every byte it names; a round that returns nil (or
