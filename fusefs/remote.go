@@ -2,159 +2,181 @@ package fusefs
 
 import (
 	"context"
-	"fmt"
+	"sort"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 
 	"github.com/ckptfs/ckptfs/cas"
 )
 
-// ImportFile is a committed file published by another mount (the remote
-// tier's snapshot): its path below the root, its attributes and its content.
-type ImportFile struct {
-	Path     string // slash-separated, relative to the root
-	Node     cas.Node
-	Manifest *cas.Manifest
+// ApplyRemote applies a remote tier's refresh (cas/remote's Applier) to
+// the live namespace. With nsMu held it calls change, which changes the
+// catalog path by path; busy tells change which paths to leave alone: a
+// file open, staged or not committed yet at the path or below it (its
+// commit is a newer version of this mount's own, published by the next
+// round). Then the tree drops its nodes of the paths change reports
+// changed, and the kernel is told to forget their entries (its entry and
+// attribute timeouts are long), so the next lookup reads the catalog. An
+// open file that a refresh replaced or removed keeps reading the version it
+// opened, as after a local rename over it.
+func (f *FS) ApplyRemote(ctx context.Context, paths []string, change func(busy func(path string) bool) ([]string, error)) error {
+	var notes []func()
+	defer func() {
+		for _, n := range notes { // no lock of ours held: the kernel may call back
+			n()
+		}
+	}()
+	f.nsMu.Lock()
+	defer f.nsMu.Unlock()
+	busy, err := f.busyPaths(paths)
+	if err != nil {
+		return err
+	}
+	changed, err := change(func(p string) bool { return busy[p] })
+	sort.Slice(changed, func(i, j int) bool { // children first
+		return strings.Count(changed[i], "/") > strings.Count(changed[j], "/")
+	})
+	for _, p := range changed {
+		notes = append(notes, f.forgetPath(p))
+	}
+	return err
 }
 
-// ImportFiles adds files to the namespace (catalog and live tree), creating
-// their directories as needed, and returns how many it added. A path that
-// already names something is left alone: a reading mount sees a file as it
-// was first imported until it is mounted again (renames, deletions and new
-// versions are not applied to a live mount yet). A path that is not a clean
-// relative path, or that enters .ckptfs, is skipped and reported in the
-// error after the others are imported.
-func (f *FS) ImportFiles(ctx context.Context, files []ImportFile) (int, error) {
-	added := 0
-	var bad []string
-	var notify []func()
-	f.nsMu.Lock()
-	for _, file := range files {
-		parts, ok := splitImportPath(file.Path)
+// busyPaths returns the paths that name, or are directories above, a file
+// whose state is more than its catalog record (nsMu held).
+func (f *FS) busyPaths(paths []string) (map[string]bool, error) {
+	pinned := map[uint64]bool{}
+	for _, n := range f.pinnedFiles() {
+		n.attrMu.Lock()
+		pinned[n.attr.Ino] = true
+		n.attrMu.Unlock()
+	}
+	busy := map[string]bool{}
+	err := f.store.View(func(tx *cas.Tx) error {
+		for _, p := range paths {
+			if ino, ok := lookupPath(tx, p); ok && pinned[ino] {
+				busy[p] = true
+				continue
+			}
+			if n := f.treeNode(p); n != nil && treeBusy(n, pinned) {
+				busy[p] = true
+			}
+		}
+		return nil
+	})
+	return busy, err
+}
+
+// lookupPath returns the catalog's inode at p.
+func lookupPath(tx *cas.Tx, p string) (uint64, bool) {
+	ino := uint64(cas.RootIno)
+	for _, name := range strings.Split(p, "/") {
+		next, ok := tx.Lookup(ino, name)
 		if !ok {
-			bad = append(bad, file.Path)
+			return 0, false
+		}
+		ino = next
+	}
+	return ino, true
+}
+
+// treeNode returns the tree's inode at p, or nil.
+func (f *FS) treeNode(p string) *fs.Inode {
+	node := f.root.EmbeddedInode()
+	for _, name := range strings.Split(p, "/") {
+		if node = node.GetChild(name); node == nil {
+			return nil
+		}
+	}
+	return node
+}
+
+// treeBusy reports whether n or a node below it in the tree is a file
+// with state beyond the catalog (nsMu held).
+func treeBusy(n *fs.Inode, pinned map[uint64]bool) bool {
+	switch op := n.Operations().(type) {
+	case *fileNode:
+		if !op.persisted {
+			return true
+		}
+		op.attrMu.Lock()
+		ino := op.attr.Ino
+		op.attrMu.Unlock()
+		return pinned[ino]
+	case *dirNode:
+		for _, ch := range n.Children() {
+			if treeBusy(ch, pinned) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// forgetPath makes the tree drop its node at p, which a refresh changed in
+// the catalog, and returns what tells the kernel (nsMu held; call it
+// without). A directory that stays one keeps its node, with the catalog's
+// new attributes.
+func (f *FS) forgetPath(p string) func() {
+	parts := strings.Split(p, "/")
+	parent := f.root.EmbeddedInode()
+	for i, name := range parts {
+		if _, ok := parent.Operations().(*dirNode); !ok {
+			return func() {}
+		}
+		child := parent.GetChild(name)
+		if child == nil {
+			if i == len(parts)-1 && f.isDir(p) {
+				parent.Operations().(*dirNode).addSubdirs(+1)
+			}
+			return f.notifyEntry(parent, name, p)
+		}
+		if i < len(parts)-1 {
+			parent = child
 			continue
 		}
-		done, err := f.importOne(ctx, parts, file)
-		if err != nil {
-			f.nsMu.Unlock()
-			return added, fmt.Errorf("import %s: %w", file.Path, err)
-		}
-		if done {
-			added++
-			notify = append(notify, f.forgetLoaded(parts))
-		}
-	}
-	f.nsMu.Unlock()
-	for _, n := range notify { // no lock of ours held: the kernel may call back
-		n()
-	}
-	if len(bad) > 0 {
-		return added, fmt.Errorf("skipped %d files with unusable paths: %q", len(bad), bad)
-	}
-	return added, nil
-}
-
-func splitImportPath(p string) ([]string, bool) {
-	parts := strings.Split(p, "/")
-	for _, s := range parts {
-		if s == "" || s == "." || s == ".." || len(s) > maxNameLen || strings.ContainsRune(s, 0) {
-			return nil, false
-		}
-	}
-	return parts, len(parts) > 0 && parts[0] != ctlName
-}
-
-// importOne adds one file unless its path exists (nsMu held).
-func (f *FS) importOne(ctx context.Context, parts []string, file ImportFile) (bool, error) {
-	// Which components exist, and where the new ones start.
-	dir := cas.RootIno
-	have := 0
-	var exists bool
-	err := f.store.View(func(tx *cas.Tx) error {
-		for i, name := range parts {
-			ino, ok := tx.Lookup(dir, name)
-			if !ok {
-				return nil
-			}
-			if i == len(parts)-1 {
-				exists = true
-				return nil
-			}
-			n, ok, err := tx.Node(ino)
-			if err != nil {
-				return err
-			}
-			if !ok || !n.IsDir() {
-				exists = true // a file where a directory should be: leave it
-				return nil
-			}
-			dir, have = ino, i+1
-		}
-		return nil
-	})
-	if err != nil || exists {
-		return false, err
-	}
-	// Numbers first: AllocIno may run a transaction of its own.
-	inos := make([]uint64, len(parts)-have)
-	for i := range inos {
-		if inos[i], err = f.store.AllocIno(); err != nil {
-			return false, err
-		}
-	}
-	now := time.Now().UnixNano()
-	err = f.store.Update(func(tx *cas.Tx) error {
-		parent := dir
-		for i, name := range parts[have:] {
-			ino := inos[i]
-			rec := cas.Node{Ino: ino, Mode: syscall.S_IFDIR | 0o755, Atime: now, Mtime: now, Ctime: now}
-			if i == len(inos)-1 {
-				rec = file.Node
-				rec.Ino = ino
-				rec.Mode = syscall.S_IFREG | file.Node.Mode&0o7777
-				rec.Size = file.Manifest.Size()
-				rec.Target = ""
-				if err := tx.PutManifest(ino, file.Manifest); err != nil {
-					return err
+		pd := parent.Operations().(*dirNode)
+		if d, ok := child.Operations().(*dirNode); ok {
+			var rec cas.Node
+			var found bool
+			_ = f.store.View(func(tx *cas.Tx) error {
+				if ino, ok := lookupPath(tx, p); ok && ino == d.attr.Ino {
+					rec, found, _ = tx.Node(ino)
 				}
+				return nil
+			})
+			if found && rec.IsDir() {
+				f.setView(func() { d.attr = rec })
+				return func() { child.NotifyContent(0, 0) }
 			}
-			if err := tx.PutNode(rec); err != nil {
-				return err
-			}
-			if err := tx.Link(parent, name, ino); err != nil {
-				return err
-			}
-			parent = ino
+			pd.addSubdirs(-1)
 		}
-		return nil
-	})
-	return err == nil, err
-}
-
-// forgetLoaded returns a function that makes the kernel drop a cached
-// negative entry for the first name along parts that the tree does not have
-// (nsMu held; call the function without it). Lookups of names the tree does
-// not have read the catalog, which has the new entries.
-func (f *FS) forgetLoaded(parts []string) func() {
-	var node *fs.Inode = f.root.EmbeddedInode()
-	for i, name := range parts {
-		if _, ok := node.Operations().(*dirNode); !ok {
-			break
-		}
-		child := node.GetChild(name)
-		if child == nil {
-			parent := node
-			return func() {
-				if errno := parent.NotifyEntry(name); errno != 0 && errno != syscall.ENOENT {
-					f.log.Printf("invalidate entry %q: %v", strings.Join(parts[:i+1], "/"), errno)
-				}
-			}
-		}
-		node = child
+		detach(child.Operations())
+		parent.RmChild(name)
+		return f.notifyEntry(parent, name, p)
 	}
 	return func() {}
+}
+
+// isDir reports whether the catalog has a directory at p.
+func (f *FS) isDir(p string) bool {
+	dir := false
+	_ = f.store.View(func(tx *cas.Tx) error {
+		if ino, ok := lookupPath(tx, p); ok {
+			n, ok, _ := tx.Node(ino)
+			dir = ok && n.IsDir()
+		}
+		return nil
+	})
+	return dir
+}
+
+func (f *FS) notifyEntry(parent *fs.Inode, name, p string) func() {
+	return func() {
+		if errno := parent.NotifyEntry(name); errno != 0 && errno != syscall.ENOENT {
+			f.log.Printf("invalidate entry %q: %v", p, errno)
+		}
+	}
 }

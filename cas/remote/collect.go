@@ -2,8 +2,11 @@ package remote
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/ckptfs/ckptfs/cas"
@@ -18,17 +21,19 @@ type CollectResult struct {
 	FreedBytes int64 `json:"remote_freed_bytes"` // their bytes
 }
 
-// Collect deletes from the remote every chunk object that no file
-// names, neither in the newest published snapshot nor in this store's
-// catalog (files committed and not uploaded yet) nor in live (files open or
-// staged), and that was last modified before before (the grace period:
-// reading mounts may still be on an older snapshot). It holds the upload
-// lock throughout, so no upload round runs meanwhile; a chunk's
-// remote_chunks row is removed before its object, so a later round uploads
-// it again if a commit comes to need it. Only a writer session may collect,
-// and only while its lease is valid: it checks before each delete, and each
-// delete's request carries the lease's deadline (doc.go says why that is
-// safe with one writer at a time). With dryRun it deletes nothing.
+// Collect deletes from the remote every chunk object that nothing names
+// and that was last modified before before (the grace period: reading
+// mounts may still be on an older state), doc.go step 6: it takes the
+// collection's lock (locks/gc, create-only: a session joining meanwhile
+// waits for it), fences sessions silent for a lease, and refuses (ErrBusy)
+// while another writer session may still publish, since that session may
+// name any chunk the bucket holds in its next entry. The mark is every
+// version in the checkpoint and in every session's newest state, this
+// store's catalog (files committed and not published yet) and live (files
+// open or staged). A chunk's remote_chunks row is removed before its
+// object, so a later round uploads it again if a commit comes to need it.
+// Only a writer session may collect, and each delete carries the
+// collection lock's deadline. With dryRun it deletes nothing.
 func (r *Tier) Collect(ctx context.Context, before time.Time, live []*cas.Manifest, dryRun bool) (CollectResult, error) {
 	var res CollectResult
 	s := r.store
@@ -39,12 +44,32 @@ func (r *Tier) Collect(ctx context.Context, before time.Time, live []*cas.Manife
 	if err != nil {
 		return res, err
 	}
-	if err := sess.confirm(ctx); err != nil {
-		return res, fmt.Errorf("collect the remote: %w", err)
-	}
 	r.upMu.Lock()
 	defer r.upMu.Unlock()
-
+	if err := sess.usable(ctx); err != nil {
+		return res, fmt.Errorf("collect the remote: %w", r.fencedErr(sess, err))
+	}
+	deadline, release, err := r.lockCollection(ctx, sess)
+	if err != nil {
+		return res, err
+	}
+	defer release()
+	w, err := r.readWorld(ctx)
+	if err != nil {
+		return res, fmt.Errorf("read the published files: %w", err) // never sweep on a partial mark
+	}
+	r.fenceSilent(ctx, w, sess)
+	var others []string
+	for id, si := range w.sessions {
+		if id != sess.ID() && si.live() {
+			others = append(others, id)
+		}
+	}
+	if len(others) > 0 {
+		sort.Strings(others)
+		return res, fmt.Errorf("collect the remote %s: %w: session(s) %s may still publish; run gc when this mount is the only writer (a session silent for a whole lease is fenced, and no longer counts)",
+			r.be.Location(), ErrBusy, strings.Join(others, ", "))
+	}
 	marked := map[cas.ID]struct{}{}
 	mark := func(m *cas.Manifest) {
 		if m == nil {
@@ -54,17 +79,17 @@ func (r *Tier) Collect(ctx context.Context, before time.Time, live []*cas.Manife
 			marked[c.ID] = struct{}{}
 		}
 	}
-	snap, _, err := r.Snapshot(ctx, "")
-	if err == nil {
-		err = sess.confirm(ctx) // the snapshot read is the newest: nobody appended since
-	}
-	if err != nil {
-		return res, fmt.Errorf("read the published files: %w", err) // never sweep on a partial mark
-	}
-	if snap != nil {
-		for _, f := range snap.Files {
-			mark(f.Manifest)
+	for _, name := range w.snapshots {
+		st, err := r.snapshotState(ctx, name)
+		if err != nil {
+			return res, fmt.Errorf("read the published files: %w", err)
 		}
+		for _, e := range st {
+			mark(e.m)
+		}
+	}
+	for _, e := range r.mine {
+		mark(e.m)
 	}
 	if err := s.View(func(tx *cas.Tx) error {
 		return tx.ForEachManifest(func(_ uint64, m *cas.Manifest) error { mark(m); return nil })
@@ -74,12 +99,50 @@ func (r *Tier) Collect(ctx context.Context, before time.Time, live []*cas.Manife
 	for _, m := range live {
 		mark(m)
 	}
+	return r.sweep(ctx, sess, marked, before, deadline, dryRun)
+}
+
+// lockCollection puts locks/gc, create-only; a lock left by a collector
+// that died is taken over once it is older than ten leases by the
+// bucket's clock. It returns the deadline of the collection's deletes.
+func (r *Tier) lockCollection(ctx context.Context, sess *Session) (time.Time, func(), error) {
+	h := backend.Handle{Kind: backend.Lock, Name: collectionName}
+	body, _ := json.Marshal(sess.rec) // strings, ints and times: cannot fail
+	for try := 0; ; try++ {
+		start := time.Now()
+		err := r.be.Put(ctx, h, body, backend.PutOptions{IfAbsent: true})
+		if err == nil {
+			release := func() {
+				if err := r.be.Delete(context.WithoutCancel(ctx), h); err != nil && !errors.Is(err, backend.ErrNotExist) {
+					sess.opts.Logf("release the collection lock of %s: %v", r.be.Location(), err)
+				}
+			}
+			return start.Add(sess.opts.Lease - sess.opts.Lease/4), release, nil
+		}
+		if !errors.Is(err, backend.ErrExists) {
+			return time.Time{}, nil, fmt.Errorf("lock the collection of %s: %w", r.be.Location(), err)
+		}
+		info, serr := r.be.Stat(ctx, h)
+		if serr == nil && time.Since(info.ModTime) > 10*sess.opts.Lease && try == 0 {
+			if err := r.be.Delete(ctx, h); err != nil && !errors.Is(err, backend.ErrNotExist) {
+				return time.Time{}, nil, err
+			}
+			continue
+		}
+		return time.Time{}, nil, fmt.Errorf("collect the remote %s: %w: another collection runs (locks/gc)", r.be.Location(), ErrBusy)
+	}
+}
+
+// sweep deletes the chunk objects outside marked and older than before.
+func (r *Tier) sweep(ctx context.Context, sess *Session, marked map[cas.ID]struct{}, before, deadline time.Time, dryRun bool) (CollectResult, error) {
+	var res CollectResult
+	s := r.store
 	type doomed struct {
 		id   cas.ID
 		size int64
 	}
 	var victims []doomed
-	err = r.be.List(ctx, backend.Chunk, func(in backend.Info) error {
+	err := r.be.List(ctx, backend.Chunk, func(in backend.Info) error {
 		if in.Handle.Kind != backend.Chunk {
 			return nil
 		}
@@ -121,7 +184,10 @@ func (r *Tier) Collect(ctx context.Context, before time.Time, live []*cas.Manife
 		if err := sess.Err(); err != nil {
 			return res, fmt.Errorf("collect the remote: %w", err)
 		}
-		dctx, cancel := context.WithDeadline(ctx, sess.deadline())
+		if time.Now().After(deadline) {
+			return res, fmt.Errorf("collect the remote %s: the collection's lease ran out after %d deletes: run gc again", r.be.Location(), res.Freed)
+		}
+		dctx, cancel := context.WithDeadline(ctx, deadline)
 		err := r.be.Delete(dctx, chunkHandle(v.id))
 		cancel()
 		if err != nil {

@@ -1,21 +1,22 @@
 // Package remote is the write side of a store's remote tier: a second
 // backend, a bucket, which a store's committed files are written back to
-// in the background and which a store on another machine reads lazily. Its
-// read side is not here: the store's objects are a cas/backend/tiered
-// backend with the same bucket behind them, and cas fetches through it.
-// This package works over cas's exported API only (Store.View/Update and
-// the catalog's Tx, Store.StandaloneObject, Store.DecodeObject,
-// Store.ReadOnly), never its internals.
+// in the background and which stores on other machines read lazily. Any
+// number of writer mounts (different stores, different hosts) and readers
+// share one prefix. Its read side is not here: the store's objects are a
+// cas/backend/tiered backend with the same bucket behind them, and cas
+// fetches through it. This package works over cas's exported API only.
 //
 // # What it does
 //
-//   - Join: starts a writer session (lease, join entry, merge, re-check of
-//     what the bucket holds); Session.Close ends it.
-//   - Tier.UploadRound: publishes everything committed (and, forced, every
-//     namespace change) to the bucket. Run by the daemon after commits and
-//     every few seconds, and by ckptfs sync; Tier.Progress counts it.
-//   - Tier.Snapshot (ReadSnapshot), Tier.ApplyPublished: the newest
-//     published namespace, which a reading mount imports or applies.
+//   - Join: starts a writer session (its lease, the store's upload
+//     records checked against the bucket, a first round before the
+//     namespace is served); Tier.Close ends whichever session is current.
+//   - Tier.UploadRound: a writer's round: read what every session
+//     published, publish this store's changes, apply the others'. The
+//     daemon runs one after commits and every refresh interval; ckptfs sync
+//     runs one (forced).
+//   - Tier.ApplyPublished, Tier.Refresh: a reader's round (no writes to the
+//     bucket).
 //   - Tier.Collect: the bucket's garbage collection, by a writer's gc.
 //   - Tier.VerifyObject: fsck of a chunk in the bucket.
 //
@@ -24,100 +25,148 @@
 // In a bucket prefix (names from cas/backend: chunks/…, manifests/…,
 // locks/…):
 //
-//	chunks/<id>       one standalone chunk object, as cas encodes it; put-if-absent
-//	manifests/<h>     a Snapshot (JSON: every directory, regular file with its
-//	                  manifest, and symlink), named by the BLAKE3 of its bytes
-//	locks/log.<seq>   the log: create-only entries (If-None-Match: *), seq 1, 2, …;
-//	                  each names the session that wrote it and the snapshot that
-//	                  is the namespace as of it ("join" entries repeat the last)
-//	locks/head        a hint for readers: the seq of an entry that exists
-//	locks/writer      the lease: session nonce, store ID, store directory
-//	                  (host, device, inode), host, pid, lease length
+//	chunks/<id>               one standalone chunk object; put-if-absent (dedup across writers)
+//	manifests/<h>             a state (Snapshot, JSON): every path a session knows of, each with
+//	                          its version's stamp and origin session, removed paths as tombstones;
+//	                          named by the BLAKE3 of its bytes
+//	locks/session.<s>         session s's lease: host, pid, store, lease length; rewritten
+//	                          (If-Match) every lease/6; deleted by s at close or by a fencer
+//	locks/log.<s>.<seq>       session s's log, create-only (If-None-Match: *), seq 1, 2, …:
+//	                          "state" (names a snapshot), "fence" (written by another session,
+//	                          or by s itself on a lapsed lease: s publishes nothing more), "close"
+//	locks/checkpoint          the logs compacted: a snapshot of their merged state and, per
+//	                          session, the last entry it folds; replaced with If-Match only
+//	locks/gc                  a collection runs (create-only)
 //
-// # The protocol: one writer session at a time per prefix
+// The first format (one writer: locks/writer, locks/head, locks/log.<seq>)
+// is read as one more state, stamped zero, until a checkpoint replaces it.
 //
-// The model is Delta Lake's and Iceberg's commit by a conditional put of
-// the next log entry, with SlateDB's fencing of an older writer by a newer
-// one's claim: the log is the only state whose order matters, and a put
-// that names the next seq can succeed for one session only.
+// # Which version wins
 //
-//  1. Lease. A mount's writer session has a random nonce (a copied store is
-//     a new session). It puts locks/writer if absent. A held lease is taken
-//     over only (a) when it names this store ID and this store directory on
-//     this host (its daemon died: we hold the store's flock, so no live
-//     process has it), or (b) when its bucket ModTime is older than the
-//     holder's lease and its tag then stays unchanged for a whole further
-//     lease by our own monotonic clock; the takeover is a conditional
-//     replace (If-Match on the tag read). Invariant: of two sessions racing
-//     for a lease, at most one replaces it. The holder rewrites it every
-//     lease/6 with If-Match; a refused rewrite fences the session.
-//  2. Validity. A session may publish or collect only until a quarter lease
-//     before (start of its last successful lease write + lease): whoever
-//     takes over waits a whole lease after reading that write, which it read
-//     after the write started. Invariant (given clock rates that differ by
-//     less than a quarter and requests that land within their deadlines):
-//     a session's deletes all land before another session's join.
-//  3. Join. Read the tail (from the head hint, read forward until an entry
-//     is absent); put a "join" entry at tail+1, create-only. Invariant:
-//     after the join entry exists, no session before it can append (its next
-//     seq is taken), so nothing it publishes can hide what this session
-//     publishes. Then merge the tail's snapshot into the store (three-way,
-//     against the snapshot the store last agreed with: the bucket's change
-//     wins where the store did not change a path, the store's otherwise;
-//     both changed: the store's, logged; a store last mounted read-only has
-//     no changes of its own and takes the bucket's namespace whole), and
-//     keep the store's records of uploaded chunks only for chunks a listing of the bucket shows, adding
-//     records for those it shows: the first round re-uploads exactly what
-//     the bucket lacks. All of this happens before the namespace is served.
-//  4. Round. Walk the namespace in one read transaction into a snapshot;
-//     put every chunk it names that is not recorded as uploaded (put-if-
-//     absent; a chunk never fetched here is looked up in the bucket); put
-//     the snapshot; append a "commit" entry naming it at the session's
-//     last seq + 1, create-only. An entry there from another session fences
-//     this one for good ("remount to rejoin"), and the round fails naming
-//     that session. Then rewrite the head hint, and record the generation
-//     as uploaded and the snapshot as the store's base. Invariant: every
+// Every path of a state carries a Stamp (hybrid logical clock: wall-clock
+// nanoseconds and a counter) and the session that made the version. Merging
+// states keeps, per path, the version with the later stamp, equal stamps
+// ordered by session ID: a commutative, associative, idempotent merge, so
+// every reader of the same entries sees the same namespace, whatever the
+// order it read them in, and a version is always whole (a path's version is
+// one manifest, never a mix). A change's stamp is its commit time (the
+// local record's ctime; now for a removal), but always after the stamp of
+// the version the store had when it made the change: a change made after
+// seeing a version beats it, whatever the clocks; of two concurrent changes
+// the later commit wins (clocks of hosts skewed by d give the faster one d
+// of advantage). A removal is a tombstone with a stamp, so an unlink or a
+// rename (a tombstone and a new path) applies everywhere; a live path
+// whose directory was removed concurrently brings the directory back (a
+// committed file is never hidden by an rmdir); a path below something that
+// is not a directory is hidden. Tombstones are kept (the checkpoint too).
+//
+// The loser of a concurrent change: its round published, then found a
+// later version won one of its paths. The round finishes (the mount now
+// shows the winner) and returns ErrSuperseded naming the paths and the
+// winning session, so its ckptfs sync fails: the loser's version is never
+// reported as the current one. A later sync returns 0.
+//
+// # The protocol
+//
+// The model is Delta Lake's and Iceberg's commit by a create-only put of
+// the next log entry, one log per writer session (as Delta Lake's
+// per-writer commit files do before a checkpoint), with SlateDB's fencing
+// of a writer by an entry that takes its next seq.
+//
+//  1. Lease. A session has a random ID (a copied store, a second process,
+//     a remount: each a new session). It puts locks/session.<id>
+//     (create-only) and rewrites it every lease/6 with If-Match; only it
+//     writes that object, so a changed tag is its own renewal whose answer
+//     was lost. It may publish only until a quarter lease before (start of
+//     its last successful renewal + lease). Invariant: a session that finds
+//     its validity lapsed (a pause, a bucket out of reach) fences its own
+//     log before anything else, and never renews again.
+//  2. Join. Wait while locks/gc exists (until it is gone, or unchanged for
+//     a lease by this host's clock: a collector bounds its deletes by its
+//     lease). Then keep the store's records of uploaded chunks only for
+//     chunks a listing of the bucket shows, adding records for those it
+//     shows. Invariant: the session's first round re-uploads exactly what
+//     the bucket lacks, including anything a collection deleted while the
+//     store was away.
+//  3. Read. List locks/; read the checkpoint and its snapshot; for every
+//     session, its newest entries (cached: entries and snapshots never
+//     change) back to its newest "state" entry after what the checkpoint
+//     folds, and that snapshot. Merge them. Invariant: every state any
+//     session published and that was not superseded by its own later state
+//     is in the merge, so nothing published is hidden; the cost is one
+//     listing, the checkpoint, and one snapshot per session that published
+//     since (O(files) after a compaction, never O(history)).
+//  4. Round (writer). Walk the namespace in one read transaction. A path
+//     is this store's own change when its local version differs from the
+//     state the store last agreed with (mine), from the merged state, and
+//     from the local version a round could not replace (a file open here).
+//     next = merge(read, mine, own changes). If there are own changes: put
+//     every chunk of their files not recorded as uploaded (put-if-absent),
+//     then next as a snapshot, then a "state" entry naming it at the
+//     session's next seq, create-only. An entry found there is this
+//     session's own (a lost answer: step over it) or a fence (the session
+//     is fenced for good; the round fails naming who and why). Then apply
+//     next's namespace to the store (through fusefs.ApplyRemote when
+//     served: each path changes only if its record is still the one walked
+//     and no open or staged file is at or below it; the kernel is told to
+//     forget the entries; an applied record's ctime is its version's stamp).
+//     mine = next, and the store's base is next's snapshot (one that
+//     applied changes and published nothing puts next as a snapshot object,
+//     no entry), so a remount never takes what the store applied for a
+//     change of its own. A round with no own change checks instead that
+//     the session's next seq holds no fence. Invariant: every
 //     chunk a snapshot names is in the bucket before the snapshot, and the
 //     snapshot before the entry naming it, so a reader that finds an entry
-//     can read every byte it names. A forced round (sync) whose namespace
-//     equals the last published one reads the entry after the session's
-//     last: absent means a fresh reader sees this namespace.
-//  5. Readers take no lease. They read the tail's snapshot: O(files), never
-//     O(history), since every entry names a whole snapshot (the log is its
-//     own checkpoint; the head hint bounds the read-forward to entries
-//     written since the hint). At mount the store's namespace becomes the
-//     snapshot (new, overwritten, removed, renamed paths); while mounted,
-//     new regular files are imported every few seconds.
-//  6. Collection, by a valid session only: confirm that the log has no
-//     entry after the session's, mark every chunk named by the tail's
-//     snapshot, the store's catalog and the open files, and delete chunk
-//     objects outside the mark and older than the grace period, checking the
-//     session before each delete and giving each delete the session's
-//     deadline. Safe with one writer at a time: the only state that names
-//     chunks is the tail's snapshot and the writer's own catalog (a former
-//     session's catalog is re-checked against a listing at its join, after
-//     every delete of ours has landed by step 2); readers on an older
-//     snapshot are protected by the grace period only.
+//     can read every byte it names; a round that returns nil (or
+//     ErrSuperseded) leaves an entry from which a fresh reader sees this
+//     store's namespace (but for paths others changed later).
+//  5. Fence. A writer's round (and gc) remembers each other live session's
+//     lease ModTime and when, by its own monotonic clock, it first saw it;
+//     unchanged for the session's whole lease, it puts a "fence" entry at
+//     that session's last seq + 1 (create-only; an entry appended there
+//     meanwhile moves the fence on) and deletes its lease. Invariant: a
+//     fenced session can never append again (its next seq is taken), with
+//     no assumption about clocks or pauses; whatever it published before
+//     the fence stays published. The fenced mount's next round fails once
+//     with ErrFenced naming why; the round after rejoins as a new session
+//     (steps 1 and 2), which publishes the store's changes again. A forced
+//     round (sync) reports a fence that happened since the last sync even
+//     when a background round rejoined meanwhile.
+//  6. Checkpoint. A writer whose read merged more than four session states
+//     or listed more than 64 entries puts the merged state as a snapshot and
+//     replaces locks/checkpoint (If-Match the tag read; create-only if none)
+//     with it and, per session, the entry it folds; then deletes the
+//     folded entries but each session's last. Invariant: the checkpoint
+//     only grows (If-Match on the one read, which folds no more than the
+//     read), and a session's last entry stays, so a fence always lands
+//     after it.
+//  7. Readers take no lease and write nothing. At mount the store's
+//     namespace becomes the merged one (new, overwritten, removed, renamed
+//     paths); while mounted, the same every refresh interval.
+//  8. Collection, by a valid session only: put locks/gc (create-only), read
+//     and fence as in steps 3 and 5, and refuse (ErrBusy) while any other
+//     session may still publish (its log ends with neither a fence nor a
+//     close): such a session may name, in its next entry, any chunk it
+//     found in the bucket. Mark every version of the checkpoint's and every
+//     session's newest state, mine, the store's catalog and the open files;
+//     delete chunk objects outside the mark and older than the grace period,
+//     each delete before the collection's deadline (its lock's put + 3/4
+//     lease). Invariant: no chunk is deleted that a published state names
+//     or that a session that may still publish may name: live sessions make
+//     gc refuse, fenced and closed ones publish nothing more, and a session
+//     joining meanwhile waits for locks/gc and then re-lists (step 2).
+//     Readers on an older state keep the grace period.
 //
 // Write-back, not write-through: a commit stays local and bumps the commit
-// generation in its own transaction; after a crash the next mount finds
-// generation > uploaded and uploads again. Rounds and collections are
-// serialised (one mutex per Tier).
-//
-// The bucket holds standalone objects only: its collection marks from
-// snapshots and knows nothing of bases, and a reader elsewhere would
-// otherwise need two fetches.
+// generation in its own transaction; after a crash the next mount's first
+// round publishes it. Rounds and collections of one Tier are serialised.
 //
 // # Not yet (issue #24)
 //
-// Several writer sessions on one prefix at once: the log already lets any
-// number of sessions append (a loser of a seq re-reads, merges and tries the
-// next, as in Delta Lake), but this step fences a session on any foreign
-// entry; per-session logs with namespace operations instead of whole
-// snapshots, compacted into checkpoints, come with it. Collection by
-// mark → trash → purge after grace, under its own lease, instead of the
-// timing argument of step 2. A fenced session rejoining without a remount;
-// a reading mount applying removals and overwrites while mounted. Log
-// entries and snapshots are never deleted (an entry is ~250 bytes; a
-// snapshot ~100 bytes a chunk).
+// Collection while other writers are live (mark → trash → purge after
+// grace, with the trash listed in the log, so a session re-puts a chunk it
+// finds in the trash); deltas in the bucket (the bucket holds standalone
+// objects only: its collection marks from states and knows nothing of
+// bases); dropping tombstones and snapshots no checkpoint or log names;
+// a per-path stamp taken at commit for removals (now it is the round's).
 package remote

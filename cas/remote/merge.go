@@ -3,7 +3,6 @@ package remote
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"path"
 	"sort"
 	"strings"
@@ -15,9 +14,10 @@ import (
 
 // nsEntry is one path of a namespace as the remote tier compares them.
 type nsEntry struct {
-	Node cas.Node
-	Raw  []byte // regular files: the manifest, marshalled
-	m    *cas.Manifest
+	Node  cas.Node
+	Raw   []byte // regular files: the manifest, marshalled
+	m     *cas.Manifest
+	ctime int64 // the local record's ctime (local namespaces only): when it changed
 }
 
 func (e nsEntry) kind() uint32 { return e.Node.Mode & syscall.S_IFMT }
@@ -55,22 +55,26 @@ func published(n cas.Node) cas.Node {
 
 // walkNamespace calls fn for every directory, regular file and symlink
 // below the root, parents before children.
+//
+// An entry's ctime is the later of its record's and its directory's: a
+// rename changes the directory's ctime, not the record's, and the stamp
+// of the renamed path must be when it got its name.
 func walkNamespace(tx *cas.Tx, fn func(p string, e nsEntry) error) error {
-	var walk func(dir uint64, prefix string) error
-	walk = func(dir uint64, prefix string) error {
+	var walk func(dir uint64, prefix string, dirCtime int64) error
+	walk = func(dir uint64, prefix string, dirCtime int64) error {
 		return tx.Children(dir, func(name string, ino uint64) error {
 			n, ok, err := tx.Node(ino)
 			if err != nil || !ok {
 				return err
 			}
 			p := path.Join(prefix, name)
-			e := nsEntry{Node: published(n)}
+			e := nsEntry{Node: published(n), ctime: max(n.Ctime, dirCtime)}
 			switch {
 			case n.IsDir():
 				if err := fn(p, e); err != nil {
 					return err
 				}
-				return walk(ino, p)
+				return walk(ino, p, n.Ctime)
 			case n.IsRegular():
 				m, ok, err := tx.Manifest(ino)
 				if err != nil || !ok {
@@ -83,203 +87,209 @@ func walkNamespace(tx *cas.Tx, fn func(p string, e nsEntry) error) error {
 			return fn(p, e)
 		})
 	}
-	return walk(cas.RootIno, "")
-}
-
-func snapshotEntries(snap *Snapshot) map[string]nsEntry {
-	out := map[string]nsEntry{}
-	if snap == nil {
-		return out
-	}
-	for _, f := range snap.Files {
-		e := nsEntry{Node: published(f.Node), m: f.Manifest}
-		if f.Manifest != nil {
-			e.Raw = f.Manifest.Marshal()
-		}
-		out[f.Path] = e
-		for d := path.Dir(f.Path); d != "."; d = path.Dir(d) { // the first format lists no directories
-			if _, ok := out[d]; !ok {
-				out[d] = nsEntry{Node: cas.Node{Mode: syscall.S_IFDIR | 0o755}}
-			}
-		}
-	}
-	return out
-}
-
-// apply makes the store's namespace the snapshot named name (none: ""),
-// and records name as the namespace's base. With merge (a writer joining),
-// it is a three-way merge against the base recorded before: a path the
-// bucket changed since the base and the store did not takes the bucket's
-// version (new, overwritten, removed); a path the store changed keeps the
-// store's; a path both changed keeps the store's and is logged. Without
-// merge (a reader) the bucket's namespace replaces the store's. It returns
-// how many paths it changed. Call it before the namespace is served.
-func (r *Tier) apply(ctx context.Context, name string, merge bool, logf func(string, ...any)) (int, error) {
-	theirs, err := r.snapshotByName(ctx, name)
+	root, _, err := tx.Node(cas.RootIno)
 	if err != nil {
-		return 0, err
+		return err
 	}
-	var baseName string
-	var mirror bool
-	ours := map[string]nsEntry{}
-	err = r.store.View(func(tx *cas.Tx) error {
-		baseName, mirror = tx.Uploads().Base()
-		return walkNamespace(tx, func(p string, e nsEntry) error { ours[p] = e; return nil })
-	})
-	if err != nil {
-		return 0, err
-	}
-	writer := merge
-	if mirror && merge {
-		// A former reader's store: its namespace is the bucket's as of some
-		// refresh (files imported while mounted, overwrites and removals
-		// not yet), with no change of its own to keep.
-		merge = false
-	}
-	var base *Snapshot
-	if merge && baseName != "" && baseName != name {
-		if base, err = r.snapshotByName(ctx, baseName); err != nil {
-			logf("the last snapshot this store agreed with (%s) is unreadable, merging without it: %v", baseName, err)
-			base = nil
-		}
-	} else if merge && baseName == name {
-		base = theirs
-	}
-	t, b := snapshotEntries(theirs), snapshotEntries(base)
-	want := map[string]nsEntry{}
-	union := map[string]struct{}{}
-	for _, m := range []map[string]nsEntry{t, b, ours} {
-		for p := range m {
-			union[p] = struct{}{}
-		}
-	}
-	for p := range union {
-		te, tok := t[p]
-		be, bok := b[p]
-		oe, ook := ours[p]
-		pick, pok := te, tok
-		if merge {
-			switch {
-			case same(te, tok, be, bok), same(oe, ook, te, tok):
-				pick, pok = oe, ook
-			case !same(oe, ook, be, bok):
-				logf("remote merge: %s changed here and in the bucket since the last sync: keeping this store's version", p)
-				pick, pok = oe, ook
-			}
-		}
-		if pok {
-			want[p] = pick
-		}
-	}
-	n, err := r.reconcile(ours, want)
-	if err != nil {
-		return n, err
-	}
-	return n, r.store.Update(func(tx *cas.Tx) error { return tx.Uploads().SetBase(name, !writer) })
+	return walk(cas.RootIno, "", root.Ctime)
 }
 
-// snapshotByName reads snapshot name from the bucket (nil for "").
-func (r *Tier) snapshotByName(ctx context.Context, name string) (*Snapshot, error) {
-	if name == "" {
-		return nil, nil
-	}
-	return readSnapshotObject(ctx, r.be, name)
+// Change is one path a refresh changes in a local namespace: from Have
+// (nil: absent) to Want (nil: removed).
+type change struct {
+	Path string
+	Have *nsEntry
+	Want *nsEntry
 }
 
-func depth(p string) int { return strings.Count(p, "/") }
+// Applier applies a refresh to a served namespace (fusefs.FS.ApplyRemote):
+// with the namespace's lock held it calls change, passing busy, which says
+// which paths change must leave alone (a file open or being written, and
+// the directories above one), and it makes the mount forget what change
+// reports it changed. Before a namespace is served the catalog alone is
+// changed (busy: nothing).
+type Applier func(ctx context.Context, paths []string, change func(busy func(path string) bool) ([]string, error)) error
 
-// reconcile changes the catalog from namespace have to want.
-func (r *Tier) reconcile(have, want map[string]nsEntry) (int, error) {
-	var remove, put []string
-	for p, h := range have {
-		if w, ok := want[p]; !ok || w.kind() != h.kind() {
-			remove = append(remove, p)
+// catalogApplier applies to a namespace nobody serves.
+func catalogApplier(ctx context.Context, _ []string, change func(func(string) bool) ([]string, error)) error {
+	_, err := change(func(string) bool { return false })
+	return err
+}
+
+// reconcile changes the catalog path by path, in one transaction, from
+// each change's Have to its Want, skipping a path that busy names, one
+// whose record is no longer Have (a commit or a namespace change here got
+// there first), and a directory that still holds something. It returns the
+// paths it changed.
+func (r *Tier) reconcile(changes []change, busy func(string) bool) ([]string, error) {
+	var remove, put []change
+	for _, c := range changes {
+		if busy(c.Path) {
+			continue
+		}
+		if c.Have != nil && (c.Want == nil || c.Want.kind() != c.Have.kind() || c.Want.kind() != syscall.S_IFDIR) {
+			remove = append(remove, c)
+		}
+		if c.Want != nil {
+			put = append(put, c)
 		}
 	}
-	for p, w := range want {
-		if h, ok := have[p]; !ok || h.kind() != w.kind() || !same(h, true, w, true) {
-			put = append(put, p)
-		}
-	}
-	if len(remove)+len(put) == 0 {
-		return 0, nil
-	}
-	sort.Slice(remove, func(i, j int) bool { return depth(remove[i]) > depth(remove[j]) }) // children first
-	sort.Slice(put, func(i, j int) bool { return depth(put[i]) < depth(put[j]) })          // parents first
-	inos := make([]uint64, 0, len(put))
-	for range put { // numbers first: AllocIno may run a transaction of its own
+	sort.Slice(remove, func(i, j int) bool { return depth(remove[i].Path) > depth(remove[j].Path) }) // children first
+	sort.Slice(put, func(i, j int) bool { return depth(put[i].Path) < depth(put[j].Path) })          // parents first
+	inos := make([]uint64, len(put))
+	for i := range put { // numbers first: AllocIno may run a transaction of its own
 		ino, err := r.store.AllocIno()
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
-		inos = append(inos, ino)
+		inos[i] = ino
 	}
-	now := time.Now().UnixNano()
+	var changed []string
 	err := r.store.Update(func(tx *cas.Tx) error {
-		resolve := func(p string) (parent, ino uint64, ok bool) {
-			parent = cas.RootIno
-			parts := strings.Split(p, "/")
-			for i, name := range parts {
-				next, found := tx.Lookup(parent, name)
-				if !found {
-					return 0, 0, false
-				}
-				if i == len(parts)-1 {
-					return parent, next, true
-				}
-				parent = next
+		changed = changed[:0]
+		done := map[string]bool{}
+		failed := map[string]bool{}
+		for _, c := range remove {
+			ok, err := removePath(tx, c)
+			if err != nil {
+				return err
 			}
-			return 0, 0, false
-		}
-		for _, p := range remove {
-			parent, ino, ok := resolve(p)
 			if !ok {
+				failed[c.Path] = true
 				continue
 			}
-			if err := tx.Unlink(parent, path.Base(p)); err != nil {
+			done[c.Path] = true
+		}
+		for i, c := range put {
+			if failed[c.Path] {
+				continue
+			}
+			ok, err := putPath(tx, c, inos[i], c.Have != nil && !done[c.Path])
+			if err != nil {
 				return err
 			}
-			if err := tx.DeleteNode(ino); err != nil {
-				return err
+			if ok {
+				done[c.Path] = true
 			}
 		}
-		for i, p := range put {
-			w := want[p]
-			n := w.Node
-			parent, ino, ok := resolve(p)
-			if !ok {
-				parent, ok = cas.RootIno, true
-				if d := path.Dir(p); d != "." {
-					_, parent, ok = resolve(d)
-				}
-				if !ok {
-					return fmt.Errorf("%s: its directory is missing", p)
-				}
-				ino = inos[i]
-				if err := tx.Link(parent, path.Base(p), ino); err != nil {
-					return err
-				}
-			} else if old, ok, err := tx.Node(ino); err == nil && ok && old.IsDir() {
-				n.Mtime, n.Atime, n.Ctime = old.Mtime, old.Atime, old.Ctime
-			}
-			n.Ino = ino
-			if n.Mtime == 0 {
-				n.Mtime = now
-			}
-			if n.Ctime == 0 {
-				n.Ctime = n.Mtime
-			}
-			if w.kind() == syscall.S_IFREG {
-				n.Size = w.m.Size()
-				if err := tx.PutManifest(ino, w.m); err != nil {
-					return err
-				}
-			}
-			if err := tx.PutNode(n); err != nil {
-				return err
-			}
+		for p := range done {
+			changed = append(changed, p)
 		}
 		return nil
 	})
-	return len(remove) + len(put), err
+	return changed, err
+}
+
+// resolve finds p in the catalog: its directory's and its own inode.
+func resolve(tx *cas.Tx, p string) (parent, ino uint64, ok bool) {
+	parent = cas.RootIno
+	parts := strings.Split(p, "/")
+	for i, name := range parts {
+		next, found := tx.Lookup(parent, name)
+		if !found {
+			return 0, 0, false
+		}
+		if i == len(parts)-1 {
+			return parent, next, true
+		}
+		parent = next
+	}
+	return 0, 0, false
+}
+
+// current reads the catalog's entry at p, as walkNamespace would.
+func current(tx *cas.Tx, p string) (nsEntry, uint64, bool, error) {
+	_, ino, ok := resolve(tx, p)
+	if !ok {
+		return nsEntry{}, 0, false, nil
+	}
+	n, ok, err := tx.Node(ino)
+	if err != nil || !ok {
+		return nsEntry{}, 0, false, err
+	}
+	e := nsEntry{Node: published(n)}
+	if n.IsRegular() {
+		m, ok, err := tx.Manifest(ino)
+		if err != nil || !ok {
+			return nsEntry{}, 0, false, err
+		}
+		e.Raw, e.m = m.Marshal(), m
+	}
+	return e, ino, true, nil
+}
+
+// removePath removes c.Path if it is still c.Have and holds nothing.
+func removePath(tx *cas.Tx, c change) (bool, error) {
+	cur, ino, ok, err := current(tx, c.Path)
+	if err != nil || !ok || !same(cur, true, *c.Have, true) {
+		return false, err
+	}
+	if cur.kind() == syscall.S_IFDIR {
+		empty := true
+		if err := tx.Children(ino, func(string, uint64) error { empty = false; return nil }); err != nil {
+			return false, err
+		}
+		if !empty {
+			return false, nil
+		}
+	}
+	parent, _, _ := resolve(tx, c.Path)
+	if err := tx.Unlink(parent, path.Base(c.Path)); err != nil {
+		return false, err
+	}
+	return true, tx.DeleteNode(ino)
+}
+
+// putPath makes c.Path c.Want: a new record at ino, or (inPlace: a
+// directory that stays one) the same record with new attributes.
+func putPath(tx *cas.Tx, c change, ino uint64, inPlace bool) (bool, error) {
+	cur, curIno, exists, err := current(tx, c.Path)
+	if err != nil {
+		return false, err
+	}
+	w := c.Want
+	n := w.Node
+	// The record's ctime is its version's stamp: a store that applied it
+	// and changed nothing, remounted after another writer changed the
+	// path again, stamps it no later than that version (step 4).
+	now := time.Now().UnixNano()
+	if w.ctime > 0 {
+		now = w.ctime
+	}
+	switch {
+	case inPlace:
+		if !exists || !same(cur, true, *c.Have, true) {
+			return false, nil
+		}
+		old, _, err := tx.Node(curIno)
+		if err != nil {
+			return false, err
+		}
+		n.Ino, n.Mtime, n.Atime, n.Ctime, n.Size = curIno, old.Mtime, old.Atime, now, old.Size
+		return true, tx.PutNode(n)
+	case exists:
+		return false, nil // something is there that should not be
+	}
+	parent := uint64(cas.RootIno)
+	if d := path.Dir(c.Path); d != "." {
+		var ok bool
+		if _, parent, ok = resolve(tx, d); !ok {
+			return false, nil // its directory could not be made
+		}
+	}
+	if err := tx.Link(parent, path.Base(c.Path), ino); err != nil {
+		return false, err
+	}
+	n.Ino = ino
+	if n.Mtime == 0 && w.kind() == syscall.S_IFDIR { // a file keeps its version's, even 0
+		n.Mtime = now
+	}
+	n.Ctime = now
+	if w.kind() == syscall.S_IFREG {
+		n.Size = w.m.Size()
+		if err := tx.PutManifest(ino, w.m); err != nil {
+			return false, err
+		}
+	}
+	return true, tx.PutNode(n)
 }

@@ -2,47 +2,69 @@ package remote
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ckptfs/ckptfs/cas"
 	"github.com/ckptfs/ckptfs/cas/backend"
+	"github.com/ckptfs/ckptfs/cas/backend/s3"
 	"github.com/ckptfs/ckptfs/cas/backend/tiered"
-	"github.com/ckptfs/ckptfs/cas/catalog"
 )
 
-// Names of the remote's mutable objects.
-const (
-	headName   = "head"
-	writerName = "writer"
-)
-
-// Tier is a store's remote tier, write side: upload rounds, the published
-// snapshot, the bucket's collection. Its read side is the store's objects,
-// a tiered.Backend with the same remote behind them.
+// Tier is a store's remote tier: rounds that publish the store's
+// namespace and apply everyone else's, the bucket's collection. Its read
+// side is the store's objects, a tiered.Backend with the same remote
+// behind them.
 type Tier struct {
 	store *cas.Store
 	tier  *tiered.Backend
 	be    backend.Backend // tier.Remote()
 
-	upMu sync.Mutex // one upload round (or collection) at a time
+	upMu sync.Mutex // one round (or collection) at a time; guards what follows
+	// mine is the state the store's namespace last agreed with: what the
+	// last round published or applied, with the stamps of each version.
+	mine state
+	// adopt: the next round takes the bucket's namespace whole (a store
+	// that never wrote to it, or a former reader's).
+	adopt bool
+	// stale holds, per path a round could not apply (a file open here), the
+	// local version it left: not a change of this store's own.
+	stale map[string]localVersion
+	// silent tracks other sessions' leases, to fence one silent too long.
+	silent map[string]silence
+	leases map[string]time.Duration // other sessions' lease lengths (read once)
 
-	mu   sync.Mutex
-	up   UploadProgress // under mu; PendingBytes is the tier's
-	sess *Session       // under mu: the writer session (Join), nil for a reader
+	cacheMu sync.Mutex
+	entries map[string]*logEntry // log entries read (immutable)
+	snaps   map[string]state     // snapshots the last world read used
+
+	mu      sync.Mutex
+	up      UploadProgress // under mu; PendingBytes is the tier's
+	sess    *Session       // under mu: the writer session (Join), nil for a reader
+	storeID string         // under mu: for a rejoin
+	opts    SessionOptions // under mu: for a rejoin
+	applier Applier        // under mu
+	// fenceNote is why a session was fenced, until a forced round (sync)
+	// reports it (under mu).
+	fenceNote error
 }
 
-func (r *Tier) setSession(s *Session) {
+// silence is what a writer last saw of another session's lease, and since
+// when (its own monotonic clock).
+type silence struct {
+	mod   time.Time
+	since time.Time
+}
+
+func (r *Tier) setSession(s, old *Session) {
 	r.mu.Lock()
-	r.sess = s
+	if r.sess == old {
+		r.sess = s
+	}
 	r.mu.Unlock()
 }
 
@@ -58,7 +80,16 @@ func (r *Tier) session() (*Session, error) {
 
 // New returns the remote tier of store, whose objects are t.
 func New(store *cas.Store, t *tiered.Backend) *Tier {
-	return &Tier{store: store, tier: t, be: t.Remote()}
+	return &Tier{store: store, tier: t, be: t.Remote(), stale: map[string]localVersion{}, leases: map[string]time.Duration{}, silent: map[string]silence{},
+		entries: map[string]*logEntry{}, snaps: map[string]state{}, applier: catalogApplier}
+}
+
+// SetApplier makes rounds apply what others published through a (the
+// served namespace), instead of to the catalog alone.
+func (r *Tier) SetApplier(a Applier) {
+	r.mu.Lock()
+	r.applier = a
+	r.mu.Unlock()
 }
 
 // Location names the remote, for messages.
@@ -85,145 +116,6 @@ func (r *Tier) Progress() UploadProgress {
 	p := r.up
 	p.PendingBytes = r.tier.TierStats().PendingBytes
 	return p
-}
-
-// Snapshot is what the remote tier publishes: the committed namespace
-// (directories, regular files, symlinks; the first format had regular
-// files only).
-type Snapshot struct {
-	Version int            `json:"version"`
-	Gen     uint64         `json:"gen"`  // the writer's commit generation
-	Time    time.Time      `json:"time"` // when it was made
-	Files   []SnapshotFile `json:"files"`
-}
-
-// SnapshotFile is one entry of a Snapshot.
-type SnapshotFile struct {
-	Path     string        `json:"path"` // slash-separated, relative to the mount's root
-	Node     cas.Node      `json:"node"` // attributes (no Ino, Atime, Ctime)
-	Manifest *cas.Manifest `json:"-"`
-	Raw      []byte        `json:"manifest,omitempty"` // regular files: Manifest, marshalled
-}
-
-// head is locks/head: a hint to the log's tail, the entry Seq (0 in the
-// first format, which had no log) and what it names.
-type head struct {
-	Seq      uint64    `json:"seq,omitempty"`
-	Gen      uint64    `json:"gen"`
-	Snapshot string    `json:"snapshot"`
-	Time     time.Time `json:"time"`
-}
-
-const snapshotVersion = 2
-
-// UploadPending reports whether commits are waiting for an upload round.
-func (r *Tier) UploadPending() (bool, error) {
-	var pending bool
-	err := r.store.View(func(tx *cas.Tx) error {
-		gen, done := tx.Uploads().Gens()
-		pending = gen > done
-		return nil
-	})
-	return pending, err
-}
-
-// UploadRound publishes everything committed up to now: the chunks the
-// bucket lacks, a snapshot of the namespace, and a log entry naming it
-// (create-only, after the session's last: the fence); then it records the
-// generation as uploaded and the snapshot as the namespace's base. Without
-// force it returns nil at once when no commit is pending; with force (sync)
-// it also publishes namespace changes that are not commits (rename,
-// unlink, chmod, …), and in any case checks that nobody appended to the
-// log after this session, so that nil means a fresh reader sees this
-// namespace. Rounds are serialised. A failed round uploaded some chunks
-// (remembered) and published nothing; the next round resumes.
-func (r *Tier) UploadRound(ctx context.Context, force bool) error {
-	s := r.store
-	if s.ReadOnly() {
-		return errors.New("store is open read-only")
-	}
-	sess, err := r.session()
-	if err != nil {
-		return err
-	}
-	if err := sess.usable(ctx); err != nil {
-		return err
-	}
-	r.upMu.Lock()
-	defer r.upMu.Unlock()
-
-	var gen, done uint64
-	snap := Snapshot{Version: snapshotVersion, Time: time.Now().UTC()}
-	need := map[cas.ID]uint32{}
-	digest := sha256.New() // of the namespace, to tell a forced round with nothing new
-	err = s.View(func(tx *cas.Tx) error {
-		up := tx.Uploads()
-		gen, done = up.Gens()
-		if gen <= done && !force {
-			return nil
-		}
-		return walkNamespace(tx, func(p string, e nsEntry) error {
-			fmt.Fprintf(digest, "%q %d %d %d %d %d %q %d\n", p, e.Node.Mode, e.Node.UID, e.Node.GID, e.Node.Size, e.Node.Mtime, e.Node.Target, len(e.Raw))
-			digest.Write(e.Raw)
-			if e.m != nil {
-				for _, c := range e.m.Chunks {
-					if !up.Has(c.ID) {
-						need[c.ID] = c.Len
-					}
-				}
-			}
-			snap.Files = append(snap.Files, SnapshotFile{Path: p, Node: e.Node, Raw: e.Raw})
-			return nil
-		})
-	})
-	if err != nil || (gen <= done && !force) {
-		return err
-	}
-	snap.Gen = gen
-	sum := hex.EncodeToString(digest.Sum(nil))
-	sess.mu.Lock()
-	unchanged := sess.published == sum
-	sess.mu.Unlock()
-	if unchanged {
-		if err := sess.confirm(ctx); err != nil {
-			return err
-		}
-		return s.Update(func(tx *cas.Tx) error { return tx.Uploads().SetUploaded(gen) })
-	}
-	var pending int64
-	for _, n := range need {
-		pending += int64(n)
-	}
-	r.tier.SetPending(pending)
-	if err := r.uploadChunks(ctx, need); err != nil {
-		return err
-	}
-	return r.publish(ctx, sess, &snap, sum)
-}
-
-// publish puts snap and appends the log entry naming it.
-func (r *Tier) publish(ctx context.Context, sess *Session, snap *Snapshot, digest string) error {
-	body, err := json.Marshal(snap)
-	if err != nil {
-		return err
-	}
-	name := cas.Sum(body).String()
-	err = r.be.Put(ctx, backend.Handle{Kind: backend.Manifest, Name: name}, body, backend.PutOptions{IfAbsent: true})
-	if err != nil && !errors.Is(err, backend.ErrExists) {
-		return fmt.Errorf("upload snapshot: %w", err)
-	}
-	if err := sess.appendEntry(ctx, logEntry{Kind: "commit", Snapshot: name, Gen: snap.Gen}); err != nil {
-		return fmt.Errorf("publish snapshot: %w", err)
-	}
-	sess.mu.Lock()
-	sess.published = digest
-	sess.mu.Unlock()
-	return r.store.Update(func(tx *cas.Tx) error {
-		if err := tx.Uploads().SetUploaded(snap.Gen); err != nil {
-			return err
-		}
-		return tx.Uploads().SetBase(name, false)
-	})
 }
 
 // uploadRecordBatch is how many uploaded chunks one catalog transaction records.
@@ -321,86 +213,6 @@ func (r *Tier) uploadChunks(ctx context.Context, need map[cas.ID]uint32) error {
 	return errors.Join(err, record(true))
 }
 
-// Snapshot returns the newest snapshot published in the remote, or nil
-// when none is, and the name of the head it came from (to tell a new one).
-func (r *Tier) Snapshot(ctx context.Context, known string) (snap *Snapshot, name string, err error) {
-	return ReadSnapshot(ctx, r.be, known)
-}
-
-// ReadSnapshot is Snapshot from remote be: the snapshot named by the
-// log's last entry.
-func ReadSnapshot(ctx context.Context, be backend.Backend, known string) (snap *Snapshot, name string, err error) {
-	tail, err := readTail(ctx, be)
-	if err != nil || tail == nil || tail.Snapshot == "" {
-		return nil, "", err
-	}
-	if tail.Snapshot == known {
-		return nil, known, nil
-	}
-	snap, err = readSnapshotObject(ctx, be, tail.Snapshot)
-	if err != nil {
-		return nil, "", err
-	}
-	return snap, tail.Snapshot, nil
-}
-
-// readSnapshotObject reads and checks snapshot name.
-func readSnapshotObject(ctx context.Context, be backend.Backend, name string) (*Snapshot, error) {
-	body, err := be.Get(ctx, backend.Handle{Kind: backend.Manifest, Name: name}, nil)
-	if err != nil {
-		return nil, fmt.Errorf("read snapshot %s: %w", name, err)
-	}
-	if cas.Sum(body).String() != name {
-		return nil, fmt.Errorf("snapshot %s in %s: %w: its hash differs from its name", name, be.Location(), cas.ErrCorrupt)
-	}
-	snap := &Snapshot{}
-	if err := json.Unmarshal(body, snap); err != nil {
-		return nil, fmt.Errorf("snapshot %s: %w", name, err)
-	}
-	if snap.Version < 1 || snap.Version > snapshotVersion {
-		return nil, fmt.Errorf("snapshot %s has version %d, this ckptfs reads up to %d: %w", name, snap.Version, snapshotVersion, cas.ErrNewerFormat)
-	}
-	for i := range snap.Files {
-		f := &snap.Files[i]
-		if f.Node.IsRegular() || snap.Version == 1 {
-			if f.Manifest, err = catalog.ParseManifest(f.Raw); err != nil {
-				return nil, fmt.Errorf("snapshot %s, %s: %w", name, f.Path, err)
-			}
-			if snap.Version == 1 {
-				f.Node.Mode = syscall.S_IFREG | f.Node.Mode&0o7777
-			}
-		}
-		f.Raw = nil
-	}
-	return snap, nil
-}
-
-// ApplyPublished makes a reading mount's store namespace the newest
-// published one (new files, overwrites, removals, renames), before the
-// namespace is served; it refuses a store whose own commits are not
-// uploaded. It returns the snapshot's name ("" when nothing is published
-// yet) and how many paths changed.
-func (r *Tier) ApplyPublished(ctx context.Context) (string, int, error) {
-	// A store with commits not uploaded (a writer's, unsynced) would lose
-	// them to the bucket's namespace: refuse.
-	if pending, err := r.UploadPending(); err != nil || pending {
-		if err == nil {
-			err = errors.New("this store has commits not uploaded yet: mount it as the writer (without --read-only) and sync first")
-		}
-		return "", 0, err
-	}
-	tail, err := readTail(ctx, r.be)
-	if err != nil {
-		return "", 0, err
-	}
-	name := ""
-	if tail != nil {
-		name = tail.Snapshot
-	}
-	n, err := r.apply(ctx, name, false, func(string, ...any) {})
-	return name, n, err
-}
-
 // VerifyObject fetches chunk id's object from the remote and verifies it,
 // bypassing the local objects (fsck).
 func (r *Tier) VerifyObject(ctx context.Context, id cas.ID) error {
@@ -418,4 +230,13 @@ func (r *Tier) VerifyObject(ctx context.Context, id cas.ID) error {
 // chunkHandle names chunk id's object (as cas names it).
 func chunkHandle(id cas.ID) backend.Handle {
 	return backend.Handle{Kind: backend.Chunk, Name: id.String()}
+}
+
+// isModified reports a conditional write refused: the tag changed.
+func isModified(err error) bool { return errors.Is(err, s3.ErrModified) }
+
+// localVersion is a path's version in the local namespace (ok: present).
+type localVersion struct {
+	e  nsEntry
+	ok bool
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/ckptfs/ckptfs/cas"
@@ -16,22 +15,24 @@ import (
 )
 
 // DefaultLease is how long a writer session's lease lasts without a
-// heartbeat reaching the bucket (doc.go, "Sessions and leases").
+// heartbeat reaching the bucket (doc.go, step 1).
 const DefaultLease = 2 * time.Minute
 
-// ErrLocked means another writer session holds the remote's lease.
-var ErrLocked = errors.New("the remote is mounted for writing elsewhere")
-
 // ErrFenced means this mount's writer session can publish nothing more,
-// ever: another session took its lease or appended to the log.
+// ever: its log ends with a fence (its lease lapsed, or another session
+// found it silent for a whole lease). The mount rejoins as a new session.
 var ErrFenced = errors.New("this mount's writer session lost the remote")
 
-// ErrLeaseExpired means no lease write reached the bucket for too long; a
-// renewal that finds the lease still ours makes the session usable again.
-var ErrLeaseExpired = errors.New("this mount's writer lease expired")
+// ErrSuperseded means a round published this session's changes, but a
+// later change by another session won some of its paths (doc.go, "Which
+// version wins"): the mount now shows the winners.
+var ErrSuperseded = errors.New("superseded by a later change of another writer")
 
-// conditional is the compare-and-swap a bucket offers (cas/backend/s3):
-// the lease is replaced and released only if it still has the tag read.
+// ErrBusy means a collection of the bucket cannot run now: another writer
+// session may publish.
+var ErrBusy = errors.New("another writer session is live on the remote")
+
+// conditional is the compare-and-swap a bucket offers (cas/backend/s3).
 type conditional interface {
 	GetTag(ctx context.Context, h backend.Handle, buf []byte) ([]byte, string, error)
 	PutIfMatch(ctx context.Context, h backend.Handle, obj []byte, tag string) (string, error)
@@ -40,20 +41,16 @@ type conditional interface {
 
 // SessionOptions configure Join.
 type SessionOptions struct {
-	Lease time.Duration // 0: DefaultLease
-	// StoreDir is the store's directory: a lease held for the same store ID
-	// and the same directory (host, device, inode) belongs to a daemon that
-	// died (the caller holds the store's lock), and is taken over at once.
-	// A copy of the store has another inode: it waits like anyone else.
-	StoreDir string
-	Logf     func(format string, args ...any) // lease trouble and merges; nil: silent
+	Lease    time.Duration                    // 0: DefaultLease
+	StoreDir string                           // for messages
+	Logf     func(format string, args ...any) // fences, merges, conflicts; nil: silent
 }
 
-// lockRecord is locks/writer, the lease.
+// lockRecord is locks/session.<id>, a session's lease.
 type lockRecord struct {
 	Session string        `json:"session"` // random per mount: a copied store is a new session
 	Store   string        `json:"store"`   // the holder's Store.ID
-	Dir     string        `json:"dir"`     // host, device and inode of its directory
+	Dir     string        `json:"dir"`
 	Host    string        `json:"host"`
 	PID     int           `json:"pid"`
 	Lease   time.Duration `json:"lease_ns"`
@@ -61,8 +58,8 @@ type lockRecord struct {
 	Beat    time.Time     `json:"beat"`
 }
 
-// Session is a writer's session on a prefix: its lease, its place in the
-// log, and whether it is fenced. Close ends it.
+// Session is a writer's session on a prefix: its lease, its log, and
+// whether it is fenced. Close ends it.
 type Session struct {
 	r    *Tier
 	be   backend.Backend
@@ -76,21 +73,14 @@ type Session struct {
 
 	mu         sync.Mutex
 	tag        string    // the lease object's tag (or body) as we wrote it last
-	validUntil time.Time // monotonic: publish and collect only before it
-	fenced     error     // non-nil for good once the session lost the log
+	validUntil time.Time // monotonic: publish only before it
+	fenced     error     // non-nil for good once the session's log is fenced
 	seq        uint64    // the log entry this session appended last
-	published  string    // digest of the files it published last
+	reported   bool      // fenced, and a round has said so once
 }
 
-func lockHandle() backend.Handle { return backend.Handle{Kind: backend.Lock, Name: writerName} }
-
-// dirIdentity names the store directory dir on this host.
-func dirIdentity(host, dir string) string {
-	var st syscall.Stat_t
-	if dir == "" || syscall.Stat(dir, &st) != nil {
-		return ""
-	}
-	return fmt.Sprintf("%s:%d:%d", host, st.Dev, st.Ino)
+func leaseHandle(session string) backend.Handle {
+	return backend.Handle{Kind: backend.Lock, Name: "session." + session}
 }
 
 func newSession(r *Tier, storeID string, opts SessionOptions) *Session {
@@ -104,7 +94,7 @@ func newSession(r *Tier, storeID string, opts SessionOptions) *Session {
 	now := time.Now().UTC()
 	nonce := cas.Sum(fmt.Appendf(nil, "%s %d %d %p", host, os.Getpid(), now.UnixNano(), r)).String()[:16]
 	s := &Session{r: r, be: r.be, opts: opts, rec: lockRecord{
-		Session: nonce, Store: storeID, Dir: dirIdentity(host, opts.StoreDir),
+		Session: nonce, Store: storeID, Dir: opts.StoreDir,
 		Host: host, PID: os.Getpid(), Lease: opts.Lease, Since: now, Beat: now,
 	}}
 	s.cond, _ = r.be.(conditional)
@@ -114,128 +104,31 @@ func newSession(r *Tier, storeID string, opts SessionOptions) *Session {
 // ID is the session's nonce.
 func (s *Session) ID() string { return s.rec.Session }
 
-// getLock reads the lease and its tag (its body where there are no tags).
-func (s *Session) getLock(ctx context.Context) ([]byte, string, error) {
-	if s.cond != nil {
-		return s.cond.GetTag(ctx, lockHandle(), nil)
-	}
-	b, err := s.be.Get(ctx, lockHandle(), nil)
-	return b, string(b), err
-}
-
-// replaceLock writes body over the lease if it still has tag; the new tag.
-func (s *Session) replaceLock(ctx context.Context, body []byte, tag string) (string, error) {
-	if s.cond != nil {
-		return s.cond.PutIfMatch(ctx, lockHandle(), body, tag)
-	}
-	cur, err := s.be.Get(ctx, lockHandle(), nil)
-	if err != nil {
-		return "", err
-	}
-	if string(cur) != tag {
-		return "", errModified
-	}
-	return string(body), s.be.Put(ctx, lockHandle(), body, backend.PutOptions{})
-}
-
-var errModified = errors.New("the lease changed since it was read")
-
-// takeLease puts the lease if absent; a held one is taken only if it is
-// ours by directory, or silent for a whole lease on our own clock.
+// takeLease puts the session's own lease (a new name: create-only).
 func (s *Session) takeLease(ctx context.Context) error {
-	loc := s.be.Location()
 	body, err := json.Marshal(s.rec)
 	if err != nil {
 		return err
 	}
-	for attempt := 0; attempt < 3; attempt++ {
-		start := time.Now()
-		err := s.be.Put(ctx, lockHandle(), body, backend.PutOptions{IfAbsent: true})
-		if err == nil {
-			_, tag, err := s.getLock(ctx)
-			if err != nil {
-				return fmt.Errorf("read back the writer lease of %s: %w", loc, err)
-			}
-			s.renewed(start, tag)
-			return nil
+	start := time.Now()
+	if err := s.be.Put(ctx, leaseHandle(s.rec.Session), body, backend.PutOptions{IfAbsent: true}); err != nil {
+		return fmt.Errorf("put the writer lease of %s: %w", s.be.Location(), err)
+	}
+	tag := string(body)
+	if s.cond != nil {
+		if _, tag, err = s.cond.GetTag(ctx, leaseHandle(s.rec.Session), nil); err != nil {
+			return fmt.Errorf("read back the writer lease of %s: %w", s.be.Location(), err)
 		}
-		if !errors.Is(err, backend.ErrExists) {
-			return fmt.Errorf("take the writer lease of %s: %w", loc, err)
-		}
-		cur, tag, err := s.getLock(ctx)
-		if errors.Is(err, backend.ErrNotExist) {
-			continue // released meanwhile
-		}
-		if err != nil {
-			return fmt.Errorf("read the writer lease of %s: %w", loc, err)
-		}
-		var other lockRecord
-		_ = json.Unmarshal(cur, &other) // a damaged lease is still a lease: judged by its age
-		if err := s.waitStale(ctx, other, tag); err != nil {
-			return err
-		}
-		start = time.Now()
-		newTag, err := s.replaceLock(ctx, body, tag)
-		if err != nil {
-			if errors.Is(err, errModified) || errors.Is(err, backend.ErrNotExist) || isModified(err) {
-				return fmt.Errorf("%s: %w (another writer took the stale lease first)", loc, ErrLocked)
-			}
-			return fmt.Errorf("take over the writer lease of %s: %w", loc, err)
-		}
-		s.renewed(start, newTag)
-		return nil
 	}
-	return fmt.Errorf("%s: %w (the lease kept changing)", loc, ErrLocked)
-}
-
-// waitStale returns nil when the lease other (with tag) may be taken over:
-// it names this store directory, or it is unchanged for a whole lease as
-// our monotonic clock measures (no clock of another host is trusted).
-func (s *Session) waitStale(ctx context.Context, other lockRecord, tag string) error {
-	loc := s.be.Location()
-	if other.Dir != "" && other.Dir == s.rec.Dir && other.Store == s.rec.Store {
-		s.opts.Logf("taking over the writer lease of %s from session %s of this store (pid %d: its daemon is gone)", loc, other.Session, other.PID)
-		return nil
-	}
-	lease := other.Lease
-	if lease <= 0 {
-		lease = DefaultLease
-	}
-	info, err := s.be.Stat(ctx, lockHandle())
-	if err != nil {
-		return fmt.Errorf("read the writer lease of %s: %w", loc, err)
-	}
-	if age := time.Since(info.ModTime); age < lease {
-		return fmt.Errorf("%s: %w: held by %s pid %d since %s, last heartbeat %s ago; mount it read-only (--read-only), or stop that writer",
-			loc, ErrLocked, other.Host, other.PID, other.Since.Format(time.RFC3339), age.Round(time.Second))
-	}
-	s.opts.Logf("the writer lease of %s (%s pid %d) looks stale; waiting %v to be sure", loc, other.Host, other.PID, lease)
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(lease):
-	}
-	_, now, err := s.getLock(ctx)
-	if err != nil && !errors.Is(err, backend.ErrNotExist) {
-		return fmt.Errorf("read the writer lease of %s: %w", loc, err)
-	}
-	if now != tag {
-		return fmt.Errorf("%s: %w: %s pid %d renewed its lease", loc, ErrLocked, other.Host, other.PID)
-	}
+	s.renewed(start, tag)
 	return nil
 }
-
-// isModified reports a conditional write refused: the tag changed.
-func isModified(err error) bool { return errors.Is(err, s3.ErrModified) }
 
 // renewed records a lease write that started at start and left tag.
 func (s *Session) renewed(start time.Time, tag string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.tag = tag
-	// Whoever takes the lease over waits a whole lease after reading what
-	// this write left, which it read after start: stopping a quarter lease
-	// earlier leaves room for clock rates and requests in flight.
 	if v := start.Add(s.opts.Lease - s.opts.Lease/4); v.After(s.validUntil) {
 		s.validUntil = v
 	}
@@ -259,16 +152,30 @@ func (s *Session) Err() error {
 		return s.fenced
 	}
 	if time.Now().After(s.validUntil) {
-		return fmt.Errorf("%w: no heartbeat reached %s for %v (paused, or the bucket is unreachable)", ErrLeaseExpired, s.be.Location(), s.opts.Lease-s.opts.Lease/4)
+		return fmt.Errorf("%w: its lease lapsed: no heartbeat reached %s for %v (paused, or the bucket was unreachable); it rejoins as a new session",
+			ErrFenced, s.be.Location(), s.opts.Lease-s.opts.Lease/4)
 	}
 	return nil
 }
 
-// deadline is when the session must stop publishing and collecting.
-func (s *Session) deadline() time.Time {
+// usable returns nil when the session may publish now. A lapsed lease
+// fences the session's own log first: whoever saw it silent may have
+// fenced it or collected what it uploaded since.
+func (s *Session) usable(ctx context.Context) error {
+	err := s.Err()
+	if err == nil {
+		return nil
+	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.validUntil
+	already, seq := s.fenced != nil, s.seq
+	s.mu.Unlock()
+	if !already {
+		if ferr := s.r.fenceSession(ctx, s.rec.Session, seq, s, "its lease lapsed"); ferr != nil {
+			return errors.Join(err, ferr)
+		}
+		s.fence(err)
+	}
+	return s.Err()
 }
 
 func (s *Session) startHeartbeat(ctx context.Context) {
@@ -297,8 +204,8 @@ func (s *Session) heartbeat(ctx context.Context) {
 	}
 }
 
-// renew rewrites the lease if it is still ours (If-Match); finding it
-// taken fences the session.
+// renew rewrites the lease if it is still ours (If-Match); finding it gone
+// (another session fenced this one) fences the session.
 func (s *Session) renew(ctx context.Context) error {
 	s.renewMu.Lock()
 	defer s.renewMu.Unlock()
@@ -308,62 +215,129 @@ func (s *Session) renew(ctx context.Context) error {
 	if fenced != nil {
 		return fenced
 	}
+	if s.Err() != nil {
+		// Lapsed (a pause, a bucket out of reach): another writer may have
+		// taken the session for dead, so it never renews, it ends.
+		return s.usable(ctx)
+	}
 	rec := s.rec
 	rec.Beat = time.Now().UTC()
 	body, _ := json.Marshal(rec) // strings, ints and times: cannot fail
 	start := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, s.opts.Lease/4)
-	newTag, err := s.replaceLock(rctx, body, tag)
-	cancel()
+	defer cancel()
+	var newTag string
+	var err error
+	if s.cond != nil {
+		newTag, err = s.cond.PutIfMatch(rctx, leaseHandle(s.rec.Session), body, tag)
+		if isModified(err) {
+			// Only this session writes its lease (a fencer deletes it): a
+			// changed tag is a renewal whose answer was lost. Take its tag.
+			if _, cur, gerr := s.cond.GetTag(rctx, leaseHandle(s.rec.Session), nil); gerr == nil {
+				newTag, err = s.cond.PutIfMatch(rctx, leaseHandle(s.rec.Session), body, cur)
+			} else if errors.Is(gerr, backend.ErrNotExist) {
+				err = gerr
+			}
+		}
+	} else {
+		newTag = string(body)
+		var cur []byte
+		if cur, err = s.be.Get(rctx, leaseHandle(s.rec.Session), nil); err == nil {
+			if string(cur) != tag {
+				err = s3.ErrModified
+			} else {
+				err = s.be.Put(rctx, leaseHandle(s.rec.Session), body, backend.PutOptions{})
+			}
+		}
+	}
 	switch {
 	case err == nil:
 		s.renewed(start, newTag)
 		return nil
-	case errors.Is(err, errModified) || errors.Is(err, backend.ErrNotExist) || isModified(err):
-		err := fmt.Errorf("%w: another writer took the lease of %s (this session %s was silent too long); remount to rejoin as a new session", ErrFenced, s.be.Location(), s.rec.Session)
+	case errors.Is(err, backend.ErrNotExist) || errors.Is(err, s3.ErrModified):
+		err := fmt.Errorf("%w: another writer fenced session %s of %s (it was silent for a whole lease); it rejoins as a new session", ErrFenced, s.rec.Session, s.be.Location())
 		s.fence(err)
 		return err
 	}
 	return fmt.Errorf("renew the writer lease of %s: %w", s.be.Location(), err)
 }
 
-// usable returns nil when the session may publish or collect now: its
-// lease is valid, renewed on the spot if it lapsed (a pause, a bucket
-// that was unreachable), unless someone else took it meanwhile.
-func (s *Session) usable(ctx context.Context) error {
-	err := s.Err()
-	if !errors.Is(err, ErrLeaseExpired) {
+// appendEntry puts e after the session's last entry, create-only, before
+// the session's lease runs out. A fence found there fences the session.
+func (s *Session) appendEntry(ctx context.Context, e logEntry) error {
+	if err := s.usable(ctx); err != nil {
 		return err
 	}
-	if rerr := s.renew(ctx); rerr != nil {
-		if errors.Is(rerr, ErrFenced) {
-			return rerr
+	s.mu.Lock()
+	e.Seq = s.seq + 1
+	deadline := s.validUntil
+	s.mu.Unlock()
+	e.Session, e.Host, e.PID, e.Time = s.rec.Session, s.rec.Host, s.rec.PID, time.Now().UTC()
+	for {
+		found, err := s.r.putEntry(ctx, e, deadline)
+		if err != nil {
+			return err
 		}
-		return errors.Join(err, rerr)
+		if found == nil {
+			break
+		}
+		if found.Kind == kindFence {
+			err := fmt.Errorf("%w: session %s (%s pid %d) fenced it at log entry %d of %s (%s); it rejoins as a new session",
+				ErrFenced, found.By, found.Host, found.PID, found.Seq, s.be.Location(), found.Reason)
+			s.fence(err)
+			return err
+		}
+		e.Seq++ // an earlier round's entry, published after all
 	}
-	return s.Err()
+	s.mu.Lock()
+	s.seq = e.Seq
+	s.mu.Unlock()
+	return nil
 }
 
-// Close stops the heartbeat and releases the lease if it is still ours.
+// confirm checks that the session's log has no fence after its last entry.
+func (s *Session) confirm(ctx context.Context) error {
+	if err := s.usable(ctx); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	next := s.seq + 1
+	s.mu.Unlock()
+	found, err := s.r.readEntry(ctx, s.rec.Session, next)
+	if errors.Is(err, backend.ErrNotExist) {
+		return s.Err()
+	}
+	if err != nil {
+		return err
+	}
+	err = fmt.Errorf("%w: session %s (%s pid %d) fenced it at log entry %d of %s (%s); it rejoins as a new session",
+		ErrFenced, found.By, found.Host, found.PID, next, s.be.Location(), found.Reason)
+	s.fence(err)
+	return err
+}
+
+// Close stops the heartbeat, ends the session's log with a close entry
+// and deletes its lease.
 func (s *Session) Close(ctx context.Context) error {
 	if s.stop != nil {
 		s.stop()
 		<-s.done
 	}
-	s.r.setSession(nil)
+	s.r.setSession(nil, s)
 	s.mu.Lock()
-	tag, fenced := s.tag, s.fenced != nil
+	fenced, seq := s.fenced != nil, s.seq
 	s.mu.Unlock()
 	if fenced {
-		return nil // not ours to remove
+		return nil
 	}
-	var err error
-	if s.cond != nil {
-		err = s.cond.DeleteIfMatch(ctx, lockHandle(), tag)
-	} else if cur, gerr := s.be.Get(ctx, lockHandle(), nil); gerr == nil && string(cur) == tag {
-		err = s.be.Delete(ctx, lockHandle())
+	e := logEntry{Kind: kindClose, Session: s.rec.Session, Seq: seq + 1, Host: s.rec.Host, PID: s.rec.PID, Time: time.Now().UTC()}
+	if found, err := s.r.putEntry(ctx, e, time.Time{}); err != nil {
+		return fmt.Errorf("close writer session %s on %s: %w", s.rec.Session, s.be.Location(), err)
+	} else if found != nil && !found.terminal() {
+		return fmt.Errorf("close writer session %s on %s: entry %d is taken", s.rec.Session, s.be.Location(), seq+1)
 	}
-	if err != nil && !errors.Is(err, backend.ErrNotExist) && !isModified(err) {
+	err := s.be.Delete(ctx, leaseHandle(s.rec.Session))
+	if err != nil && !errors.Is(err, backend.ErrNotExist) {
 		return fmt.Errorf("release the writer lease of %s: %w", s.be.Location(), err)
 	}
 	return nil

@@ -189,7 +189,10 @@ func serveMount(ctx context.Context, cfg *mountConfig, stdout, stderr io.Writer)
 			removeNew()
 		}
 	}()
-	knownSnapshot := ""
+	every, err := refreshEvery()
+	if err != nil {
+		return err
+	}
 	switch {
 	case tier != nil && !cfg.readOnly:
 		leave, err := joinRemote(ctx, store, tier, logger)
@@ -198,7 +201,7 @@ func serveMount(ctx context.Context, cfg *mountConfig, stdout, stderr io.Writer)
 		}
 		defer leave() // before store.Close (deferred earlier)
 	case tier != nil:
-		if knownSnapshot, err = applyPublished(ctx, tier, cfg.remoteURL, logger, ready); err != nil {
+		if _, err = applyPublished(ctx, tier, cfg.remoteURL, logger, ready); err != nil {
 			return err
 		}
 	}
@@ -206,7 +209,7 @@ func serveMount(ctx context.Context, cfg *mountConfig, stdout, stderr io.Writer)
 	logger.Print(mem)
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBG()
-	up, syncFn, afterCommit := remoteSync(cfg, tier, logger)
+	up, syncFn, afterCommit := remoteSync(cfg, tier, logger, every)
 	if afterCommit != nil {
 		fsOpts = append(fsOpts, fusefs.WithAfterCommit(afterCommit))
 	}
@@ -216,8 +219,11 @@ func serveMount(ctx context.Context, cfg *mountConfig, stdout, stderr io.Writer)
 	}
 	defer fsys.Close() // stops the background re-encoder; runs before store.Close
 	var ref *refresher
-	if cfg.readOnly {
-		ref = &refresher{tier: tier, fsys: fsys, logger: logger, known: knownSnapshot}
+	if tier != nil {
+		tier.SetApplier(fsys.ApplyRemote) // rounds apply others' changes to the served namespace
+	}
+	if tier != nil && cfg.readOnly {
+		ref = &refresher{tier: tier, logger: logger, every: every, location: cfg.remoteURL}
 	}
 	srv, err := fusefs.Mount(fsys, mnt, fusefs.MountOptions{ReadAheadKB: cfg.readAhead, Debug: cfg.debug, AllowOther: cfg.allowOther, ReadOnly: cfg.readOnly})
 	if err != nil {
@@ -294,7 +300,7 @@ func joinRemote(ctx context.Context, store *cas.Store, tier *remote.Tier, logger
 	}
 	logger.Printf("writer session %s on %s", sess.ID(), tier.Location())
 	return func() {
-		if err := sess.Close(context.Background()); err != nil {
+		if err := tier.Close(context.Background()); err != nil { // the session now: a rejoin replaces sess
 			logger.Printf("%v", err)
 		}
 	}, nil
@@ -304,10 +310,10 @@ func joinRemote(ctx context.Context, store *cas.Store, tier *remote.Tier, logger
 // runs in the daemon, and what runs after each commit (the upload itself
 // with --commit=remote, else a nudge to the uploader); up and afterCommit
 // are nil without a writing remote.
-func remoteSync(cfg *mountConfig, tier *remote.Tier, logger *log.Logger) (up *uploader, syncFn func(context.Context) error, afterCommit func(context.Context) error) {
+func remoteSync(cfg *mountConfig, tier *remote.Tier, logger *log.Logger, every time.Duration) (up *uploader, syncFn func(context.Context) error, afterCommit func(context.Context) error) {
 	switch {
 	case tier != nil && !cfg.readOnly:
-		up = newUploader(tier, logger)
+		up = newUploader(tier, logger, every)
 		if cfg.commitMode == "remote" {
 			return up, up.sync, up.sync
 		}

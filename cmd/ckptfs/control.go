@@ -329,7 +329,7 @@ func callDaemon(ctx context.Context, socket string, req controlRequest, onProgre
 type remoteControl struct {
 	sync   func(context.Context) error // ckptfs sync
 	tier   *remote.Tier                // the remote tier, or nil (fsck looks there for chunks missing here)
-	writer bool                        // this daemon holds the remote's writer lock: gc collects the remote too
+	writer bool                        // this daemon has a writer session on the remote: gc collects the remote too
 }
 
 // collected is the remote tier gc collects: the writer's only.

@@ -15,20 +15,20 @@ import (
 	"github.com/ckptfs/ckptfs/cas/backend/s3"
 	"github.com/ckptfs/ckptfs/cas/backend/tiered"
 	"github.com/ckptfs/ckptfs/cas/remote"
-	"github.com/ckptfs/ckptfs/fusefs"
 )
 
-// The remote tier in the daemon (cas/remote.go has the design): a writing
-// mount holds the remote's writer lock and runs an uploader that starts an
-// upload round after commits (and retries failed ones with a growing pause);
-// a reading mount (--read-only) imports the remote's newest snapshot at
-// start and every refreshInterval.
+// The remote tier in the daemon (cas/remote/doc.go has the design): a
+// writing mount has a writer session (one of any number on the prefix) and
+// runs an uploader that runs a round after commits and every refresh
+// interval (publish this mount's changes, apply the other writers'), and
+// retries failed ones with a growing pause; a reading mount (--read-only)
+// applies what is published at start and every refresh interval.
 
 const (
+	// refreshInterval is how often a mount runs a round (a writer: publish
+	// its changes, commits or not, and apply the others'; a reader: apply),
+	// unless CKPTFS_REMOTE_REFRESH says otherwise.
 	refreshInterval = 2 * time.Second
-	// publishInterval is how often a writer publishes namespace changes
-	// that are not commits (rename, unlink, chmod, …) without a sync.
-	publishInterval = 5 * time.Second
 	retryMin        = time.Second
 	retryMax        = 30 * time.Second
 )
@@ -38,6 +38,7 @@ const (
 const (
 	leaseEnv   = "CKPTFS_REMOTE_LEASE"
 	timeoutEnv = "CKPTFS_REMOTE_TIMEOUT"
+	refreshEnv = "CKPTFS_REMOTE_REFRESH"
 )
 
 // envDuration reads a duration from the environment variable name (0 when
@@ -57,12 +58,12 @@ func envDuration(name string) (time.Duration, error) {
 // applyPublished brings a reading mount's store to the newest published
 // namespace before it is served, and warns once when nothing is published:
 // in the log, and on the terminal that started a --background mount.
-func applyPublished(ctx context.Context, tier *remote.Tier, url string, logger *log.Logger, ready *readyPipe) (string, error) {
-	name, n, err := tier.ApplyPublished(ctx)
+func applyPublished(ctx context.Context, tier *remote.Tier, url string, logger *log.Logger, ready *readyPipe) (bool, error) {
+	published, n, err := tier.ApplyPublished(ctx)
 	if err != nil {
-		return "", fmt.Errorf("read the files of %s: %w", url, err)
+		return false, fmt.Errorf("read the files of %s: %w", url, err)
 	}
-	if name == "" {
+	if !published {
 		msg := fmt.Sprintf("warning: nothing is published in %s (a mistyped prefix?): the mount stays empty until a writer syncs there", url)
 		logger.Print(msg)
 		if ready != nil {
@@ -71,7 +72,7 @@ func applyPublished(ctx context.Context, tier *remote.Tier, url string, logger *
 	} else if n > 0 {
 		logger.Printf("applied %d changes published in %s", n, url)
 	}
-	return name, nil
+	return published, nil
 }
 
 // remoteOptions say how a command talks to its bucket.
@@ -136,13 +137,23 @@ type uploader struct {
 	tier   *remote.Tier
 	logger *log.Logger
 	kick   chan struct{}
+	every  time.Duration
 
 	mu      sync.Mutex
 	lastErr error // of the last round, nil once one succeeded
 }
 
-func newUploader(tier *remote.Tier, logger *log.Logger) *uploader {
-	return &uploader{tier: tier, logger: logger, kick: make(chan struct{}, 1)}
+func newUploader(tier *remote.Tier, logger *log.Logger, every time.Duration) *uploader {
+	return &uploader{tier: tier, logger: logger, kick: make(chan struct{}, 1), every: every}
+}
+
+// refreshEvery is the interval of a mount's rounds (CKPTFS_REMOTE_REFRESH).
+func refreshEvery() (time.Duration, error) {
+	d, err := envDuration(refreshEnv)
+	if d == 0 {
+		d = refreshInterval
+	}
+	return d, err
 }
 
 // poke asks for a round soon; it never blocks (a commit calls it).
@@ -154,16 +165,16 @@ func (u *uploader) poke(context.Context) error {
 	return nil
 }
 
-// run uploads until ctx is done: a round after every poke, a forced one
-// (namespace changes that are not commits) every publishInterval, and after
-// a failure again after a pause that doubles up to retryMax; a fenced
-// session stops it.
+// run runs rounds until ctx is done: one after every poke (a commit) and
+// every refresh interval (publishing namespace changes that are not
+// commits, applying the other writers'), and after a failure again after a
+// pause that doubles up to retryMax. A fenced session's next round rejoins
+// as a new session.
 func (u *uploader) run(ctx context.Context) {
 	wait := time.Duration(0)
 	u.poke(ctx) // a previous daemon may have left uploads pending
-	tick := time.NewTicker(publishInterval)
+	tick := time.NewTicker(u.every)
 	defer tick.Stop()
-	force := true // the session's first round publishes the merged namespace
 	for {
 		var retry <-chan time.Time
 		if wait > 0 {
@@ -175,19 +186,19 @@ func (u *uploader) run(ctx context.Context) {
 		case <-u.kick:
 		case <-retry:
 		case <-tick.C:
-			force = true
 		}
-		err := u.round(ctx, force)
-		force = false
+		err := u.round(ctx, false)
 		switch {
 		case err == nil:
 			wait = 0
 		case ctx.Err() != nil:
 			return
+		case errors.Is(err, remote.ErrSuperseded):
+			wait = 0
+			u.logger.Printf("%v", err)
 		case errors.Is(err, remote.ErrFenced):
-			// Only a remount rejoins; ckptfs sync keeps saying why.
-			u.logger.Printf("upload to %s: %v; this mount uploads nothing more", u.tier.Location(), err)
-			return
+			wait = retryMin
+			u.logger.Printf("upload to %s: %v", u.tier.Location(), err)
 		default:
 			wait = min(max(2*wait, retryMin), retryMax)
 			u.logger.Printf("upload to %s: %v (retrying in %v)", u.tier.Location(), err, wait)
@@ -212,35 +223,17 @@ func (u *uploader) sync(ctx context.Context) error {
 	return nil
 }
 
-// refresher imports the remote's new snapshots into a reading mount.
+// refresher applies what the remote's writers publish to a reading mount
+// (new, overwritten, removed and renamed paths) every refresh interval.
 type refresher struct {
-	tier   *remote.Tier
-	fsys   *fusefs.FS
-	logger *log.Logger
-	known  string
-}
-
-// refresh imports the newest snapshot if it is new.
-func (r *refresher) refresh(ctx context.Context) error {
-	snap, name, err := r.tier.Snapshot(ctx, r.known)
-	if err != nil || snap == nil {
-		return err
-	}
-	files := make([]fusefs.ImportFile, 0, len(snap.Files))
-	for _, f := range snap.Files {
-		if f.Manifest != nil { // directories and symlinks wait for a remount
-			files = append(files, fusefs.ImportFile{Path: f.Path, Node: f.Node, Manifest: f.Manifest})
-		}
-	}
-	if _, err := r.fsys.ImportFiles(ctx, files); err != nil {
-		return err
-	}
-	r.known = name
-	return nil
+	tier     *remote.Tier
+	logger   *log.Logger
+	every    time.Duration
+	location string
 }
 
 func (r *refresher) run(ctx context.Context) {
-	t := time.NewTicker(refreshInterval)
+	t := time.NewTicker(r.every)
 	defer t.Stop()
 	for {
 		select {
@@ -248,8 +241,12 @@ func (r *refresher) run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if err := r.refresh(ctx); err != nil && ctx.Err() == nil {
-			r.logger.Printf("refresh from %s: %v", r.tier.Location(), err)
+		_, n, err := r.tier.Refresh(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			r.logger.Printf("refresh from %s: %v", r.location, err)
+		case n > 0:
+			r.logger.Printf("applied %d changes published in %s", n, r.location)
 		}
 	}
 }

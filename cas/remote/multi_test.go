@@ -1,0 +1,321 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ckptfs/ckptfs/cas"
+	"github.com/ckptfs/ckptfs/cas/backend"
+	"github.com/ckptfs/ckptfs/cas/backend/mem"
+)
+
+// commitAt commits data as file name in the root, committed at ctime (ns).
+func commitAt(t *testing.T, s *cas.Store, name string, data []byte, ctime int64) {
+	t.Helper()
+	commitNamed(t, s, name, data)
+	if err := s.Update(func(tx *cas.Tx) error {
+		ino, _ := tx.Lookup(cas.RootIno, name)
+		n, _, err := tx.Node(ino)
+		if err != nil {
+			return err
+		}
+		n.Ctime, n.Mtime = ctime, ctime
+		return tx.PutNode(n)
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sizes returns the size of every regular file in s's root.
+func sizes(t *testing.T, s *cas.Store) map[string]int64 {
+	t.Helper()
+	out := map[string]int64{}
+	if err := s.View(func(tx *cas.Tx) error {
+		return tx.Children(cas.RootIno, func(name string, ino uint64) error {
+			if m, ok, err := tx.Manifest(ino); err != nil {
+				return err
+			} else if ok {
+				out[name] = m.Size()
+			}
+			return nil
+		})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func sameSizes(a, b map[string]int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// TestWritersShare: three writer sessions and a reader on one prefix see
+// the union of what each published; the later commit of one path wins
+// whole everywhere and the earlier one's round says it was superseded;
+// renames and removals by one writer apply everywhere.
+func TestWritersShare(t *testing.T) {
+	ctx := context.Background()
+	remote := mem.New(backend.Properties{DurableOnPut: true})
+	var stores []*cas.Store
+	var tiers []*Tier
+	for range 3 {
+		s, r := testStore(t, remote)
+		join(t, s, r)
+		stores, tiers = append(stores, s), append(tiers, r)
+	}
+	reader, rr := testStore(t, remote)
+	roundAll := func() {
+		t.Helper()
+		for i, r := range tiers {
+			if err := r.UploadRound(ctx, true); err != nil {
+				t.Fatalf("writer %d: %v", i, err)
+			}
+		}
+	}
+	check := func(what string, want map[string]int64) {
+		t.Helper()
+		roundAll() // publishes
+		roundAll() // and every writer applies the others' publications
+		if _, _, err := rr.Refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for i, s := range append(stores, reader) {
+			if got := sizes(t, s); !sameSizes(got, want) {
+				t.Errorf("%s: store %d has %v, want %v", what, i, got, want)
+			}
+		}
+	}
+	for i, s := range stores {
+		commitNamed(t, s, []string{"a.bin", "b.bin", "c.bin"}[i], pseudoRandom(1000*(i+1), byte(60+i)))
+	}
+	check("disjoint files", map[string]int64{"a.bin": 1000, "b.bin": 2000, "c.bin": 3000})
+
+	// One path, two writers: the later commit wins whole. (Commit times in
+	// the future: later than every directory's ctime.)
+	base := time.Now().UnixNano() + int64(time.Hour)
+	commitAt(t, stores[0], "x", pseudoRandom(4000, 70), base+100e9)
+	commitAt(t, stores[1], "x", pseudoRandom(5000, 71), base+200e9)
+	if err := tiers[0].UploadRound(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := tiers[1].UploadRound(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	check("one path from two writers", map[string]int64{"a.bin": 1000, "b.bin": 2000, "c.bin": 3000, "x": 5000})
+
+	// Concurrent: c commits y before it saw a's later y.
+	commitAt(t, stores[0], "y", pseudoRandom(6000, 72), base+300e9)
+	commitAt(t, stores[2], "y", pseudoRandom(7000, 73), base+250e9)
+	if err := tiers[0].UploadRound(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	err := tiers[2].UploadRound(ctx, true)
+	if !errors.Is(err, ErrSuperseded) || !strings.Contains(err.Error(), "y (by session") {
+		t.Fatalf("the earlier commit's round: %v, want ErrSuperseded naming y", err)
+	}
+	t.Logf("superseded: %v", err)
+	check("a superseded commit", map[string]int64{"a.bin": 1000, "b.bin": 2000, "c.bin": 3000, "x": 5000, "y": 6000})
+
+	// a renames its file and removes b's.
+	if err := stores[0].Update(func(tx *cas.Tx) error {
+		ino, _ := tx.Lookup(cas.RootIno, "a.bin")
+		if err := tx.Unlink(cas.RootIno, "a.bin"); err != nil {
+			return err
+		}
+		if err := tx.Link(cas.RootIno, "a2.bin", ino); err != nil {
+			return err
+		}
+		ino, _ = tx.Lookup(cas.RootIno, "b.bin")
+		if err := tx.Unlink(cas.RootIno, "b.bin"); err != nil {
+			return err
+		}
+		return tx.DeleteNode(ino)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	check("rename and unlink", map[string]int64{"a2.bin": 1000, "c.bin": 3000, "x": 5000, "y": 6000})
+	if got := readPublished(t, remote); len(got) != 4 {
+		t.Errorf("a fresh reader sees %d paths, want 4", len(got))
+	}
+}
+
+// TestFencedSessionRejoins: a session paused past its lease is fenced by
+// another writer's round; resumed, its round and its collection fail
+// naming the fence, its next round rejoins as a new session and publishes
+// what it committed meanwhile, and nothing the other published is lost.
+// A collection is refused while another session may publish.
+func TestFencedSessionRejoins(t *testing.T) {
+	ctx := context.Background()
+	remote := mem.New(backend.Properties{DurableOnPut: true})
+	a, ra := testStore(t, remote)
+	b, rb := testStore(t, remote)
+	lease := SessionOptions{Lease: time.Second, Logf: t.Logf}
+	sa, err := joinOpts(a, ra, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	commitNamed(t, a, "a1", pseudoRandom(50000, 21))
+	if err := ra.UploadRound(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	sa.stop() // paused: no heartbeat
+	<-sa.done
+	sb, err := joinOpts(b, rb, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(ctx)
+	commitNamed(t, b, "b1", pseudoRandom(50000, 22))
+	if err := rb.UploadRound(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rb.Collect(ctx, time.Now(), nil, true); !errors.Is(err, ErrBusy) {
+		t.Fatalf("a collection while a's session may publish: %v, want ErrBusy", err)
+	}
+	time.Sleep(1200 * time.Millisecond)
+	if err := rb.UploadRound(ctx, true); err != nil { // finds a silent for a lease: fences it
+		t.Fatal(err)
+	}
+	// a resumes as if its lease were fresh: its log fences it all the same.
+	sa.renewed(time.Now(), sa.tag)
+	commitNamed(t, a, "a2", pseudoRandom(50000, 23))
+	err = ra.UploadRound(ctx, true)
+	if !errors.Is(err, ErrFenced) || !strings.Contains(err.Error(), sb.ID()) {
+		t.Fatalf("a fenced session's round: %v, want ErrFenced naming %s", err, sb.ID())
+	}
+	t.Logf("fenced: %v", err)
+	if _, err := ra.Collect(ctx, time.Now().Add(time.Hour), nil, false); !errors.Is(err, ErrFenced) {
+		t.Fatalf("a fenced session's collection: %v, want ErrFenced", err)
+	}
+	if err := ra.UploadRound(ctx, true); err != nil {
+		t.Fatalf("the round after the fence (a rejoin): %v", err)
+	}
+	s2, _ := ra.session()
+	defer s2.Close(ctx)
+	if s2 == sa {
+		t.Fatal("no new session after the fence")
+	}
+	got := readPublished(t, remote)
+	for _, p := range []string{"a1", "a2", "b1"} {
+		if _, ok := got[p]; !ok {
+			t.Errorf("%s is not published (have %d paths)", p, len(got))
+		}
+	}
+	if _, err := rb.Collect(ctx, time.Now(), nil, true); !errors.Is(err, ErrBusy) {
+		t.Fatalf("a collection while a's new session is live: %v, want ErrBusy", err)
+	}
+	if err := s2.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rb.Collect(ctx, time.Now(), nil, true); err != nil {
+		t.Fatalf("a collection with every other session closed: %v", err)
+	}
+}
+
+// TestCheckpointCompacts: once a round reads more than compactEvery
+// sessions' states, it writes a checkpoint and deletes the entries it
+// folds but each session's last; a fresh reader still sees every file, and
+// later publications on top of the checkpoint.
+func TestCheckpointCompacts(t *testing.T) {
+	ctx := context.Background()
+	remote := mem.New(backend.Properties{DurableOnPut: true})
+	var first *Tier
+	var firstStore *cas.Store
+	n := compactEvery + 2
+	for i := range n {
+		s, r := testStore(t, remote)
+		join(t, s, r)
+		for j := range 2 { // two entries per session
+			commitNamed(t, s, string(rune('a'+i))+string(rune('0'+j)), pseudoRandom(1000+i, byte(80+i+j)))
+			if err := r.UploadRound(ctx, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if i == 0 {
+			first, firstStore = r, s
+		}
+	}
+	if err := first.UploadRound(ctx, true); err != nil { // reads n states: compacts
+		t.Fatal(err)
+	}
+	if _, err := remote.Stat(ctx, backend.Handle{Kind: backend.Lock, Name: checkpointName}); err != nil {
+		t.Fatalf("no checkpoint after a round that read %d states: %v", n, err)
+	}
+	logs := 0
+	remote.List(ctx, backend.Lock, func(in backend.Info) error {
+		if _, _, ok := parseLogName(in.Handle.Name); ok {
+			logs++
+		}
+		return nil
+	})
+	if logs >= 2*n {
+		t.Errorf("%d log entries of %d left for %d sessions after compaction", logs, 2*n, n)
+	}
+	commitNamed(t, firstStore, "z", pseudoRandom(500, 99))
+	if err := first.UploadRound(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	got := readPublished(t, remote)
+	if len(got) != 2*n+1 {
+		t.Errorf("a fresh reader after compaction sees %d paths, want %d", len(got), 2*n+1)
+	}
+}
+
+// TestRemountKeepsAppliedVersions: a store that applied another writer's
+// version and changed nothing takes, after a remount, a third writer's
+// later version of the path: what it applied is no change of its own,
+// even with later activity in the directory.
+func TestRemountKeepsAppliedVersions(t *testing.T) {
+	ctx := context.Background()
+	remote := mem.New(backend.Properties{DurableOnPut: true})
+	a, ra := testStore(t, remote)
+	b, rb := testStore(t, remote)
+	c, rc := testStore(t, remote)
+	join(t, a, ra)
+	commitNamed(t, a, "x", pseudoRandom(1000, 90))
+	if err := ra.UploadRound(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	sb := join(t, b, rb) // applies a's x
+	if got := sizes(t, b)["x"]; got != 1000 {
+		t.Fatalf("b has x of %d bytes, want a's 1000", got)
+	}
+	if err := sb.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	join(t, c, rc)
+	commitNamed(t, c, "x", pseudoRandom(2000, 91))
+	if err := rc.UploadRound(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	// Activity in b's root after the apply: its ctime moves on.
+	if err := b.Update(func(tx *cas.Tx) error {
+		n, _, err := tx.Node(cas.RootIno)
+		if err != nil {
+			return err
+		}
+		n.Ctime = time.Now().Add(time.Hour).UnixNano()
+		return tx.PutNode(n)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	b2 := New(b, rb.tier)
+	join(t, b, b2)
+	if got := sizes(t, b)["x"]; got != 2000 {
+		t.Errorf("b remounted has x of %d bytes, want c's later 2000", got)
+	}
+	if got := readPublished(t, remote)["x"].m.Size(); got != 2000 {
+		t.Errorf("published x has %d bytes, want c's 2000", got)
+	}
+}
