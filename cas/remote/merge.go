@@ -239,7 +239,7 @@ func (r *Tier) reconcile(have, want map[string]nsEntry) (int, error) {
 			if err := tx.Unlink(parent, path.Base(p)); err != nil {
 				return err
 			}
-			if err := tx.DeleteNode(ino); err != nil {
+			if _, err := tx.DropLink(ino, now); err != nil { // its other names (hard links) keep it
 				return err
 			}
 		}
@@ -247,6 +247,19 @@ func (r *Tier) reconcile(have, want map[string]nsEntry) (int, error) {
 			w := want[p]
 			n := w.Node
 			parent, ino, ok := resolve(p)
+			if ok {
+				// A node with other names (a hard link here; snapshots have
+				// none) is not changed under them: the path gets a node
+				// of its own.
+				if old, found, err := tx.Node(ino); err != nil {
+					return err
+				} else if found && old.Nlink > 1 {
+					if _, err := tx.DropLink(ino, now); err != nil {
+						return err
+					}
+					ok = false
+				}
+			}
 			if !ok {
 				parent, ok = cas.RootIno, true
 				if d := path.Dir(p); d != "." {
