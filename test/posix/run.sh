@@ -105,9 +105,13 @@ for line in open(log, errors="replace"):
     if m:
         files[cur]["plan"] = int(m.group(1))
         continue
-    m = re.match(r"^(not ok|ok) (\d+)", line)
+    m = re.match(r"^(not ok|ok) (\d+)(.*)", line)
     if m:
-        (files[cur]["fail"] if m.group(1) == "not ok" else files[cur]["ok"]).add(int(m.group(2)))
+        # "not ok N # TODO ...": an assertion the suite marks as not expected
+        # to hold on this system (Linux); prove counts it as passing, and so
+        # do we (ext4 gives the same answers).
+        failed = m.group(1) == "not ok" and not re.match(r"\s*(-.*)?#\s*TODO", m.group(3))
+        (files[cur]["fail"] if failed else files[cur]["ok"]).add(int(m.group(2)))
 
 known = {}
 for line in open(known_path):
