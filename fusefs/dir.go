@@ -419,7 +419,8 @@ func (f *FS) newFile(ctx context.Context, ino uint64, mode uint32) *fileNode {
 }
 
 // Tmpfile makes a file in no directory (O_TMPFILE). It lives in memory and the
-// spool only: with hard links refused it can never get a name.
+// spool only: it has no catalog record, so linking it is refused (ENOENT)
+// and it can never get a name.
 func (d *dirNode) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
 	ino, err := d.fsys.store.AllocIno()
 	if err != nil {

@@ -26,7 +26,12 @@
 //
 //	chunks/<id>       one standalone chunk object, as cas encodes it; put-if-absent
 //	manifests/<h>     a Snapshot (JSON: every directory, regular file with its
-//	                  manifest, and symlink), named by the BLAKE3 of its bytes
+//	                  manifest, and symlink), named by the BLAKE3 of its bytes;
+//	                  a path per name, so a file with several names (hard
+//	                  links) is that many entries with the same manifest, and
+//	                  a store that applies it makes them separate files (same
+//	                  bytes); a merge never changes a node that has other
+//	                  names under them (the path gets a node of its own)
 //	locks/log.<seq>   the log: create-only entries (If-None-Match: *), seq 1, 2, …;
 //	                  each names the session that wrote it and the snapshot that
 //	                  is the namespace as of it ("join" entries repeat the last)
