@@ -612,48 +612,12 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 	newParentRec.Mtime, newParentRec.Ctime = now, now
 
 	srcFile, _ := src.(*fileNode)
-	dstFile, _ := dst.(*fileNode)
-	// What the catalog will hold at the destination once the renamed file commits
-	// (only for a source that is not in the catalog yet).
 	var newShadow uint64
 	var dstLeft uint32 // the names dst has left
 	err = d.fsys.store.Update(func(tx *cas.Tx) error {
-		if srcFile != nil && !srcFile.persisted {
-			// Not in the catalog yet: the old name loses what it shadowed, and
-			// the destination's committed content stays until the source
-			// commits, unless it has other names (which keep it anyway).
-			if srcFile.shadow != 0 {
-				if err := tx.Unlink(d.attr.Ino, name); err != nil {
-					return err
-				}
-				if _, err := tx.DropLink(srcFile.shadow, now); err != nil {
-					return err
-				}
-			}
-			switch {
-			case dstFile != nil && !dstFile.persisted:
-				newShadow = dstFile.shadow
-			case dst != nil && linksOf(dst) > 1:
-				var err error
-				if dstLeft, err = removeEntry(tx, np.attr.Ino, newName, dst, now); err != nil {
-					return err
-				}
-			case dst != nil:
-				newShadow = inoOf(dst)
-			}
-		} else {
-			if dst != nil {
-				var err error
-				if dstLeft, err = removeEntry(tx, np.attr.Ino, newName, dst, now); err != nil {
-					return err
-				}
-			}
-			if err := tx.Unlink(d.attr.Ino, name); err != nil {
-				return err
-			}
-			if err := tx.Link(np.attr.Ino, newName, inoOf(src)); err != nil {
-				return err
-			}
+		var err error
+		if newShadow, dstLeft, err = d.renameEntries(tx, name, src, np, newName, dst, now); err != nil {
+			return err
 		}
 		if err := tx.PutNode(oldParent); err != nil {
 			return err
@@ -689,6 +653,46 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 		}
 	}
 	return 0
+}
+
+// renameEntries moves the catalog's entries for Rename (nsMu held): it
+// returns what the catalog will hold at the destination once a source not
+// in the catalog yet commits (newShadow), and the names dst has left.
+func (d *dirNode) renameEntries(tx *cas.Tx, name string, src fs.InodeEmbedder, np *dirNode, newName string, dst fs.InodeEmbedder, now int64) (newShadow uint64, dstLeft uint32, err error) {
+	srcFile, _ := src.(*fileNode)
+	dstFile, _ := dst.(*fileNode)
+	if srcFile == nil || srcFile.persisted {
+		if dst != nil {
+			if dstLeft, err = removeEntry(tx, np.attr.Ino, newName, dst, now); err != nil {
+				return 0, 0, err
+			}
+		}
+		if err := tx.Unlink(d.attr.Ino, name); err != nil {
+			return 0, 0, err
+		}
+		return 0, dstLeft, tx.Link(np.attr.Ino, newName, inoOf(src))
+	}
+	// Not in the catalog yet: the old name loses what it shadowed, and the
+	// destination's committed content stays until the source commits,
+	// unless it has other names (which keep it anyway).
+	if srcFile.shadow != 0 {
+		if err := tx.Unlink(d.attr.Ino, name); err != nil {
+			return 0, 0, err
+		}
+		if _, err := tx.DropLink(srcFile.shadow, now); err != nil {
+			return 0, 0, err
+		}
+	}
+	switch {
+	case dstFile != nil && !dstFile.persisted:
+		return dstFile.shadow, 0, nil
+	case dst != nil && linksOf(dst) > 1:
+		dstLeft, err = removeEntry(tx, np.attr.Ino, newName, dst, now)
+		return 0, dstLeft, err
+	case dst != nil:
+		return inoOf(dst), 0, nil
+	}
+	return 0, 0, nil
 }
 
 // mayReplace reports why a rename of a directory (srcIsDir) or another node

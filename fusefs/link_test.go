@@ -32,6 +32,27 @@ func statOf(t *testing.T, p string) syscall.Stat_t {
 // remounts; gone names are gone.
 func TestHardLinks(t *testing.T) {
 	m := newMount(t)
+	for _, s := range hardLinkSteps(t, m) {
+		if err := s.do(); err != nil {
+			t.Fatalf("%s: %v", s.what, err)
+		}
+		checkLinkStep(t, m, s)
+	}
+	if st := m.stats(); st.Files != 2 { // new, d/new2 (d/f2 is no regular file)
+		t.Errorf("the catalog counts %d files, want 2", st.Files)
+	}
+}
+
+// linkStep is one step of TestHardLinks: what it does, then what each
+// listed path shows and which paths are gone.
+type linkStep struct {
+	what string
+	do   func() error
+	want map[string]linkState
+	gone []string
+}
+
+func hardLinkSteps(t *testing.T, m *testMount) []linkStep {
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
@@ -39,12 +60,7 @@ func TestHardLinks(t *testing.T) {
 		}
 	}
 	var reader *os.File // an open reader of "a" across steps
-	steps := []struct {
-		what string
-		do   func() error
-		want map[string]linkState
-		gone []string
-	}{
+	return []linkStep{
 		{"link", func() error {
 			must(os.Mkdir(m.path("d"), 0o755))
 			mustWrite(t, m.path("a"), []byte("one"))
@@ -131,35 +147,31 @@ func TestHardLinks(t *testing.T) {
 			return os.Remove(m.path("e"))
 		}, nil, []string{"b", "e"}},
 	}
-	for _, s := range steps {
-		if err := s.do(); err != nil {
-			t.Fatalf("%s: %v", s.what, err)
+}
+
+func checkLinkStep(t *testing.T, m *testMount, s linkStep) {
+	t.Helper()
+	for p, w := range s.want {
+		st := statOf(t, m.path(p))
+		if uint64(st.Nlink) != w.nlink {
+			t.Errorf("%s: nlink of %s is %d, want %d", s.what, p, st.Nlink, w.nlink)
 		}
-		for p, w := range s.want {
-			st := statOf(t, m.path(p))
-			if uint64(st.Nlink) != w.nlink {
-				t.Errorf("%s: nlink of %s is %d, want %d", s.what, p, st.Nlink, w.nlink)
+		if w.sameAs != "" {
+			if other := statOf(t, m.path(w.sameAs)); other.Ino != st.Ino || other.Nlink != st.Nlink {
+				t.Errorf("%s: %s is inode %d (nlink %d), %s inode %d (nlink %d)", s.what, p, st.Ino, st.Nlink, w.sameAs, other.Ino, other.Nlink)
 			}
+		}
+		if st.Mode&syscall.S_IFMT == syscall.S_IFREG {
+			mustEqualFile(t, m.path(p), []byte(w.data))
 			if w.sameAs != "" {
-				if other := statOf(t, m.path(w.sameAs)); other.Ino != st.Ino || other.Nlink != st.Nlink {
-					t.Errorf("%s: %s is inode %d (nlink %d), %s inode %d (nlink %d)", s.what, p, st.Ino, st.Nlink, w.sameAs, other.Ino, other.Nlink)
-				}
-			}
-			if st.Mode&syscall.S_IFMT == syscall.S_IFREG {
-				mustEqualFile(t, m.path(p), []byte(w.data))
-				if w.sameAs != "" {
-					mustEqualFile(t, m.path(w.sameAs), []byte(w.data))
-				}
-			}
-		}
-		for _, p := range s.gone {
-			if _, err := os.Lstat(m.path(p)); !errors.Is(err, os.ErrNotExist) {
-				t.Errorf("%s: %s: %v, want ENOENT", s.what, p, err)
+				mustEqualFile(t, m.path(w.sameAs), []byte(w.data))
 			}
 		}
 	}
-	if st := m.stats(); st.Files != 2 { // new, d/new2 (d/f2 is no regular file)
-		t.Errorf("the catalog counts %d files, want 2", st.Files)
+	for _, p := range s.gone {
+		if _, err := os.Lstat(m.path(p)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s: %s: %v, want ENOENT", s.what, p, err)
+		}
 	}
 }
 

@@ -251,6 +251,31 @@ func walkNamespace(ctx context.Context, tx *cas.Tx, visit func(e entry) error) (
 	return reached, walk(cas.RootIno, "/")
 }
 
+// visit checks one entry of the namespace walk; names counts the entries
+// reached so far of each node with several names.
+func (c *fscker) visit(tx *cas.Tx, names map[uint64]uint32, e entry) error {
+	if e.ok && !e.node.IsDir() && e.node.Nlink > 1 {
+		names[e.ino]++
+	}
+	switch {
+	case !e.ok:
+		c.problem("dangling-entry", e.path, "", "directory entry names node %d, which does not exist", e.ino)
+	case e.dup && (e.node.IsDir() || e.node.Nlink <= 1 || names[e.ino] > e.node.Nlink):
+		if c.dups == nil {
+			c.dups = map[uint64][]int{}
+		}
+		c.dups[e.ino] = append(c.dups[e.ino], c.problem("duplicate-entry", e.path, "", "node %d is also reached elsewhere", e.ino))
+	case e.dup:
+		// A further name of a node with several: counted once.
+	case e.node.IsDir():
+		c.res.Dirs++
+	case e.node.IsRegular():
+		c.res.Files++
+		return c.checkFile(tx, e)
+	}
+	return nil
+}
+
 // checkLinkCounts reports the nodes with several names that fewer entries
 // name than their records count: unlinking every name would leave the node
 // in no directory. (More entries than counted are duplicate-entry problems.)
@@ -274,28 +299,7 @@ func (c *fscker) checkCatalog(ctx context.Context) error {
 	err := c.s.View(func(tx *cas.Tx) error {
 		// Names of the nodes with several (hard links), as reached.
 		names := map[uint64]uint32{}
-		reached, err := walkNamespace(ctx, tx, func(e entry) error {
-			if e.ok && !e.node.IsDir() && e.node.Nlink > 1 {
-				names[e.ino]++
-			}
-			switch {
-			case !e.ok:
-				c.problem("dangling-entry", e.path, "", "directory entry names node %d, which does not exist", e.ino)
-			case e.dup && (e.node.IsDir() || e.node.Nlink <= 1 || names[e.ino] > e.node.Nlink):
-				if c.dups == nil {
-					c.dups = map[uint64][]int{}
-				}
-				c.dups[e.ino] = append(c.dups[e.ino], c.problem("duplicate-entry", e.path, "", "node %d is also reached elsewhere", e.ino))
-			case e.dup:
-				// A further name of a node with several: counted once.
-			case e.node.IsDir():
-				c.res.Dirs++
-			case e.node.IsRegular():
-				c.res.Files++
-				return c.checkFile(tx, e)
-			}
-			return nil
-		})
+		reached, err := walkNamespace(ctx, tx, func(e entry) error { return c.visit(tx, names, e) })
 		if err != nil {
 			return err
 		}
