@@ -51,7 +51,11 @@ func (d *dirNode) linkFile(ctx context.Context, t *fileNode, name string, out *f
 			// The kernel holds the directory's lock while it waits for
 			// this LINK: the entry is invalidated once it is answered.
 			if replaced != nil {
-				go replaced()
+				d.fsys.pending.Add(1)
+				go func() {
+					defer d.fsys.pending.Done()
+					replaced()
+				}()
 			}
 			if committed && d.fsys.afterCommit != nil {
 				if err := d.fsys.afterCommit(ctx); err != nil {
