@@ -45,6 +45,16 @@ const (
 // store with a larger number is refused (ErrNewerFormat).
 const FormatVersion = catalog.FormatVersion
 
+// FormatDeltas and FormatLinks are the least formats of a store holding
+// deltas and of one holding a node with several names (hard links).
+const (
+	FormatDeltas = catalog.FormatDeltas
+	FormatLinks  = catalog.FormatLinks
+)
+
+// ErrTooManyLinks means a node has MaxLinks names already (EMLINK).
+var ErrTooManyLinks = catalog.ErrTooManyLinks
+
 // ErrCatalogDamaged is wrapped by errors about a catalog whose pages or
 // records do not check: Open refuses such a store, reads of a damaged record
 // fail, and fsck names the damage.

@@ -31,24 +31,7 @@ func (n *fileNode) commitAtRelease(ctx context.Context, h *handle) error { retur
 
 // commitAs is commit, or commitAtRelease when releasing is not nil.
 func (n *fileNode) commitAs(ctx context.Context, releasing *handle) error {
-	defer n.fsys.beginActivity()() // the re-encoder waits for commits
-	if t := n.dataNode(nil); t != n {
-		return t.commitAs(ctx, releasing)
-	}
-	n.commitMu.Lock()
-	defer n.commitMu.Unlock()
-	// A fork takes its origin's place: its name, mode and owner. Read them
-	// before taking n.mu (Open holds an origin's mu while taking its fork's).
-	n.fsys.nsMu.Lock()
-	origin := n.origin
-	n.fsys.nsMu.Unlock()
-	var originAttr cas.Node
-	if origin != nil {
-		origin.mu.RLock()
-		originAttr = origin.attr
-		origin.mu.RUnlock()
-	}
-	replaced, committed, err := n.commitLocked(ctx, origin, originAttr, releasing)
+	replaced, committed, err := n.commitQuiet(ctx, releasing)
 	if err != nil {
 		return err
 	}
@@ -63,6 +46,31 @@ func (n *fileNode) commitAs(ctx context.Context, releasing *handle) error {
 		return n.fsys.afterCommit(ctx)
 	}
 	return nil
+}
+
+// commitQuiet is commitAs without the kernel's entry invalidated: a fork
+// that took its origin's place returns replaceOrigin's function, for a
+// caller that must not wait on the kernel's directory lock (Link, which
+// the kernel serves holding it) to run later.
+func (n *fileNode) commitQuiet(ctx context.Context, releasing *handle) (replaced func(), committed bool, err error) {
+	defer n.fsys.beginActivity()() // the re-encoder waits for commits
+	if t := n.dataNode(nil); t != n {
+		return t.commitQuiet(ctx, releasing)
+	}
+	n.commitMu.Lock()
+	defer n.commitMu.Unlock()
+	// A fork takes its origin's place: its name, mode and owner. Read them
+	// before taking n.mu (Open holds an origin's mu while taking its fork's).
+	n.fsys.nsMu.Lock()
+	origin := n.origin
+	n.fsys.nsMu.Unlock()
+	var originAttr cas.Node
+	if origin != nil {
+		origin.mu.RLock()
+		originAttr = origin.attr
+		origin.mu.RUnlock()
+	}
+	return n.commitLocked(ctx, origin, originAttr, releasing)
 }
 
 // commitLocked does the commit and reports whether it wrote one; for a fork
@@ -140,7 +148,7 @@ func (n *fileNode) commitDirty(ctx context.Context, origin *fileNode, originAttr
 			return nil, err
 		}
 	}
-	rec := n.attr
+	rec := n.record()
 	rec.Size = m.Size()
 
 	n.fsys.suggestBases(batch, n.hintPlace(origin, originAttr), refs, ix)
@@ -187,7 +195,9 @@ func (n *fileNode) commitCatalog(ctx context.Context, batch *cas.Batch, m *cas.M
 						replaced = origin.attr.Ino
 					}
 					if replaced != 0 {
-						if err := tx.DeleteNode(replaced); err != nil {
+						// A shadow with other names keeps them (an
+						// origin has one: it has no fork otherwise).
+						if _, err := tx.DropLink(replaced, time.Now().UnixNano()); err != nil {
 							return err
 						}
 					}
@@ -285,7 +295,7 @@ func (n *fileNode) replaceOrigin(origin *fileNode) func() {
 				n.fsys.log.Printf("invalidate entry %q: %v", name, errno)
 			}
 			n.fsys.nsMu.Lock()
-			moved := !n.unlinked.Load() && (n.dir != dir || n.name != name)
+			moved := !n.unlinked.Load() && n.dir != nil && (n.dir != dir || n.name != name)
 			dir, name = n.dir, n.name
 			n.fsys.nsMu.Unlock()
 			if !moved {

@@ -26,6 +26,7 @@ var (
 	_ fs.NodeCreater   = (*ctlDir)(nil)
 	_ fs.NodeMkdirer   = (*ctlDir)(nil)
 	_ fs.NodeSymlinker = (*ctlDir)(nil)
+	_ fs.NodeLinker    = (*ctlDir)(nil)
 	_ fs.NodeUnlinker  = (*ctlDir)(nil)
 	_ fs.NodeRmdirer   = (*ctlDir)(nil)
 	_ fs.NodeRenamer   = (*ctlDir)(nil)
@@ -48,6 +49,10 @@ func (c *ctlDir) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.
 }
 
 func (c *ctlDir) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	return nil, syscall.EROFS
+}
+
+func (c *ctlDir) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	return nil, syscall.EROFS
 }
 

@@ -125,11 +125,17 @@ func (f *FS) nodeFor(rec cas.Node, dir *dirNode, name string) fs.InodeEmbedder {
 	case rec.IsDir():
 		return &dirNode{nodeBase: nodeBase{fsys: f, attr: rec}}
 	case rec.IsSymlink():
-		return &symlinkNode{nodeBase: nodeBase{fsys: f, attr: rec}}
+		n := &symlinkNode{nodeBase: nodeBase{fsys: f, attr: rec}}
+		n.nlink.Store(rec.Nlink)
+		return n
 	case rec.IsSpecial():
-		return &specialNode{nodeBase: nodeBase{fsys: f, attr: rec}, typ: rec.Mode & syscall.S_IFMT}
+		n := &specialNode{nodeBase: nodeBase{fsys: f, attr: rec}, typ: rec.Mode & syscall.S_IFMT}
+		n.nlink.Store(rec.Nlink)
+		return n
 	default:
-		return &fileNode{nodeBase: nodeBase{fsys: f, attr: rec}, persisted: true, dir: dir, name: name, committedSize: rec.Size}
+		n := &fileNode{nodeBase: nodeBase{fsys: f, attr: rec}, persisted: true, dir: dir, name: name, committedSize: rec.Size}
+		n.nlink.Store(rec.Nlink)
+		return n
 	}
 }
 
@@ -362,10 +368,6 @@ func (d *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.En
 	return ch, 0
 }
 
-func (d *dirNode) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	return nil, syscall.EPERM
-}
-
 // Create makes a new, empty, uncommitted file: it enters the catalog at its
 // first commit (the close of this handle at the latest).
 func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
@@ -417,7 +419,8 @@ func (f *FS) newFile(ctx context.Context, ino uint64, mode uint32) *fileNode {
 }
 
 // Tmpfile makes a file in no directory (O_TMPFILE). It lives in memory and the
-// spool only: with hard links refused it can never get a name.
+// spool only: it has no catalog record, so linking it is refused (ENOENT)
+// and it can never get a name.
 func (d *dirNode) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
 	ino, err := d.fsys.store.AllocIno()
 	if err != nil {
@@ -454,8 +457,10 @@ func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	now := time.Now().UnixNano()
 	parent := d.attr
 	parent.Mtime, parent.Ctime = now, now
+	var left uint32
 	err = d.fsys.store.Update(func(tx *cas.Tx) error {
-		if err := removeEntry(tx, d.attr.Ino, name, child); err != nil {
+		var err error
+		if left, err = removeEntry(tx, d.attr.Ino, name, child, now); err != nil {
 			return err
 		}
 		return tx.PutNode(parent)
@@ -464,7 +469,7 @@ func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 		return d.fsys.toErrno("unlink", err)
 	}
 	d.fsys.setView(func() { d.attr = parent })
-	detach(child)
+	d.dropName(name, child, left, now)
 	return 0
 }
 
@@ -494,7 +499,7 @@ func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 	parent := d.attr
 	parent.Mtime, parent.Ctime = now, now
 	err = d.fsys.store.Update(func(tx *cas.Tx) error {
-		if err := removeEntry(tx, d.attr.Ino, name, cd); err != nil {
+		if _, err := removeEntry(tx, d.attr.Ino, name, cd, now); err != nil {
 			return err
 		}
 		return tx.PutNode(parent)
@@ -509,9 +514,10 @@ func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 }
 
 // removeEntry deletes from the catalog what the entry parent/name holds for
-// node n: its record if it is persisted, or the committed file it shadows.
-// nsMu held.
-func removeEntry(tx *cas.Tx, parent uint64, name string, n fs.InodeEmbedder) error {
+// node n: its record if it is persisted, or the committed file it shadows;
+// a node with other names (hard links) loses one, and its ctime is now. It
+// returns the names n has left. nsMu held.
+func removeEntry(tx *cas.Tx, parent uint64, name string, n fs.InodeEmbedder, now int64) (uint32, error) {
 	var ino uint64
 	switch n := n.(type) {
 	case *fileNode:
@@ -528,12 +534,16 @@ func removeEntry(tx *cas.Tx, parent uint64, name string, n fs.InodeEmbedder) err
 		ino = n.attr.Ino
 	}
 	if ino == 0 {
-		return nil
+		return 0, nil
 	}
 	if err := tx.Unlink(parent, name); err != nil {
-		return err
+		return 0, err
 	}
-	return tx.DeleteNode(ino)
+	left, err := tx.DropLink(ino, now)
+	if f, ok := n.(*fileNode); ok && !f.persisted {
+		return 0, err // the shadow's other names are not n's
+	}
+	return left, err
 }
 
 // detach marks a node that no longer has a name (nsMu held), and lets go-fuse
@@ -602,40 +612,12 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 	newParentRec.Mtime, newParentRec.Ctime = now, now
 
 	srcFile, _ := src.(*fileNode)
-	dstFile, _ := dst.(*fileNode)
-	// What the catalog will hold at the destination once the renamed file commits
-	// (only for a source that is not in the catalog yet).
 	var newShadow uint64
+	var dstLeft uint32 // the names dst has left
 	err = d.fsys.store.Update(func(tx *cas.Tx) error {
-		if srcFile != nil && !srcFile.persisted {
-			// Not in the catalog yet: the old name loses what it shadowed, and
-			// the destination's committed content stays until the source commits.
-			if srcFile.shadow != 0 {
-				if err := tx.Unlink(d.attr.Ino, name); err != nil {
-					return err
-				}
-				if err := tx.DeleteNode(srcFile.shadow); err != nil {
-					return err
-				}
-			}
-			switch {
-			case dstFile != nil && !dstFile.persisted:
-				newShadow = dstFile.shadow
-			case dst != nil:
-				newShadow = inoOf(dst)
-			}
-		} else {
-			if dst != nil {
-				if err := removeEntry(tx, np.attr.Ino, newName, dst); err != nil {
-					return err
-				}
-			}
-			if err := tx.Unlink(d.attr.Ino, name); err != nil {
-				return err
-			}
-			if err := tx.Link(np.attr.Ino, newName, inoOf(src)); err != nil {
-				return err
-			}
+		var err error
+		if newShadow, dstLeft, err = d.renameEntries(tx, name, src, np, newName, dst, now); err != nil {
+			return err
 		}
 		if err := tx.PutNode(oldParent); err != nil {
 			return err
@@ -662,7 +644,7 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 		}
 	}
 	if dst != nil {
-		detach(dst)
+		np.dropName(newName, dst, dstLeft, now)
 	}
 	if srcFile != nil {
 		srcFile.dir, srcFile.name = np, newName
@@ -671,6 +653,46 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 		}
 	}
 	return 0
+}
+
+// renameEntries moves the catalog's entries for Rename (nsMu held): it
+// returns what the catalog will hold at the destination once a source not
+// in the catalog yet commits (newShadow), and the names dst has left.
+func (d *dirNode) renameEntries(tx *cas.Tx, name string, src fs.InodeEmbedder, np *dirNode, newName string, dst fs.InodeEmbedder, now int64) (newShadow uint64, dstLeft uint32, err error) {
+	srcFile, _ := src.(*fileNode)
+	dstFile, _ := dst.(*fileNode)
+	if srcFile == nil || srcFile.persisted {
+		if dst != nil {
+			if dstLeft, err = removeEntry(tx, np.attr.Ino, newName, dst, now); err != nil {
+				return 0, 0, err
+			}
+		}
+		if err := tx.Unlink(d.attr.Ino, name); err != nil {
+			return 0, 0, err
+		}
+		return 0, dstLeft, tx.Link(np.attr.Ino, newName, inoOf(src))
+	}
+	// Not in the catalog yet: the old name loses what it shadowed, and the
+	// destination's committed content stays until the source commits,
+	// unless it has other names (which keep it anyway).
+	if srcFile.shadow != 0 {
+		if err := tx.Unlink(d.attr.Ino, name); err != nil {
+			return 0, 0, err
+		}
+		if _, err := tx.DropLink(srcFile.shadow, now); err != nil {
+			return 0, 0, err
+		}
+	}
+	switch {
+	case dstFile != nil && !dstFile.persisted:
+		return dstFile.shadow, 0, nil
+	case dst != nil && linksOf(dst) > 1:
+		dstLeft, err = removeEntry(tx, np.attr.Ino, newName, dst, now)
+		return 0, dstLeft, err
+	case dst != nil:
+		return inoOf(dst), 0, nil
+	}
+	return 0, 0, nil
 }
 
 // mayReplace reports why a rename of a directory (srcIsDir) or another node
@@ -712,6 +734,19 @@ func modeOf(n fs.InodeEmbedder) uint32 {
 	return syscall.S_IFREG
 }
 
+// linksOf returns the names of a node that is not a directory (nsMu held).
+func linksOf(n fs.InodeEmbedder) uint32 {
+	switch n := n.(type) {
+	case *fileNode:
+		return n.links()
+	case *symlinkNode:
+		return n.links()
+	case *specialNode:
+		return n.links()
+	}
+	return 1
+}
+
 func inoOf(n fs.InodeEmbedder) uint64 {
 	switch n := n.(type) {
 	case *fileNode:
@@ -746,7 +781,7 @@ func (s *symlinkNode) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 func (s *symlinkNode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	s.fsys.viewMu.RLock()
 	defer s.fsys.viewMu.RUnlock()
-	fillAttr(&out.Attr, &s.attr, 1)
+	fillAttr(&out.Attr, &s.attr, s.links())
 	return 0
 }
 
@@ -754,5 +789,5 @@ func (s *symlinkNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.Set
 	if _, ok := in.GetSize(); ok {
 		return syscall.EINVAL
 	}
-	return s.fsys.setattrNS(&s.attr, in, out, 1)
+	return s.fsys.setattrNS(&s.attr, in, out, s.links())
 }

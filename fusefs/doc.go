@@ -32,7 +32,25 @@
 // catalog. mkdir, rmdir, unlink, rename, symlink, chmod, chown and utimens
 // are durable when they return: each is one catalog transaction. The virtual
 // directory .ckptfs (inode 2) holds stats.json (inode 3), regenerated on every
-// open; nothing under it can be written (EROFS). Hard links are refused (EPERM).
+// open; nothing under it can be written (EROFS).
+//
+// Hard links (link.go): a file, symlink or special file may have several
+// names, directory entries to one catalog node that counts them
+// (cas.Node.Nlink; the catalog's AddLink and DropLink, in the transaction
+// of the link, unlink or rename). In memory the count is nodeBase.nlink,
+// changed holding nsMu; a link or unlink changes a file's ctime through
+// fileNode.linkCtime, since namespace changes do not take file.mu (Link
+// itself does, before nsMu: it must not race a fork). go-fuse keeps one
+// inode per number, so every name of a node the kernel knows leads to one
+// node. A file's dir and name are one of its names (nil once the name it
+// knew is unlinked while others remain), for the first commit of a new
+// file, a fork's commit and delta hints. A file with several names (or
+// with a name it does not know) is never forked: a fork takes one name,
+// so it is changed in place, as on ext4. Link of a file not committed yet
+// commits it first (the catalog must hold the node the new name names), and
+// of a file with a fork commits the fork, which takes the name, and links
+// it. The last unlink detaches the node as before. O_TMPFILE files cannot
+// be linked (ENOENT): they have no catalog record.
 //
 // FIFOs, UNIX sockets (bind) and character and block devices (mknod, mkfifo;
 // special.go) are catalog records only: type, mode, rdev, owner and times.

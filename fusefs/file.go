@@ -42,6 +42,11 @@ type fileNode struct {
 	shadow    uint64 // committed node at dir/name this file replaces at its first commit
 
 	unlinked atomic.Bool // no name any more; commits keep it out of the catalog
+	// linkCtime is the ctime of the last link or unlink of one of the
+	// file's names while it keeps one (nsMu held; attr needs mu, which
+	// namespace changes do not take): fillAttr and record show the later
+	// of it and attr's.
+	linkCtime atomic.Int64
 
 	commitMu lockorder.Mutex[lockorder.FileCommit] // one commit of this file at a time
 
@@ -167,7 +172,9 @@ func (n *fileNode) changeTarget(h fs.FileHandle, cached bool) *fileNode {
 	}
 	n.fsys.nsMu.Lock()
 	defer n.fsys.nsMu.Unlock()
-	if !n.persisted {
+	if !n.persisted || n.links() > 1 || n.dir == nil {
+		// A file with several names (or one of whose names n does not
+		// know, dir nil) changes in place: a fork takes one name only.
 		return n
 	}
 	// The fork is not tracked as open on its own: n is, and n's commit and
@@ -264,11 +271,24 @@ func (n *fileNode) setAttr(change func(a *cas.Node)) {
 }
 
 func (n *fileNode) fillAttr(out *fuse.Attr) {
-	nlink := uint32(1)
+	nlink := n.links()
 	if n.unlinked.Load() {
 		nlink = 0
 	}
 	fillAttr(out, &n.attr, nlink)
+	if c := n.linkCtime.Load(); c > n.attr.Ctime {
+		out.Ctime, out.Ctimensec = uint64(c/1e9), uint32(c%1e9)
+	}
+}
+
+// record returns n's node record for the catalog from attr (mu held): a
+// link or unlink of one of its names since attr's ctime was set counts.
+func (n *fileNode) record() cas.Node {
+	rec := n.attr
+	if c := n.linkCtime.Load(); c > rec.Ctime {
+		rec.Ctime = c
+	}
+	return rec
 }
 
 func (n *fileNode) read(ctx context.Context, f fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
@@ -628,7 +648,7 @@ func (n *fileNode) setattrLocked(in *fuse.SetAttrIn, resize bool) error {
 		return nil
 	}
 	fork.setAttr(func(a *cas.Node) { a.Mode, a.UID, a.GID = rec.Mode, rec.UID, rec.GID })
-	frec := fork.attr
+	frec := fork.record()
 	frec.Size = fork.committedSize
 	return n.fsys.store.Update(func(tx *cas.Tx) error { return tx.PutNode(frec) })
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -221,6 +222,18 @@ type nodeBase struct {
 	fsys *FS
 	attr cas.Node // dirs, symlinks: guarded by fsys.nsMu and viewMu; files: by file.mu and attrMu
 	link nodeLink // place in fsys.nodes
+	// nlink counts the names of a node that is not a directory (0 reads
+	// as 1): the catalog's count, changed holding nsMu by the namespace
+	// change that changes the catalog's.
+	nlink atomic.Uint32
+}
+
+// links returns the number of names of a node that is not a directory.
+func (b *nodeBase) links() uint32 {
+	if l := b.nlink.Load(); l > 0 {
+		return l
+	}
+	return 1
 }
 
 // setView makes a change that lookups, listings and getattr of directories

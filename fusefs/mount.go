@@ -62,6 +62,9 @@ func Mount(f *FS, mountpoint string, opts MountOptions) (*fuse.Server, error) {
 		EntryTimeout:    &day,
 		AttrTimeout:     &day,
 		NegativeTimeout: &neg,
+		// A file made with mode 0000 shows 0000 (pjdfstest open/26), not
+		// the 0644 go-fuse would put in its place.
+		NullPermissions: true,
 		MountOptions: fuse.MountOptions{
 			DirectMountStrict:       Privileged(),
 			AllowOther:              opts.AllowOther,

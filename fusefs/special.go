@@ -29,7 +29,7 @@ var (
 func (s *specialNode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	s.fsys.viewMu.RLock()
 	defer s.fsys.viewMu.RUnlock()
-	fillAttr(&out.Attr, &s.attr, 1)
+	fillAttr(&out.Attr, &s.attr, s.links())
 	return 0
 }
 
@@ -39,7 +39,7 @@ func (s *specialNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.Set
 		// nothing; there is no content to cut here either.
 		in.Valid &^= fuse.FATTR_SIZE
 	}
-	return s.fsys.setattrNS(&s.attr, in, out, 1)
+	return s.fsys.setattrNS(&s.attr, in, out, s.links())
 }
 
 // Mknod makes a FIFO, a socket (bind(2) of a UNIX socket) or a device node.

@@ -210,3 +210,28 @@ func TestDirLinkCount(t *testing.T) {
 		}
 	}
 }
+
+// TestCreateModeZero: a file created with mode 0000 keeps it, whichever way
+// it is opened (pjdfstest open/26; FreeBSD's mv -f does this), and the
+// owner, root here, still reads and writes it.
+func TestCreateModeZero(t *testing.T) {
+	m := newMount(t)
+	for _, flags := range []int{os.O_WRONLY, os.O_RDWR, os.O_RDONLY} {
+		p := m.path("zero")
+		fd, err := syscall.Open(p, flags|syscall.O_CREAT|syscall.O_EXCL, 0)
+		if err != nil {
+			t.Fatalf("open flags %#x: %v", flags, err)
+		}
+		syscall.Close(fd)
+		var st syscall.Stat_t
+		if err := syscall.Lstat(p, &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode != syscall.S_IFREG {
+			t.Errorf("flags %#x: mode %o, want %o", flags, st.Mode, syscall.S_IFREG)
+		}
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -251,29 +251,59 @@ func walkNamespace(ctx context.Context, tx *cas.Tx, visit func(e entry) error) (
 	return reached, walk(cas.RootIno, "/")
 }
 
+// visit checks one entry of the namespace walk; names counts the entries
+// reached so far of each node with several names.
+func (c *fscker) visit(tx *cas.Tx, names map[uint64]uint32, e entry) error {
+	if e.ok && !e.node.IsDir() && e.node.Nlink > 1 {
+		names[e.ino]++
+	}
+	switch {
+	case !e.ok:
+		c.problem("dangling-entry", e.path, "", "directory entry names node %d, which does not exist", e.ino)
+	case e.dup && (e.node.IsDir() || e.node.Nlink <= 1 || names[e.ino] > e.node.Nlink):
+		if c.dups == nil {
+			c.dups = map[uint64][]int{}
+		}
+		c.dups[e.ino] = append(c.dups[e.ino], c.problem("duplicate-entry", e.path, "", "node %d is also reached elsewhere", e.ino))
+	case e.dup:
+		// A further name of a node with several: counted once.
+	case e.node.IsDir():
+		c.res.Dirs++
+	case e.node.IsRegular():
+		c.res.Files++
+		return c.checkFile(tx, e)
+	}
+	return nil
+}
+
+// checkLinkCounts reports the nodes with several names that fewer entries
+// name than their records count: unlinking every name would leave the node
+// in no directory. (More entries than counted are duplicate-entry problems.)
+func (c *fscker) checkLinkCounts(tx *cas.Tx, names map[uint64]uint32) error {
+	for ino, k := range names {
+		n, ok, err := tx.Node(ino)
+		if err != nil {
+			return err
+		}
+		if ok && k < n.Nlink {
+			c.problem("link-count", "", "", "node %d counts %d names, %d directory entries name it", ino, n.Nlink, k)
+		}
+	}
+	return nil
+}
+
 // checkCatalog checks the namespace, the manifests and the counters, in one
 // read transaction.
 func (c *fscker) checkCatalog(ctx context.Context) error {
 	var want cas.Counts
 	err := c.s.View(func(tx *cas.Tx) error {
-		reached, err := walkNamespace(ctx, tx, func(e entry) error {
-			switch {
-			case !e.ok:
-				c.problem("dangling-entry", e.path, "", "directory entry names node %d, which does not exist", e.ino)
-			case e.dup:
-				if c.dups == nil {
-					c.dups = map[uint64][]int{}
-				}
-				c.dups[e.ino] = append(c.dups[e.ino], c.problem("duplicate-entry", e.path, "", "node %d is also reached elsewhere", e.ino))
-			case e.node.IsDir():
-				c.res.Dirs++
-			case e.node.IsRegular():
-				c.res.Files++
-				return c.checkFile(tx, e)
-			}
-			return nil
-		})
+		// Names of the nodes with several (hard links), as reached.
+		names := map[uint64]uint32{}
+		reached, err := walkNamespace(ctx, tx, func(e entry) error { return c.visit(tx, names, e) })
 		if err != nil {
+			return err
+		}
+		if err := c.checkLinkCounts(tx, names); err != nil {
 			return err
 		}
 		c.named.seal()
@@ -570,7 +600,7 @@ func (c *fscker) checkDeltas(ctx context.Context) error {
 		if n := tx.Counts().DeltaChunks; n != int64(rows) {
 			c.problem("counter", "", "", "delta_chunks counter is %d, the catalog holds %d", n, rows)
 		}
-		if rows > 0 && c.s.Format() < cas.FormatVersion {
+		if rows > 0 && c.s.Format() < cas.FormatDeltas {
 			c.problem("format", "", "", "the store holds deltas at format %d: an older ckptfs would open it", c.s.Format())
 		}
 		if err := tx.ForEachBaseRow(func(base, id cas.ID) error {

@@ -39,12 +39,19 @@
 //     damage).
 //   - Formats: 2 seals records; 3 is 2 holding delta rows, entered by the
 //     transaction that writes the first delta row, so an older ckptfs (which
-//     would sweep a base it does not know is used) refuses the store. A
+//     would sweep a base it does not know is used) refuses the store; 4 is
+//     a store holding a node with several names (hard links), entered by
+//     the transaction of the first Tx.AddLink (schema.go). A
 //     writable Open migrates format 1 in one transaction; a read-only Open
 //     reads it as it is. A newer format than FormatVersion is refused
 //     (ErrNewerFormat). Buckets added without a format bump (reencode,
 //     deltaplans, deltas, bases, remote_chunks) are created by a writable
 //     Open, and a missing one reads as empty.
+//   - A node that is not a directory counts the directory entries that name
+//     it (Node.Nlink; record version 2 when more than one): only AddLink
+//     and DropLink change the count (PutNode keeps it), DropLink deletes
+//     the node and its manifest with its last name, and the file and byte
+//     counters count the node once, however many names it has.
 //   - A Tx is valid only inside the function given to View or Update;
 //     values it returns are copies the caller owns. Keep transactions
 //     short: no network or FUSE I/O inside one.

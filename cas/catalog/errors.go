@@ -11,3 +11,9 @@ var (
 	// ErrNotStore means the file is not a ckptfs catalog.
 	ErrNotStore = errors.New("not a ckptfs store")
 )
+
+// ErrTooManyLinks means a node has MaxLinks names already (EMLINK).
+var ErrTooManyLinks = errors.New("too many links")
+
+// MaxLinks is the most names a node may have: ext4's limit.
+const MaxLinks = 65000

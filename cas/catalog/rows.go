@@ -22,13 +22,29 @@ type Node struct {
 	Ctime  int64
 	Target string // symlink target
 	Rdev   uint32 // character and block devices: the device number, as in stat(2)
+	// Nlink is the number of directory entries that name the node, for
+	// every type but directories (whose count is their subdirectories';
+	// the catalog keeps 1). Only Tx.AddLink and Tx.DropLink change it:
+	// PutNode keeps the count the record has. Snapshots of the remote tier
+	// do not carry it (a file with two names is two entries there).
+	Nlink uint32 `json:"-"`
 }
 
-const nodeRecordVersion = 1
+// Node records: version 1 is a node with one name; version 2 (written only
+// for a node with several names, in a store at formatLinks) adds the link
+// count after the fixed fields, before the symlink target or device number.
+const (
+	nodeRecordVersion      = 1
+	nodeRecordVersionLinks = 2
+)
 
 func (n *Node) marshal() []byte {
-	b := make([]byte, 0, 61+len(n.Target))
-	b = append(b, nodeRecordVersion)
+	b := make([]byte, 0, 65+len(n.Target))
+	if n.Nlink > 1 {
+		b = append(b, nodeRecordVersionLinks)
+	} else {
+		b = append(b, nodeRecordVersion)
+	}
 	b = binary.LittleEndian.AppendUint32(b, n.Mode)
 	b = binary.LittleEndian.AppendUint32(b, n.UID)
 	b = binary.LittleEndian.AppendUint32(b, n.GID)
@@ -36,6 +52,9 @@ func (n *Node) marshal() []byte {
 	b = binary.LittleEndian.AppendUint64(b, uint64(n.Atime))
 	b = binary.LittleEndian.AppendUint64(b, uint64(n.Mtime))
 	b = binary.LittleEndian.AppendUint64(b, uint64(n.Ctime))
+	if n.Nlink > 1 {
+		b = binary.LittleEndian.AppendUint32(b, n.Nlink)
+	}
 	if n.IsDevice() {
 		// The tail a symlink's target takes: an older binary, which reads
 		// it as a target, ignores it for a node that is no symlink.
@@ -46,11 +65,14 @@ func (n *Node) marshal() []byte {
 }
 
 func unmarshalNode(ino uint64, b []byte) (Node, error) {
-	const fixed = 1 + 4*3 + 8*4
-	if len(b) < fixed || b[0] != nodeRecordVersion {
+	fixed := 1 + 4*3 + 8*4
+	if len(b) > 0 && b[0] == nodeRecordVersionLinks {
+		fixed += 4
+	}
+	if len(b) < fixed || b[0] != nodeRecordVersion && b[0] != nodeRecordVersionLinks {
 		return Node{}, fmt.Errorf("node %d: bad record (%d bytes)", ino, len(b))
 	}
-	n := Node{Ino: ino}
+	n := Node{Ino: ino, Nlink: 1}
 	n.Mode = binary.LittleEndian.Uint32(b[1:])
 	n.UID = binary.LittleEndian.Uint32(b[5:])
 	n.GID = binary.LittleEndian.Uint32(b[9:])
@@ -58,6 +80,12 @@ func unmarshalNode(ino uint64, b []byte) (Node, error) {
 	n.Atime = int64(binary.LittleEndian.Uint64(b[21:]))
 	n.Mtime = int64(binary.LittleEndian.Uint64(b[29:]))
 	n.Ctime = int64(binary.LittleEndian.Uint64(b[37:]))
+	if b[0] == nodeRecordVersionLinks {
+		n.Nlink = binary.LittleEndian.Uint32(b[45:])
+		if n.Nlink < 2 || n.IsDir() {
+			return Node{}, fmt.Errorf("node %d: link count %d in a record of several names", ino, n.Nlink)
+		}
+	}
 	if n.IsDevice() {
 		if len(b) != fixed+4 {
 			return Node{}, fmt.Errorf("node %d: device record of %d bytes", ino, len(b))

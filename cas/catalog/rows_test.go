@@ -20,7 +20,7 @@ func TestManifestAndNodeRecords(t *testing.T) {
 			t.Errorf("manifest %x parsed", bad)
 		}
 	}
-	n := Node{Ino: 42, Mode: 0o100644, UID: 1, GID: 2, Size: 3, Atime: 4, Mtime: 5, Ctime: 6, Target: "x/y"}
+	n := Node{Ino: 42, Mode: 0o100644, UID: 1, GID: 2, Size: 3, Atime: 4, Mtime: 5, Ctime: 6, Target: "x/y", Nlink: 1}
 	back, err := unmarshalNode(42, n.marshal())
 	if err != nil || back != n {
 		t.Fatalf("node round trip: %+v %v", back, err)
@@ -32,10 +32,10 @@ func TestManifestAndNodeRecords(t *testing.T) {
 // the tail as a symlink target, ignores it for a node that is no symlink.
 func TestSpecialNodeRecords(t *testing.T) {
 	for _, n := range []Node{
-		{Ino: 7, Mode: 0o010640, UID: 1, GID: 2, Atime: 3, Mtime: 4, Ctime: 5},               // FIFO
-		{Ino: 7, Mode: 0o140755, UID: 1, GID: 2, Atime: 3, Mtime: 4, Ctime: 5},               // socket
-		{Ino: 7, Mode: 0o020600, UID: 0, GID: 6, Atime: 3, Mtime: 4, Ctime: 5, Rdev: 0x0103}, // char 1,3
-		{Ino: 7, Mode: 0o060660, UID: 0, GID: 6, Atime: 3, Mtime: 4, Ctime: 5, Rdev: 0x0801}, // block 8,1
+		{Ino: 7, Mode: 0o010640, UID: 1, GID: 2, Atime: 3, Mtime: 4, Ctime: 5, Nlink: 1},               // FIFO
+		{Ino: 7, Mode: 0o140755, UID: 1, GID: 2, Atime: 3, Mtime: 4, Ctime: 5, Nlink: 1},               // socket
+		{Ino: 7, Mode: 0o020600, UID: 0, GID: 6, Atime: 3, Mtime: 4, Ctime: 5, Rdev: 0x0103, Nlink: 1}, // char 1,3
+		{Ino: 7, Mode: 0o060660, UID: 0, GID: 6, Atime: 3, Mtime: 4, Ctime: 5, Rdev: 0x0801, Nlink: 1}, // block 8,1
 	} {
 		if !n.IsSpecial() || n.IsRegular() || n.IsDir() || n.IsSymlink() {
 			t.Errorf("mode %o: type predicates wrong", n.Mode)

@@ -51,10 +51,25 @@ var (
 // that an older ckptfs, which would sweep a base without knowing a delta
 // needs it, refuses the store. A store that never held a delta stays at 2
 // and opens with older binaries.
+//
+// Format 4 is format 3 holding a node with several names (a hard link;
+// rows.go's record version 2): a store moves to it in the transaction that
+// gives a node its second name (Tx.AddLink), because an older ckptfs would
+// misread the record as damage, and its unlink of one name would delete the
+// node the other names still need. Nothing else changes, so a store that
+// never had a link needs no migration and stays readable by older binaries;
+// a store at format 2 that gets a link goes to 4 as well (4 reads what 2 and
+// 3 wrote).
 const (
 	formatSealed  = 2
 	formatDeltas  = 3
-	FormatVersion = formatDeltas // the newest format this code reads and writes
+	formatLinks   = 4
+	FormatVersion = formatLinks // the newest format this code reads and writes
+
+	// FormatDeltas and FormatLinks are the formats a store holding deltas
+	// or a node with several names is at, at least.
+	FormatDeltas = formatDeltas
+	FormatLinks  = formatLinks
 )
 
 // Reserved inode numbers. Numbers below FirstIno are never allocated, so the

@@ -33,12 +33,22 @@ func (t *Tx) Node(ino uint64) (Node, bool, error) {
 	return n, err == nil, errDamaged(err)
 }
 
-// PutNode writes n, keeping the file and directory counters right.
+// PutNode writes n, keeping the file and directory counters right. The
+// link count is the record's own: n.Nlink is ignored, and a new node has
+// one name (AddLink and DropLink change it).
 func (t *Tx) PutNode(n Node) error {
 	old, had, err := t.Node(n.Ino)
 	if err != nil {
 		return err
 	}
+	n.Nlink = 1
+	if had && !n.IsDir() {
+		n.Nlink = old.Nlink
+	}
+	return t.putNode(old, had, n)
+}
+
+func (t *Tx) putNode(old Node, had bool, n Node) error {
 	if err := t.countNode(old, had, -1); err != nil {
 		return err
 	}
@@ -64,7 +74,49 @@ func (t *Tx) countNode(n Node, exists bool, sign int64) error {
 	return nil
 }
 
-// DeleteNode removes ino's node record and manifest (not its directory entry).
+// AddLink counts one more name of node ino (the caller adds the directory
+// entry), sets its ctime to now, and moves the store to formatLinks. It
+// returns the new count. Directories have no links.
+func (t *Tx) AddLink(ino uint64, now int64) (uint32, error) {
+	n, ok, err := t.Node(ino)
+	if err != nil {
+		return 0, err
+	}
+	if !ok || n.IsDir() {
+		return 0, fmt.Errorf("link node %d: not a linkable node", ino)
+	}
+	if n.Nlink >= MaxLinks {
+		return 0, fmt.Errorf("link node %d: %w", ino, ErrTooManyLinks)
+	}
+	n.Nlink++
+	n.Ctime = max(n.Ctime, now)
+	if f := t.Format(); f != 0 && f < formatLinks {
+		if err := t.b(bucketMeta).Put(keyFormat, binary.BigEndian.AppendUint32(nil, formatLinks)); err != nil {
+			return 0, err
+		}
+	}
+	return n.Nlink, t.putNode(n, true, n)
+}
+
+// DropLink counts one name less of node ino (the caller removes the
+// directory entry): at the last, the node and its manifest are deleted; else
+// its ctime is set to now. It returns the names left. A directory, or a node
+// that does not exist, has none left.
+func (t *Tx) DropLink(ino uint64, now int64) (uint32, error) {
+	n, ok, err := t.Node(ino)
+	if err != nil || !ok {
+		return 0, err
+	}
+	if n.IsDir() || n.Nlink <= 1 {
+		return 0, t.DeleteNode(ino)
+	}
+	n.Nlink--
+	n.Ctime = max(n.Ctime, now)
+	return n.Nlink, t.putNode(n, true, n)
+}
+
+// DeleteNode removes ino's node record and manifest (not its directory
+// entries), whatever its link count.
 func (t *Tx) DeleteNode(ino uint64) error {
 	old, had, err := t.Node(ino)
 	if err != nil || !had {

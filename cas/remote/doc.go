@@ -28,7 +28,11 @@
 //	chunks/<id>               one standalone chunk object; put-if-absent (dedup across writers)
 //	manifests/<h>             a state (Snapshot, JSON): every path a session knows of, each with
 //	                          its version's stamp and origin session, removed paths as tombstones;
-//	                          named by the BLAKE3 of its bytes
+//	                          named by the BLAKE3 of its bytes; a path per name, so a
+//	                          file with several names (hard links) is that many entries
+//	                          with the same manifest, and a store that applies it makes
+//	                          them separate files (same bytes): a merge never changes a
+//	                          node that has other names (the path gets a node of its own)
 //	locks/session.<s>         session s's lease: host, pid, store, lease length; rewritten
 //	                          (If-Match) every lease/6; deleted by s at close or by a fencer
 //	locks/log.<s>.<seq>       session s's log, create-only (If-None-Match: *), seq 1, 2, …:

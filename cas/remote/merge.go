@@ -237,7 +237,12 @@ func removePath(tx *cas.Tx, c change) (bool, error) {
 	if err := tx.Unlink(parent, path.Base(c.Path)); err != nil {
 		return false, err
 	}
-	return true, tx.DeleteNode(ino)
+	// A node with other names (hard links here; states carry a path per
+	// name, never a link) keeps them: only this name goes. A path that is
+	// replaced gets a node of its own (putPath), so a version applied at
+	// one name never changes what the other names read.
+	_, err = tx.DropLink(ino, time.Now().UnixNano())
+	return true, err
 }
 
 // putPath makes c.Path c.Want: a new record at ino, or (inPlace: a

@@ -61,9 +61,10 @@ else
 fi
 echo "== pjdfstest: ${#tests[@]} test files in a ckptfs mount"
 start=$SECONDS
-# Each file is limited to 120 s: one that hangs is a failure of all its
+# Each file is limited to 300 s (chown/00.t, 1,280 assertions, takes 95-114 s
+# on a loaded 2-core machine): one that hangs is a failure of all its
 # assertions, not a stuck run.
-(cd "$mnt/t" && prove -v --exec 'timeout 120 sh' "${tests[@]}") > "$work/prove.log" 2>&1 || true
+(cd "$mnt/t" && prove -v --exec 'timeout 300 sh' "${tests[@]}") > "$work/prove.log" 2>&1 || true
 echo "ran in $((SECONDS - start)) s"
 cp "$work/prove.log" "${CKPTFS_POSIX_LOG:-/tmp/ckptfs-posix-prove.log}"
 
@@ -105,9 +106,13 @@ for line in open(log, errors="replace"):
     if m:
         files[cur]["plan"] = int(m.group(1))
         continue
-    m = re.match(r"^(not ok|ok) (\d+)", line)
+    m = re.match(r"^(not ok|ok) (\d+)(.*)", line)
     if m:
-        (files[cur]["fail"] if m.group(1) == "not ok" else files[cur]["ok"]).add(int(m.group(2)))
+        # "not ok N # TODO ...": an assertion the suite marks as not expected
+        # to hold on this system (Linux); prove counts it as passing, and so
+        # do we (ext4 gives the same answers).
+        failed = m.group(1) == "not ok" and not re.match(r"\s*(-.*)?#\s*TODO", m.group(3))
+        (files[cur]["fail"] if failed else files[cur]["ok"]).add(int(m.group(2)))
 
 known = {}
 for line in open(known_path):
