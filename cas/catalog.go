@@ -25,6 +25,9 @@ type ChunkRef = catalog.ChunkRef
 // Manifest is a file's committed content (catalog.Manifest).
 type Manifest = catalog.Manifest
 
+// Hole is a run of zeros in a file that names no chunk (catalog.Hole).
+type Hole = catalog.Hole
+
 // ChunkInfo is the chunk index record of one stored chunk (catalog.ChunkInfo).
 type ChunkInfo = catalog.ChunkInfo
 
@@ -44,6 +47,14 @@ const (
 // FormatVersion is the newest catalog format this code reads and writes; a
 // store with a larger number is refused (ErrNewerFormat).
 const FormatVersion = catalog.FormatVersion
+
+// FormatDeltas and FormatHoles are the least formats of a store that holds
+// delta objects, and of one whose manifests have holes: an older ckptfs
+// refuses such a store.
+const (
+	FormatDeltas = catalog.FormatDeltas
+	FormatHoles  = catalog.FormatHoles
+)
 
 // ErrCatalogDamaged is wrapped by errors about a catalog whose pages or
 // records do not check: Open refuses such a store, reads of a damaged record

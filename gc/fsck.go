@@ -385,6 +385,9 @@ func (c *fscker) checkFile(tx *cas.Tx, e entry) error {
 	if m.Size() != e.node.Size {
 		c.problem("size-mismatch", e.path, "", "manifest holds %d bytes, node says %d", m.Size(), e.node.Size)
 	}
+	if len(m.Holes) > 0 && c.s.Format() < cas.FormatHoles {
+		c.problem("format", e.path, "", "the file has holes at format %d: an older ckptfs would open the store", c.s.Format())
+	}
 	for _, ref := range m.Chunks {
 		c.named.add(ref.ID)
 		info, ok, err := tx.Chunk(ref.ID)
@@ -570,7 +573,7 @@ func (c *fscker) checkDeltas(ctx context.Context) error {
 		if n := tx.Counts().DeltaChunks; n != int64(rows) {
 			c.problem("counter", "", "", "delta_chunks counter is %d, the catalog holds %d", n, rows)
 		}
-		if rows > 0 && c.s.Format() < cas.FormatVersion {
+		if rows > 0 && c.s.Format() < cas.FormatDeltas {
 			c.problem("format", "", "", "the store holds deltas at format %d: an older ckptfs would open it", c.s.Format())
 		}
 		if err := tx.ForEachBaseRow(func(base, id cas.ID) error {

@@ -14,6 +14,8 @@ import "encoding/binary"
 //	deltas     chunk ID → base its object is a delta against, and distance
 //	bases      base ID ‖ delta ID → (empty): the reverse of deltas
 //	remote_chunks chunk ID → (empty): chunks known to be in the remote tier
+//	holes      ino (u64 BE) → bytes in the holes of its manifest (uvarint), only when
+//	           not 0: what stat's st_blocks leaves out, without reading the manifest
 var (
 	bucketMeta      = []byte("meta")
 	bucketNodes     = []byte("nodes")
@@ -21,6 +23,7 @@ var (
 	bucketManifests = []byte("manifests")
 	bucketChunks    = []byte("chunks")
 	bucketReencode  = []byte("reencode")
+	bucketHoles     = []byte("holes")
 )
 
 var allBuckets = [][]byte{bucketMeta, bucketNodes, bucketDirents, bucketManifests, bucketChunks, bucketReencode,
@@ -50,11 +53,22 @@ var (
 // a store moves to it in the transaction that records its first delta, so
 // that an older ckptfs, which would sweep a base without knowing a delta
 // needs it, refuses the store. A store that never held a delta stays at 2
-// and opens with older binaries.
+// and opens with older binaries. Format 4 is format 3 whose manifests may
+// have holes (holes.go): a store moves to it in the transaction that puts
+// the first manifest with a hole, so that an older ckptfs, which would read
+// the file's chunks end to end and serve wrong bytes, refuses the store. A
+// store at 4 may hold deltas or not; one that never held a hole stays where
+// it was.
 const (
 	formatSealed  = 2
 	formatDeltas  = 3
-	FormatVersion = formatDeltas // the newest format this code reads and writes
+	formatHoles   = 4
+	FormatVersion = formatHoles // the newest format this code reads and writes
+
+	// FormatDeltas and FormatHoles are the formats a store holding
+	// deltas, and one holding manifests with holes, is at least at.
+	FormatDeltas = formatDeltas
+	FormatHoles  = formatHoles
 )
 
 // Reserved inode numbers. Numbers below FirstIno are never allocated, so the
