@@ -39,11 +39,16 @@
 //     damage).
 //   - Formats: 2 seals records; 3 is 2 holding delta rows, entered by the
 //     transaction that writes the first delta row, so an older ckptfs (which
-//     would sweep a base it does not know is used) refuses the store. A
+//     would sweep a base it does not know is used) refuses the store.
+//     4 may hold what 3 does, and manifests with holes (holes.go: runs of zeros with
+//     no chunk, record version 2), entered by the transaction that puts the
+//     first manifest with a hole, so that an older ckptfs (which would read
+//     the chunks end to end and serve wrong bytes) refuses the store; a
+//     manifest without holes keeps the record older binaries read. A
 //     writable Open migrates format 1 in one transaction; a read-only Open
 //     reads it as it is. A newer format than FormatVersion is refused
 //     (ErrNewerFormat). Buckets added without a format bump (reencode,
-//     deltaplans, deltas, bases, remote_chunks) are created by a writable
+//     deltaplans, deltas, bases, remote_chunks, holes) are created by a writable
 //     Open, and a missing one reads as empty.
 //   - A Tx is valid only inside the function given to View or Update;
 //     values it returns are copies the caller owns. Keep transactions
