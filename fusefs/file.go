@@ -631,6 +631,9 @@ func (n *fileNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAtt
 		return n.fsys.toErrno("setattr", err)
 	}
 	size, resize := in.GetSize()
+	if resize && size > MaxFileSize {
+		return syscall.EFBIG // before a fork could start for a change that cannot happen
+	}
 	if h, ok := f.(*handle); ok && resize {
 		h.noteChange(ctx)
 	}
