@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckptfs/ckptfs/cas"
 	"golang.org/x/sys/unix"
 )
 
@@ -159,8 +160,8 @@ func TestHoles(t *testing.T) {
 		if st.LogicalBytes < 7*tib || st.UniqueBytes > 16<<20 {
 			t.Errorf("%s: logical %d bytes, unique %d: holes must take no space", when, st.LogicalBytes, st.UniqueBytes)
 		}
-		if st.FormatVersion != 4 {
-			t.Errorf("%s: format %d, want 4 (holes)", when, st.FormatVersion)
+		if st.FormatVersion != cas.FormatHoles {
+			t.Errorf("%s: format %d, want %d (holes)", when, st.FormatVersion, cas.FormatHoles)
 		}
 	}
 	verify("committed")

@@ -40,7 +40,8 @@
 //   - Formats: 2 seals records; 3 is 2 holding delta rows, entered by the
 //     transaction that writes the first delta row, so an older ckptfs (which
 //     would sweep a base it does not know is used) refuses the store.
-//     4 may hold what 3 does, and manifests with holes (holes.go: runs of zeros with
+//     (4 is hard links', on branch links.) 5 may hold what the formats
+//     below it do, and manifests with holes (holes.go: runs of zeros with
 //     no chunk, record version 2), entered by the transaction that puts the
 //     first manifest with a hole, so that an older ckptfs (which would read
 //     the chunks end to end and serve wrong bytes) refuses the store; a

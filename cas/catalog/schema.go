@@ -53,16 +53,17 @@ var (
 // a store moves to it in the transaction that records its first delta, so
 // that an older ckptfs, which would sweep a base without knowing a delta
 // needs it, refuses the store. A store that never held a delta stays at 2
-// and opens with older binaries. Format 4 is format 3 whose manifests may
-// have holes (holes.go): a store moves to it in the transaction that puts
-// the first manifest with a hole, so that an older ckptfs, which would read
-// the file's chunks end to end and serve wrong bytes, refuses the store. A
-// store at 4 may hold deltas or not; one that never held a hole stays where
-// it was.
+// and opens with older binaries. Format 4 is kept for hard links (branch
+// links, issue 28, which takes it). Format 5 is a format whose manifests
+// may have holes (holes.go): a store moves to it in the transaction that
+// puts the first manifest with a hole, so that an older ckptfs, which would
+// read the file's chunks end to end and serve wrong bytes, refuses the
+// store. A store at 5 may hold what any lower format holds, or not; one
+// that never held a hole stays where it was.
 const (
 	formatSealed  = 2
 	formatDeltas  = 3
-	formatHoles   = 4
+	formatHoles   = 5
 	FormatVersion = formatHoles // the newest format this code reads and writes
 
 	// FormatDeltas and FormatHoles are the formats a store holding
