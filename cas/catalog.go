@@ -25,6 +25,9 @@ type ChunkRef = catalog.ChunkRef
 // Manifest is a file's committed content (catalog.Manifest).
 type Manifest = catalog.Manifest
 
+// Hole is a run of zeros in a file that names no chunk (catalog.Hole).
+type Hole = catalog.Hole
+
 // ChunkInfo is the chunk index record of one stored chunk (catalog.ChunkInfo).
 type ChunkInfo = catalog.ChunkInfo
 
@@ -45,11 +48,14 @@ const (
 // store with a larger number is refused (ErrNewerFormat).
 const FormatVersion = catalog.FormatVersion
 
-// FormatDeltas and FormatLinks are the least formats of a store holding
-// deltas and of one holding a node with several names (hard links).
+// FormatDeltas, FormatLinks and FormatHoles are the least formats of a
+// store holding deltas, of one holding a node with several names (hard
+// links), and of one whose manifests have holes: an older ckptfs refuses
+// such a store.
 const (
 	FormatDeltas = catalog.FormatDeltas
 	FormatLinks  = catalog.FormatLinks
+	FormatHoles  = catalog.FormatHoles
 )
 
 // ErrTooManyLinks means a node has MaxLinks names already (EMLINK).

@@ -47,8 +47,8 @@ type hintPlace struct {
 
 // suggestBases finds the previous version of the file at place and suggests
 // its chunks as bases for refs (the new content, indexed by ix, may be nil).
-func (f *FS) suggestBases(batch *cas.Batch, place hintPlace, refs []cas.ChunkRef, ix *FileIndex) {
-	if len(refs) == 0 {
+func (f *FS) suggestBases(batch *cas.Batch, place hintPlace, m *cas.Manifest, ix *FileIndex) {
+	if len(m.Chunks) == 0 {
 		return
 	}
 	var prev *cas.Manifest
@@ -71,7 +71,7 @@ func (f *FS) suggestBases(batch *cas.Batch, place hintPlace, refs []cas.ChunkRef
 			pix = p
 		}
 	}
-	for _, p := range pairChunks(refs, ix, prev.Chunks, pix) {
+	for _, p := range pairChunks(m, ix, prev, pix) {
 		batch.SuggestBase(p[0], p[1])
 	}
 }
@@ -153,13 +153,12 @@ func lookupFile(tx *cas.Tx, dir uint64, rel []string) *cas.Manifest {
 }
 
 // pairChunks pairs each chunk of the new content with the chunk of the
-// previous version holding the same bytes' place: [new, old] IDs.
-func pairChunks(refs []cas.ChunkRef, ix *FileIndex, prev []cas.ChunkRef, pix *FileIndex) [][2]cas.ID {
-	old := make(map[int64]cas.ChunkRef, len(prev))
-	var off int64
-	for _, c := range prev {
-		old[off] = c
-		off += int64(c.Len)
+// previous version holding the same bytes' place: [new, old] IDs. Places
+// count the manifests' holes.
+func pairChunks(m *cas.Manifest, ix *FileIndex, prev *cas.Manifest, pix *FileIndex) [][2]cas.ID {
+	old := make(map[int64]cas.ChunkRef, len(prev.Chunks))
+	for i, off := range prev.Offsets() {
+		old[off] = prev.Chunks[i]
 	}
 	// Tensor placement: new tensor start → old tensor start, by name.
 	type span struct{ off, len, oldOff int64 }
@@ -177,10 +176,8 @@ func pairChunks(refs []cas.ChunkRef, ix *FileIndex, prev []cas.ChunkRef, pix *Fi
 		sort.Slice(spans, func(i, j int) bool { return spans[i].off < spans[j].off })
 	}
 	var pairs [][2]cas.ID
-	off = 0
-	for _, c := range refs {
-		at := off
-		off += int64(c.Len)
+	for i, at := range m.Offsets() {
+		c := m.Chunks[i]
 		if c.Len < minHintChunk {
 			continue
 		}

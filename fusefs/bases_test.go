@@ -70,7 +70,7 @@ func TestPairChunks(t *testing.T) {
 			[]cas.ChunkRef{{ID: id(11), Len: 100}, {ID: id(12), Len: k}, {ID: id(13), Len: k / 2}, {ID: id(2), Len: k}},
 			[][2]cas.ID{{id(12), id(2)}}}, // not a chunk of another length, nor one where no old chunk starts
 	} {
-		got := pairChunks(c.refs, c.ix, prev, c.pix)
+		got := pairChunks(&cas.Manifest{Chunks: c.refs}, c.ix, &cas.Manifest{Chunks: prev}, c.pix)
 		if len(got) != len(c.want) {
 			t.Errorf("%s: pairs %v, want %v", c.name, got, c.want)
 			continue

@@ -135,8 +135,8 @@ func (n *fileNode) commitDirty(ctx context.Context, origin *fileNode, originAttr
 			}()
 		}
 	}
-	batch, refs, ix := res.Batch, res.Chunks, res.Index
-	m.Chunks = refs
+	batch, ix := res.Batch, res.Index
+	m.Chunks, m.Holes = res.Chunks, res.Holes
 	if ix != nil && ix.TensorsOmitted > 0 {
 		n.fsys.log.Printf("%s: %d tensors exceed the index limit of %d: the file is stored whole, without a tensor index",
 			n.name, ix.TensorsOmitted, MaxIndexTensors)
@@ -151,7 +151,7 @@ func (n *fileNode) commitDirty(ctx context.Context, origin *fileNode, originAttr
 	rec := n.record()
 	rec.Size = m.Size()
 
-	n.fsys.suggestBases(batch, n.hintPlace(origin, originAttr), refs, ix)
+	n.fsys.suggestBases(batch, n.hintPlace(origin, originAttr), m, ix)
 
 	// The batch's objects are made durable before nsMu is taken (lookups wait
 	// on it), and the batch is released after the transaction has ended.

@@ -156,6 +156,27 @@
 // hold WRITEs back until writeback, reorder them and lose the direct-I/O
 // write speed.
 //
+// # Holes and the largest file
+//
+// Extending a file (ftruncate, truncate by path, a write past its end,
+// fallocate) stages nothing: a stream only records the new size, a spool is
+// a sparse file. At commit, the never-written runs become holes in the
+// manifest (cas.Hole: no chunk, no space; stage.MinHole says which), so
+// extending costs nothing in proportion to the new size, and `truncate -s
+// 1T` returns in milliseconds. A read of a hole answers from one zero buffer
+// (FS.zeros) and reads no object; prefetch skips holes; st_blocks leaves
+// holes out (the catalog's holes row gives a file's hole bytes at its first
+// stat, without its manifest); SEEK_DATA and SEEK_HOLE name a committed
+// file's holes (staged content is all data). A change that keeps some of a
+// committed file copies only its chunks into the spool, leaving its holes
+// holes: it costs the file's data, not its size. Zeros that were written
+// are chunks like any bytes (they dedupe to one).
+//
+// The largest file is MaxFileSize, ext4's (16 TiB - 4 KiB): the spool of a
+// file changed out of order is a sparse file on the store's filesystem. A
+// truncate or fallocate past it fails with EFBIG and changes nothing; a
+// write is cut short at it, and one that starts there fails with EFBIG.
+//
 // # Versions, inodes and the page cache
 //
 // Each kernel inode has one content at a time, as in any POSIX filesystem: a process

@@ -63,6 +63,12 @@ type fileNode struct {
 	// while it stores the file's chunks.
 	attrMu lockorder.Mutex[lockorder.FileAttr]
 
+	// Bytes of the content in holes, which st_blocks leaves out (guarded by
+	// attrMu; changed holding mu too): from the catalog's holes row at the
+	// first stat (loadHoles), then from each change (setHoles).
+	holeBytes  int64
+	holesKnown bool
+
 	mu            lockorder.RWMutex[lockorder.FileContent] // guards what follows, and attr
 	manifest      *cas.Manifest
 	offsets       []int64 // offsets[i] = file offset of manifest.Chunks[i]
@@ -247,16 +253,54 @@ func (n *fileNode) loadManifestLocked() error {
 func (n *fileNode) setManifest(m *cas.Manifest) {
 	n.manifest = m
 	n.spans = tensorSpans(m)
-	n.offsets = make([]int64, len(m.Chunks))
-	var off int64
-	for i, c := range m.Chunks {
-		n.offsets[i] = off
-		off += int64(c.Len)
+	n.offsets = m.Offsets()
+	n.committedSize = m.Size()
+	n.setHoles(m.HoleBytes())
+}
+
+// hasHoles reports whether the content has holes, as far as is known.
+func (n *fileNode) hasHoles() bool {
+	n.attrMu.Lock()
+	defer n.attrMu.Unlock()
+	return n.holeBytes > 0
+}
+
+// setHoles records the content's hole bytes (mu held).
+func (n *fileNode) setHoles(v int64) {
+	n.attrMu.Lock()
+	n.holeBytes, n.holesKnown = v, true
+	n.attrMu.Unlock()
+}
+
+// loadHoles reads the committed content's hole bytes from the catalog, once
+// (attrMu not held: a catalog read may wait for a commit, which takes
+// attrMu). A change recorded meanwhile wins over what it read.
+func (n *fileNode) loadHoles() {
+	n.attrMu.Lock()
+	known, ino := n.holesKnown, n.attr.Ino
+	n.attrMu.Unlock()
+	if known {
+		return
 	}
-	n.committedSize = off
+	var v int64
+	err := n.fsys.store.View(func(tx *cas.Tx) error {
+		var err error
+		v, err = tx.HoleBytes(ino)
+		return err
+	})
+	if err != nil {
+		n.fsys.log.Printf("file %d: %v", ino, err)
+		return // counted as data until known
+	}
+	n.attrMu.Lock()
+	if !n.holesKnown {
+		n.holeBytes, n.holesKnown = v, true
+	}
+	n.attrMu.Unlock()
 }
 
 func (n *fileNode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	n.loadHoles()
 	n.attrMu.Lock()
 	defer n.attrMu.Unlock()
 	n.fillAttr(&out.Attr)
@@ -279,6 +323,8 @@ func (n *fileNode) fillAttr(out *fuse.Attr) {
 	if c := n.linkCtime.Load(); c > n.attr.Ctime {
 		out.Ctime, out.Ctimensec = uint64(c/1e9), uint32(c%1e9)
 	}
+	// Holes take no space: st_blocks counts the rest, as ext4's does.
+	out.Blocks = (uint64(max(n.attr.Size-n.holeBytes, 0)) + 511) / 512
 }
 
 // record returns n's node record for the catalog from attr (mu held): a
@@ -374,17 +420,19 @@ func (r *chunkResult) Done() {
 }
 
 // readChunks returns the bytes [off, off+size) of manifest m (clipped at its
-// end) as slices of cached chunks, held until the result's Done. Chunks not
-// cached are loaded in parallel.
+// end) as slices of cached chunks, held until the result's Done, and of a
+// zero buffer where m has holes (which read nothing from the store). Chunks
+// not cached are loaded in parallel.
 func (n *fileNode) readChunks(ctx context.Context, m *cas.Manifest, offsets []int64, off int64, size int) (*chunkResult, error) {
 	total := m.Size()
 	end := min(off+int64(size), total)
 	if off >= end {
 		return &chunkResult{}, nil
 	}
-	first := sort.Search(len(offsets), func(i int) bool { return offsets[i] > off }) - 1
+	// The chunks that overlap [off, end): those from first to last.
+	first := sort.Search(len(offsets), func(i int) bool { return offsets[i]+int64(m.Chunks[i].Len) > off })
 	last := sort.Search(len(offsets), func(i int) bool { return offsets[i] >= end }) - 1
-	res := &chunkResult{chunks: make([]*cas.Chunk, last-first+1)}
+	res := &chunkResult{chunks: make([]*cas.Chunk, max(last-first+1, 0))}
 	load := func(i int) error {
 		c, err := n.fsys.store.AcquireChunk(ctx, m.Chunks[first+i])
 		res.chunks[i] = c
@@ -394,7 +442,7 @@ func (n *fileNode) readChunks(ctx context.Context, m *cas.Manifest, offsets []in
 		if err := load(0); err != nil {
 			return nil, err
 		}
-	} else {
+	} else if len(res.chunks) > 1 {
 		var g errgroup.Group
 		for i := range res.chunks {
 			g.Go(func() error { return load(i) })
@@ -404,13 +452,24 @@ func (n *fileNode) readChunks(ctx context.Context, m *cas.Manifest, offsets []in
 			return nil, err
 		}
 	}
-	res.vecs = make([][]byte, 0, len(res.chunks))
+	res.vecs = make([][]byte, 0, 2*len(res.chunks)+1)
+	at := off // how far the vectors reach
+	zeros := func(to int64) {
+		for at < to {
+			z := n.fsys.zeros[:min(to-at, int64(len(n.fsys.zeros)))]
+			res.vecs = append(res.vecs, z)
+			at += int64(len(z))
+		}
+	}
 	for i, c := range res.chunks {
 		start := offsets[first+i]
+		zeros(start) // a hole before the chunk
 		lo := max(off-start, 0)
 		hi := min(end-start, int64(len(c.Data)))
 		res.vecs = append(res.vecs, c.Data[lo:hi])
+		at = start + hi
 	}
+	zeros(end)
 	return res, nil
 }
 
@@ -425,13 +484,13 @@ func (n *fileNode) stage(ctx context.Context, keep int64) error {
 		return nil
 	}
 	keep = min(keep, n.committedSize)
-	var base []cas.ChunkRef
+	var base *cas.Manifest
 	if keep == 0 {
 		n.setAttr(func(a *cas.Node) { a.Size = 0 })
 	} else if err := n.loadManifestLocked(); err != nil { // a truncate by path of a closed file
 		return err
 	} else {
-		base = n.manifest.Chunks
+		base = n.manifest
 	}
 	st, err := n.fsys.stage.Stage(ctx, n.attr.Ino, base, keep)
 	if err != nil {
@@ -439,6 +498,7 @@ func (n *fileNode) stage(ctx context.Context, keep int64) error {
 	}
 	n.staging = st
 	n.setAttr(func(a *cas.Node) { a.Size = keep })
+	n.setHoles(st.HoleBytes())
 	return nil
 }
 
@@ -449,9 +509,14 @@ func (n *fileNode) writeStaged(ctx context.Context, data []byte, off int64) (uin
 	if n.lost != nil {
 		return 0, n.fsys.toErrno("write", n.lost)
 	}
+	if off >= MaxFileSize {
+		return 0, syscall.EFBIG
+	}
+	data = data[:min(int64(len(data)), MaxFileSize-off)] // a short write up to the limit, as ext4's
 	if err := n.stage(ctx, n.attr.Size); err != nil {
 		return 0, n.fsys.toErrno("write", err)
 	}
+	oldSize := n.attr.Size
 	k, err := n.staging.WriteAt(ctx, data, off)
 	if stage.IsLost(err) {
 		n.revert(err)
@@ -459,6 +524,9 @@ func (n *fileNode) writeStaged(ctx context.Context, data []byte, off int64) (uin
 	}
 	if size := n.staging.Size(); size != n.attr.Size {
 		n.setAttr(func(a *cas.Node) { a.Size = size })
+	}
+	if off > oldSize || n.hasHoles() {
+		n.setHoles(n.staging.HoleBytes()) // a sparse file: fstat its spool
 	}
 	if k > 0 {
 		n.changed()
@@ -557,6 +625,9 @@ func (n *fileNode) resize(ctx context.Context, size int64) error {
 	if size < 0 {
 		return syscall.EINVAL
 	}
+	if size > MaxFileSize {
+		return syscall.EFBIG
+	}
 	if err := n.stage(ctx, size); err != nil {
 		return err
 	}
@@ -570,6 +641,7 @@ func (n *fileNode) resize(ctx context.Context, size int64) error {
 		return err
 	}
 	n.setAttr(func(a *cas.Node) { a.Size = size })
+	n.setHoles(n.staging.HoleBytes())
 	n.changed()
 	return nil
 }
@@ -579,6 +651,9 @@ func (n *fileNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAtt
 		return n.fsys.toErrno("setattr", err)
 	}
 	size, resize := in.GetSize()
+	if resize && size > MaxFileSize {
+		return syscall.EFBIG // before a fork could start for a change that cannot happen
+	}
 	if h, ok := f.(*handle); ok && resize {
 		h.noteChange(ctx)
 	}
@@ -699,6 +774,9 @@ func (n *fileNode) revert(cause error) {
 		n.staging = nil
 	}
 	n.setAttr(func(a *cas.Node) { a.Size = n.committedSize })
+	if n.manifest != nil {
+		n.setHoles(n.manifest.HoleBytes())
+	}
 	n.dirty = false
 	n.gen++
 }

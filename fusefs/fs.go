@@ -34,6 +34,16 @@ const (
 // maxNameLen is the longest directory entry name, as on ext4.
 const maxNameLen = 255
 
+// MaxFileSize is the largest file size: ext4's with 4 KiB blocks (2^32-1
+// blocks). A truncate or fallocate past it fails with EFBIG, and a write is
+// cut short at it (EFBIG when it starts there), as on ext4. A hole costs
+// nothing whatever its length (cas.Hole); the bound is the spool's, whose
+// holes a file changed out of order lives in on the store's filesystem.
+const MaxFileSize = 1<<44 - 4096
+
+// zeroBuf is the size of FS.zeros, the buffer holes are read from.
+const zeroBuf = 1 << 20
+
 // FS is one mounted store's filesystem state.
 type FS struct {
 	store *cas.Store
@@ -69,6 +79,8 @@ type FS struct {
 	writeMemory int64
 
 	obs Observer // WithObserver, or nil
+
+	zeros []byte // zeroBuf zero bytes, never written: the reply to reads of holes
 
 	asyncCommit bool                            // close returns before the commit (WithAsyncCommit)
 	afterCommit func(ctx context.Context) error // WithAfterCommit
@@ -149,7 +161,7 @@ func New(store *cas.Store, logger *log.Logger, opts ...Option) (*FS, error) {
 	if logger == nil {
 		logger = log.New(discard{}, "", 0)
 	}
-	f := &FS{store: store, log: logger, openFiles: map[*fileNode]int{},
+	f := &FS{store: store, log: logger, openFiles: map[*fileNode]int{}, zeros: make([]byte, zeroBuf),
 		act: activity{epoch: time.Now()}, reencodeIdle: DefaultReencodeIdle,
 		writeMemory: DefaultWriteMemory,
 		nodes:       nodeList{limit: DefaultNodeLimit, kick: make(chan struct{}, 1)},

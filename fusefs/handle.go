@@ -203,6 +203,9 @@ func (h *handle) Allocate(ctx context.Context, off uint64, size uint64, mode uin
 	t := changeTargetOf(h.n, h, false)
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if off > MaxFileSize || size > MaxFileSize-off {
+		return syscall.EFBIG
+	}
 	end := int64(off + size)
 	if mode&keepSize != 0 || end <= t.attr.Size {
 		return 0 // nothing to reserve: the store allocates at commit
@@ -213,23 +216,40 @@ func (h *handle) Allocate(ctx context.Context, off uint64, size uint64, mode uin
 	return 0
 }
 
+// Lseek answers SEEK_DATA and SEEK_HOLE from the manifest's holes: a
+// committed file's holes are holes, its chunks data. Staged content is all
+// data (it reads as its bytes; SEEK_DATA may report a hole as data).
 func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
 	const seekData, seekHole = 3, 4
-	n := h.n
+	n := h.n.dataNode(h)
 	n.mu.RLock()
 	size := uint64(n.attr.Size)
+	m, offsets := n.manifest, n.offsets
+	if n.staging != nil {
+		m = nil
+	}
 	n.mu.RUnlock()
 	switch whence {
 	case seekData:
 		if off >= size {
 			return 0, syscall.ENXIO
 		}
-		return off, 0
+		if m == nil {
+			return off, 0
+		}
+		d, ok := m.NextData(offsets, int64(off))
+		if !ok {
+			return 0, syscall.ENXIO
+		}
+		return uint64(d), 0
 	case seekHole:
 		if off > size {
 			return 0, syscall.ENXIO
 		}
-		return size, 0
+		if m == nil {
+			return size, 0
+		}
+		return uint64(m.NextHole(offsets, int64(off))), 0
 	}
 	return 0, syscall.EINVAL
 }

@@ -22,7 +22,15 @@ type ManifestJSON struct {
 	Ino    uint64      `json:"ino"`
 	Size   int64       `json:"size"`
 	Chunks []ChunkJSON `json:"chunks"`
+	Holes  []HoleJSON  `json:"holes,omitempty"` // runs of zeros with no chunk (cas.Hole)
 	Index  *FileIndex  `json:"index"`
+}
+
+// HoleJSON is one hole of a ManifestJSON: Len zero bytes just before chunk
+// Before (after the last chunk when Before is len(Chunks)).
+type HoleJSON struct {
+	Before int   `json:"before"`
+	Len    int64 `json:"len"`
 }
 
 // ChunkJSON is one chunk of a ManifestJSON.
@@ -105,6 +113,9 @@ func (f *FS) renderManifest(ino uint64) ([]byte, syscall.Errno) {
 	out := ManifestJSON{Ino: ino, Size: m.Size(), Index: ix, Chunks: make([]ChunkJSON, len(m.Chunks))}
 	for i, c := range m.Chunks {
 		out.Chunks[i] = ChunkJSON{ID: c.ID.String(), Len: c.Len}
+	}
+	for _, h := range m.Holes {
+		out.Holes = append(out.Holes, HoleJSON{Before: h.Before, Len: h.Len})
 	}
 	b, err := json.Marshal(out)
 	if err != nil {

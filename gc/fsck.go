@@ -415,6 +415,14 @@ func (c *fscker) checkFile(tx *cas.Tx, e entry) error {
 	if m.Size() != e.node.Size {
 		c.problem("size-mismatch", e.path, "", "manifest holds %d bytes, node says %d", m.Size(), e.node.Size)
 	}
+	if len(m.Holes) > 0 && c.s.Format() < cas.FormatHoles {
+		c.problem("format", e.path, "", "the file has holes at format %d: an older ckptfs would open the store", c.s.Format())
+	}
+	if n, err := tx.HoleBytes(e.ino); err != nil {
+		return err
+	} else if n != m.HoleBytes() {
+		c.problem("hole-bytes", e.path, "", "holes row says %d bytes, the manifest's holes hold %d", n, m.HoleBytes())
+	}
 	for _, ref := range m.Chunks {
 		c.named.add(ref.ID)
 		info, ok, err := tx.Chunk(ref.ID)

@@ -229,7 +229,7 @@ func (d *DB) migrate(tx *bolt.Tx) error {
 func (d *DB) createNewBuckets() error {
 	var ok bool
 	if err := d.db.View(func(tx *bolt.Tx) error {
-		ok = tx.Bucket(bucketReencode) != nil && tx.Bucket(bucketDeltaPlans) != nil
+		ok = tx.Bucket(bucketReencode) != nil && tx.Bucket(bucketDeltaPlans) != nil && tx.Bucket(bucketHoles) != nil
 		return nil
 	}); err != nil {
 		return err
@@ -240,6 +240,9 @@ func (d *DB) createNewBuckets() error {
 	return d.db.Update(func(tx *bolt.Tx) error {
 		if _, err := tx.CreateBucketIfNotExists(bucketReencode); err != nil {
 			return fmt.Errorf("create re-encode queue: %w", err)
+		}
+		if _, err := tx.CreateBucketIfNotExists(bucketHoles); err != nil {
+			return fmt.Errorf("create holes bucket: %w", err)
 		}
 		return createDeltaBuckets(tx)
 	})

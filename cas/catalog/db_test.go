@@ -151,3 +151,54 @@ func TestBookkeepingRows(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestHolesFormat: a manifest without holes leaves the format alone; the
+// first with a hole moves the store to formatHoles (an older ckptfs then
+// refuses it), and a delta row after that does not move it back.
+func TestHolesFormat(t *testing.T) {
+	d, _ := testDB(t)
+	a, b := object.Sum([]byte("a")), object.Sum([]byte("b"))
+	format := func() int {
+		f := 0
+		_ = d.View(func(tx *Tx) error { f = tx.Format(); return nil })
+		return f
+	}
+	steps := []struct {
+		name string
+		put  func(tx *Tx) error
+		want int
+	}{
+		{"plain manifest", func(tx *Tx) error {
+			return tx.PutManifest(FirstIno, &Manifest{Chunks: []ChunkRef{{a, 1}}})
+		}, formatSealed},
+		{"manifest with a hole", func(tx *Tx) error {
+			return tx.PutManifest(FirstIno+1, &Manifest{Holes: []Hole{{0, 1 << 40}}})
+		}, formatHoles},
+		{"delta row", func(tx *Tx) error {
+			for _, id := range []ID{a, b} {
+				if _, err := tx.Index().Add(id, ChunkInfo{RawLen: 1, StoredLen: 30}); err != nil {
+					return err
+				}
+			}
+			return tx.Deltas().Put(b, DeltaLink{Base: a, Dist: 1})
+		}, formatHoles},
+	}
+	for _, s := range steps {
+		if err := d.Update(s.put); err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		if f := format(); f != s.want {
+			t.Fatalf("after %s: format %d, want %d", s.name, f, s.want)
+		}
+	}
+	err := d.View(func(tx *Tx) error {
+		m, ok, err := tx.Manifest(FirstIno + 1)
+		if err != nil || !ok || m.Size() != 1<<40 || len(m.Chunks) != 0 {
+			t.Fatalf("hole manifest back: %+v %v %v", m, ok, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -41,11 +41,17 @@
 //     transaction that writes the first delta row, so an older ckptfs (which
 //     would sweep a base it does not know is used) refuses the store; 4 is
 //     a store holding a node with several names (hard links), entered by
-//     the transaction of the first Tx.AddLink (schema.go). A
+//     the transaction of the first Tx.AddLink (schema.go); 5 may hold what
+//     the formats below it do, and manifests with holes (holes.go: runs of
+//     zeros with no chunk, record version 2), entered by the transaction
+//     that puts the first manifest with a hole, so that an older ckptfs
+//     (which would read the chunks end to end and serve wrong bytes)
+//     refuses the store; a manifest without holes keeps the record older
+//     binaries read. A
 //     writable Open migrates format 1 in one transaction; a read-only Open
 //     reads it as it is. A newer format than FormatVersion is refused
 //     (ErrNewerFormat). Buckets added without a format bump (reencode,
-//     deltaplans, deltas, bases, remote_chunks) are created by a writable
+//     deltaplans, deltas, bases, remote_chunks, holes) are created by a writable
 //     Open, and a missing one reads as empty.
 //   - A node that is not a directory counts the directory entries that name
 //     it (Node.Nlink; record version 2 when more than one): only AddLink

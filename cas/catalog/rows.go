@@ -121,29 +121,33 @@ type ChunkRef struct {
 	Len uint32
 }
 
-// Manifest is a file's committed content: its chunks in file order. Extra holds
-// format-specific data (a tensor index) that cas stores but does not interpret.
+// Manifest is a file's committed content: its chunks in file order, and the
+// holes between them (runs of zeros that name no chunk). Extra holds
+// format-specific data (a tensor index) that cas stores but does not
+// interpret.
 type Manifest struct {
 	Chunks []ChunkRef
+	Holes  []Hole // sorted by Before, at most one per place (holes.go)
 	Extra  []byte
 }
 
-// Size is the file size the manifest describes.
-func (m *Manifest) Size() int64 {
-	var s int64
-	for _, c := range m.Chunks {
-		s += int64(c.Len)
-	}
-	return s
-}
-
-const manifestVersion = 1
+const (
+	manifestVersion      = 1 // chunks and extra
+	manifestVersionHoles = 2 // chunks, extra, then holes (formatHoles)
+)
 
 // Marshal returns m's record, unsealed (the catalog seals it with its key;
 // the remote tier's snapshots carry it as it is). ParseManifest reads it.
+// A manifest without holes has the record older binaries read; one with
+// holes has version 2, which they refuse (and the store's format says so
+// before they try: PutManifest).
 func (m *Manifest) Marshal() []byte {
-	b := make([]byte, 0, 1+10+len(m.Chunks)*(IDSize+5)+10+len(m.Extra))
-	b = append(b, manifestVersion)
+	b := make([]byte, 0, 1+10+len(m.Chunks)*(IDSize+5)+10+len(m.Extra)+len(m.Holes)*12)
+	v := byte(manifestVersion)
+	if len(m.Holes) > 0 {
+		v = manifestVersionHoles
+	}
+	b = append(b, v)
 	b = binary.AppendUvarint(b, uint64(len(m.Chunks)))
 	for _, c := range m.Chunks {
 		b = binary.AppendUvarint(b, uint64(c.Len))
@@ -151,13 +155,16 @@ func (m *Manifest) Marshal() []byte {
 	}
 	b = binary.AppendUvarint(b, uint64(len(m.Extra)))
 	b = append(b, m.Extra...)
+	if v == manifestVersionHoles {
+		b = appendHoles(b, m.Holes)
+	}
 	return b
 }
 
 // ParseManifest decodes a record that Manifest.Marshal made, checking its
 // lengths strictly.
 func ParseManifest(b []byte) (*Manifest, error) {
-	if len(b) < 1 || b[0] != manifestVersion {
+	if len(b) < 1 || (b[0] != manifestVersion && b[0] != manifestVersionHoles) {
 		return nil, errors.New("bad manifest version")
 	}
 	r := bytes.NewReader(b[1:])
@@ -186,6 +193,14 @@ func ParseManifest(b []byte) (*Manifest, error) {
 	if el > 0 {
 		m.Extra = make([]byte, el)
 		_, _ = r.Read(m.Extra) // length checked above
+	}
+	if b[0] == manifestVersionHoles {
+		if m.Holes, err = readHoles(r, len(m.Chunks)); err != nil {
+			return nil, err
+		}
+		if r.Len() != 0 {
+			return nil, fmt.Errorf("manifest: %d bytes past its holes", r.Len())
+		}
 	}
 	return m, nil
 }

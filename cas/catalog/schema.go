@@ -14,6 +14,8 @@ import "encoding/binary"
 //	deltas     chunk ID → base its object is a delta against, and distance
 //	bases      base ID ‖ delta ID → (empty): the reverse of deltas
 //	remote_chunks chunk ID → (empty): chunks known to be in the remote tier
+//	holes      ino (u64 BE) → bytes in the holes of its manifest (uvarint), only when
+//	           not 0: what stat's st_blocks leaves out, without reading the manifest
 var (
 	bucketMeta      = []byte("meta")
 	bucketNodes     = []byte("nodes")
@@ -21,6 +23,7 @@ var (
 	bucketManifests = []byte("manifests")
 	bucketChunks    = []byte("chunks")
 	bucketReencode  = []byte("reencode")
+	bucketHoles     = []byte("holes")
 )
 
 var allBuckets = [][]byte{bucketMeta, bucketNodes, bucketDirents, bucketManifests, bucketChunks, bucketReencode,
@@ -60,16 +63,26 @@ var (
 // never had a link needs no migration and stays readable by older binaries;
 // a store at format 2 that gets a link goes to 4 as well (4 reads what 2 and
 // 3 wrote).
+//
+// Format 5 is a format whose manifests may have holes (holes.go): a store
+// moves to it in the transaction that puts the first manifest with a hole,
+// so that an older ckptfs, which would read the file's chunks end to end and
+// serve wrong bytes, refuses the store. A store at 5 may hold what any lower
+// format holds, or not; one that never held a hole stays where it was. Each
+// feature raises the format to at least its own number, never lowers it.
 const (
 	formatSealed  = 2
 	formatDeltas  = 3
 	formatLinks   = 4
-	FormatVersion = formatLinks // the newest format this code reads and writes
+	formatHoles   = 5
+	FormatVersion = formatHoles // the newest format this code reads and writes
 
-	// FormatDeltas and FormatLinks are the formats a store holding deltas
-	// or a node with several names is at, at least.
+	// FormatDeltas, FormatLinks and FormatHoles are the formats a store
+	// holding deltas, a node with several names, or a manifest with holes
+	// is at, at least.
 	FormatDeltas = formatDeltas
 	FormatLinks  = formatLinks
+	FormatHoles  = formatHoles
 )
 
 // Reserved inode numbers. Numbers below FirstIno are never allocated, so the

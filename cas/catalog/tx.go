@@ -128,6 +128,9 @@ func (t *Tx) DeleteNode(ino uint64) error {
 	if err := t.b(bucketManifests).Delete(u64key(ino)); err != nil {
 		return err
 	}
+	if err := t.putHoleBytes(ino, 0); err != nil {
+		return err
+	}
 	return t.b(bucketNodes).Delete(u64key(ino))
 }
 
@@ -190,10 +193,20 @@ func (t *Tx) Manifest(ino uint64) (*Manifest, bool, error) {
 }
 
 // PutManifest stores m as the content of file ino. Every chunk it names must be
-// in the chunk index or in a Batch committed by the same transaction.
+// in the chunk index or in a Batch committed by the same transaction. The
+// first manifest with holes moves the store to formatHoles.
 func (t *Tx) PutManifest(ino uint64, m *Manifest) error {
 	key := u64key(ino)
-	return t.b(bucketManifests).Put(key, sealRecord(key, m.Marshal()))
+	if err := t.b(bucketManifests).Put(key, sealRecord(key, m.Marshal())); err != nil {
+		return err
+	}
+	if err := t.putHoleBytes(ino, m.HoleBytes()); err != nil {
+		return err
+	}
+	if f := t.Format(); len(m.Holes) > 0 && f != 0 && f < formatHoles {
+		return t.b(bucketMeta).Put(keyFormat, binary.BigEndian.AppendUint32(nil, formatHoles))
+	}
+	return nil
 }
 
 // ForEachManifest calls fn for every manifest in the catalog.

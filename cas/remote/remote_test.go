@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -457,5 +458,65 @@ func TestLostLogAnswer(t *testing.T) {
 	}
 	if n := len(readPublished(t, remote)); n != 2 {
 		t.Fatalf("published %d files after a lost answer, want both", n)
+	}
+}
+
+// TestRemoteSnapshotKeepsHoles: a sparse file's holes reach a fresh store
+// through the bucket's snapshot: same size, same holes, and only its data
+// chunks uploaded.
+func TestRemoteSnapshotKeepsHoles(t *testing.T) {
+	ctx := context.Background()
+	remote := &flakyRemote{Backend: mem.New(backend.Properties{DurableOnPut: true, AtomicPut: true})}
+	a, ra, err := openTiered(filepath.Join(t.TempDir(), "a"), remote, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	join(t, a, ra)
+	data := pseudoRandom(70000, 3)
+	ino, err := a.AllocIno()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := a.NewBatch()
+	ref, err := b.Put(ctx, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &cas.Manifest{Chunks: []cas.ChunkRef{ref}, Holes: []cas.Hole{{Before: 0, Len: 1 << 40}, {Before: 1, Len: 5 << 40}}}
+	err = a.Commit(ctx, b, func(tx *cas.Tx) error {
+		if err := tx.PutManifest(ino, m); err != nil {
+			return err
+		}
+		if err := tx.PutNode(cas.Node{Ino: ino, Mode: 0o100644, Size: m.Size()}); err != nil {
+			return err
+		}
+		return tx.Link(cas.RootIno, "sparse", ino)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ra.UploadRound(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := a.Stats(); st.RemoteStats.UploadedBytes > 1<<20 {
+		t.Fatalf("uploaded %d bytes for 70 kB of data", st.RemoteStats.UploadedBytes)
+	}
+	fresh, _, err := openTiered(filepath.Join(t.TempDir(), "b"), remote, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	pub := readPublished(t, remote)
+	e, ok := pub["sparse"]
+	if !ok || e.m == nil {
+		t.Fatalf("published: %v, want the file sparse with its manifest", pub)
+	}
+	if e.Node.Size != 6<<40+70000 || e.m.Size() != e.Node.Size || fmt.Sprint(e.m.Holes) != fmt.Sprint(m.Holes) {
+		t.Fatalf("published file: size %d, holes %v; want %v", e.Node.Size, e.m.Holes, m.Holes)
+	}
+	got, err := fresh.ReadChunk(ctx, e.m.Chunks[0])
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("data chunk from the remote: %v", err)
 	}
 }

@@ -270,7 +270,7 @@ func diskUsage(store *cas.Store, live []*cas.Manifest, groups [][]uint64) (duRes
 	return res, err
 }
 
-// manifestKey identifies a manifest's content (its chunk list).
+// manifestKey identifies a manifest's content (its chunk list and holes).
 func manifestKey(m *cas.Manifest) [32]byte {
 	h := blake3.New()
 	var b [cas.IDSize + 4]byte
@@ -278,6 +278,12 @@ func manifestKey(m *cas.Manifest) [32]byte {
 		copy(b[:], c.ID[:])
 		binary.LittleEndian.PutUint32(b[cas.IDSize:], c.Len)
 		h.Write(b[:])
+	}
+	for _, hole := range m.Holes {
+		var hb [16]byte
+		binary.LittleEndian.PutUint64(hb[:], uint64(hole.Before))
+		binary.LittleEndian.PutUint64(hb[8:], uint64(hole.Len))
+		h.Write(hb[:])
 	}
 	var k [32]byte
 	h.Sum(k[:0])

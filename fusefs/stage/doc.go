@@ -31,6 +31,13 @@
 //     through a spool would cut them (formats.Chunker: chunks start at tensor
 //     starts, content-defined elsewhere): streaming is invisible in the
 //     catalog. IndexFile cuts a file outside any mount the same way.
+//   - Holes: the MinHole-aligned blocks of a never-written run (a spool's
+//     holes, as SEEK_DATA/SEEK_HOLE report them; a stream's end past its
+//     last write), and the rest of one that reaches the end, are committed as
+//     holes (Result.Holes, cas.Hole), never read or hashed: Finish costs the
+//     data, whatever the size. A stream and a spool given the same writes
+//     give the same holes (holeIn). Each data run between holes is cut on
+//     its own; only the run at offset 0 gives a tensor index.
 //   - A stream's stored chunks are pinned by its batch until Finish hands
 //     the batch over or Abort releases it (deleting the chunks no one else
 //     names). After a Finish of a stream, the File holds nothing: the bytes

@@ -63,25 +63,26 @@ func (p *Pool) closeSpool(sp *os.File) {
 	<-p.spoolSlots
 }
 
-// spoolChunks writes the content of chunks refs, from offset 0, into spool
-// up to limit bytes, and returns how many it wrote.
-func (p *Pool) spoolChunks(ctx context.Context, spool *os.File, refs []cas.ChunkRef, limit int64) (int64, error) {
-	var off int64
-	for _, ref := range refs {
+// spoolChunks writes the chunks of manifest m that start below limit into
+// spool at their offsets (up to limit bytes; its holes are left as they
+// are), and returns where the last one written ends.
+func (p *Pool) spoolChunks(ctx context.Context, spool *os.File, m *cas.Manifest, limit int64) (int64, error) {
+	var end int64
+	for i, off := range m.Offsets() {
 		if off >= limit {
 			break
 		}
-		c, err := p.store.AcquireChunk(ctx, ref)
+		c, err := p.store.AcquireChunk(ctx, m.Chunks[i])
 		if err != nil {
-			return off, err
+			return end, err
 		}
 		data := c.Data[:min(int64(len(c.Data)), limit-off)]
 		_, err = spool.WriteAt(data, off)
 		c.Release()
 		if err != nil {
-			return off, err
+			return end, err
 		}
-		off += int64(len(data))
+		end = off + int64(len(data))
 	}
-	return off, nil
+	return end, nil
 }

@@ -89,9 +89,10 @@ type File struct {
 }
 
 // Stage starts staging the content of file ino: the first keep bytes of
-// chunks base copied into a spool, or, when keep is 0, empty content in a
-// stream if the write memory budget has room for one, else in a spool.
-func (p *Pool) Stage(ctx context.Context, ino uint64, base []cas.ChunkRef, keep int64) (*File, error) {
+// manifest base copied into a spool (its holes left holes there), or, when
+// keep is 0, empty content in a stream if the write memory budget has room
+// for one, else in a spool.
+func (p *Pool) Stage(ctx context.Context, ino uint64, base *cas.Manifest, keep int64) (*File, error) {
 	f := &File{pool: p, ino: ino}
 	if keep == 0 {
 		if err := f.startEmpty(ctx); err != nil {
@@ -102,6 +103,10 @@ func (p *Pool) Stage(ctx context.Context, ino uint64, base []cas.ChunkRef, keep 
 	sp, err := p.newSpool(ctx, ino)
 	if err != nil {
 		return nil, err
+	}
+	if err := sp.Truncate(keep); err != nil {
+		p.closeSpool(sp)
+		return nil, fmt.Errorf("size spool: %w", err)
 	}
 	if _, err := p.spoolChunks(ctx, sp, base, keep); err != nil {
 		p.closeSpool(sp)
@@ -250,7 +255,7 @@ func (f *File) Spill(ctx context.Context) error {
 		f.pool.closeSpool(sp)
 		return fmt.Errorf("materialize stream: %w", err)
 	}
-	off, err := f.pool.spoolChunks(ctx, sp, s.refs, s.chunked)
+	off, err := f.pool.spoolChunks(ctx, sp, &cas.Manifest{Chunks: s.refs}, s.chunked)
 	if err != nil {
 		return fail(err)
 	}
@@ -274,10 +279,12 @@ func (f *File) Spill(ctx context.Context) error {
 }
 
 // Result is the content a Finish cut: its chunks in file order, stored in
-// Batch (pinned until the caller releases it), and the tensor index.
+// Batch (pinned until the caller releases it), the holes between them
+// (cas.Manifest's), and the tensor index.
 type Result struct {
 	Batch  *cas.Batch
 	Chunks []cas.ChunkRef
+	Holes  []cas.Hole
 	Index  *FileIndex
 }
 
@@ -289,12 +296,14 @@ type Result struct {
 // means its content is lost (the caller Aborts f).
 func (f *File) Finish(ctx context.Context) (Result, error) {
 	if s := f.stream; s != nil {
-		refs, ix, err := s.finish(f.size)
+		refs, hole, ix, err := s.finish(f.size)
 		if err != nil {
 			return Result{}, err
 		}
 		f.stream = nil
-		return Result{Batch: s.batch, Chunks: refs, Index: ix}, nil
+		m := cas.Manifest{Chunks: refs}
+		m.AddHole(hole)
+		return Result{Batch: s.batch, Chunks: refs, Holes: m.Holes, Index: ix}, nil
 	}
 	batch := f.pool.store.NewBatch()
 	if f.spool == nil || f.size == 0 {
@@ -311,13 +320,13 @@ func (f *File) Finish(ctx context.Context) (Result, error) {
 		batch.Release()
 		return Result{}, ctx.Err()
 	}
-	refs, ix, _, err := ingest(ctx, fixedSource{f.spool, f.size}, f.pool.store.ChunkSize(), put)
+	refs, holes, ix, err := ingestSpool(ctx, f.spool, f.size, f.pool.store.ChunkSize(), put)
 	<-f.pool.ingestSem
 	if err != nil {
 		batch.Release()
 		return Result{}, err
 	}
-	return Result{Batch: batch, Chunks: refs, Index: ix}, nil
+	return Result{Batch: batch, Chunks: refs, Holes: holes, Index: ix}, nil
 }
 
 // Abort drops the staged content: it stops a stream, frees its memory and

@@ -27,7 +27,8 @@ import (
 // append, possibly after sizing the file with ftruncate.
 //
 // A pre-sizing truncation makes [appended, size) a hole: it reads as zeros unless
-// written (in order) before the commit.
+// written (in order) before the commit, and is committed as a hole (no chunk)
+// when it is at least MinHole long.
 //
 // Locking: the File's caller serializes write, extend, finish and halt
 // (fusefs holds the file's mu); the streamer goroutine takes only s.mu,
@@ -243,18 +244,25 @@ func (s *stream) written() int64 {
 	return s.appended
 }
 
-// finish fixes the file's size and waits for the streamer.
-func (s *stream) finish(size int64) ([]cas.ChunkRef, *FileIndex, error) {
+// finish fixes the file's size and waits for the streamer. When the file
+// ends well past the last write (a pre-sizing ftruncate whose bytes never
+// came), the streamer stops where holeIn's hole starts and finish returns
+// the rest as hole, which then costs nothing whatever its length.
+func (s *stream) finish(size int64) ([]cas.ChunkRef, int64, *FileIndex, error) {
 	s.mu.Lock()
-	s.sized, s.size = true, size
+	var hole int64
+	if lo, _, ok := holeIn(s.appended, size, size); ok {
+		hole = size - lo
+	}
+	s.sized, s.size = true, size-hole
 	s.cond.Broadcast()
 	s.mu.Unlock()
 	<-s.done
 	s.freeMemory()
 	if s.err != nil {
-		return nil, nil, s.err
+		return nil, 0, nil, s.err
 	}
-	return s.refs, s.index, nil
+	return s.refs, hole, s.index, nil
 }
 
 // halt stops the streamer and waits for it. The chunks of [0, s.chunked) are
