@@ -45,6 +45,9 @@ const (
 // store with a larger number is refused (ErrNewerFormat).
 const FormatVersion = catalog.FormatVersion
 
+// FormatDeltas is the first catalog format that may hold delta rows.
+const FormatDeltas = catalog.FormatDeltas
+
 // ErrCatalogDamaged is wrapped by errors about a catalog whose pages or
 // records do not check: Open refuses such a store, reads of a damaged record
 // fail, and fsck names the damage.

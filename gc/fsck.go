@@ -170,6 +170,8 @@ type fscker struct {
 	deltaBase   map[cas.ID]cas.ID
 	// Queued chunks whose re-encode has begun and not finished.
 	inFlight map[cas.ID]bool
+	// Pack object sizes by pack, -1 for a missing one (checkPacked).
+	packSizes map[cas.ID]int64
 }
 
 // baseFault is a base that failed the reads of deltas: the first error, and
@@ -570,7 +572,7 @@ func (c *fscker) checkDeltas(ctx context.Context) error {
 		if n := tx.Counts().DeltaChunks; n != int64(rows) {
 			c.problem("counter", "", "", "delta_chunks counter is %d, the catalog holds %d", n, rows)
 		}
-		if rows > 0 && c.s.Format() < cas.FormatVersion {
+		if rows > 0 && c.s.Format() < cas.FormatDeltas {
 			c.problem("format", "", "", "the store holds deltas at format %d: an older ckptfs would open it", c.s.Format())
 		}
 		if err := tx.ForEachBaseRow(func(base, id cas.ID) error {

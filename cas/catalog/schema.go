@@ -14,6 +14,7 @@ import "encoding/binary"
 //	deltas     chunk ID → base its object is a delta against, and distance
 //	bases      base ID ‖ delta ID → (empty): the reverse of deltas
 //	remote_chunks chunk ID → (empty): chunks known to be in the remote tier
+//	packs      pack ID → pack record (size, live chunks, their bytes); see packs.go
 var (
 	bucketMeta      = []byte("meta")
 	bucketNodes     = []byte("nodes")
@@ -24,7 +25,7 @@ var (
 )
 
 var allBuckets = [][]byte{bucketMeta, bucketNodes, bucketDirents, bucketManifests, bucketChunks, bucketReencode,
-	bucketDeltaPlans, bucketDeltas, bucketBases}
+	bucketDeltaPlans, bucketDeltas, bucketBases, bucketPacks}
 
 // Meta keys.
 var (
@@ -50,11 +51,18 @@ var (
 // a store moves to it in the transaction that records its first delta, so
 // that an older ckptfs, which would sweep a base without knowing a delta
 // needs it, refuses the store. A store that never held a delta stays at 2
-// and opens with older binaries.
+// and opens with older binaries. Format 4 is format 2 or 3 holding packed
+// chunks (packs.go): index rows naming a pack, which an older ckptfs would
+// call damaged, and pack objects it would not know to keep. A store moves to
+// it in the transaction that records its first pack.
 const (
 	formatSealed  = 2
 	formatDeltas  = 3
-	FormatVersion = formatDeltas // the newest format this code reads and writes
+	formatPacks   = 4
+	FormatVersion = formatPacks // the newest format this code reads and writes
+
+	// FormatDeltas is the first format that may hold delta rows.
+	FormatDeltas = formatDeltas
 )
 
 // Reserved inode numbers. Numbers below FirstIno are never allocated, so the
