@@ -224,12 +224,13 @@ func (d *DB) migrate(tx *bolt.Tx) error {
 	return nil
 }
 
-// createNewBuckets creates the re-encode queue and the delta buckets in a
-// catalog made before they existed (an older ckptfs ignores them).
+// createNewBuckets creates the re-encode queue, the delta buckets and the
+// packs bucket in a catalog made before they existed (an older ckptfs
+// ignores them; the packs bucket holds rows only from format 4 on).
 func (d *DB) createNewBuckets() error {
 	var ok bool
 	if err := d.db.View(func(tx *bolt.Tx) error {
-		ok = tx.Bucket(bucketReencode) != nil && tx.Bucket(bucketDeltaPlans) != nil
+		ok = tx.Bucket(bucketReencode) != nil && tx.Bucket(bucketDeltaPlans) != nil && tx.Bucket(bucketPacks) != nil
 		return nil
 	}); err != nil {
 		return err
@@ -240,6 +241,9 @@ func (d *DB) createNewBuckets() error {
 	return d.db.Update(func(tx *bolt.Tx) error {
 		if _, err := tx.CreateBucketIfNotExists(bucketReencode); err != nil {
 			return fmt.Errorf("create re-encode queue: %w", err)
+		}
+		if _, err := tx.CreateBucketIfNotExists(bucketPacks); err != nil {
+			return fmt.Errorf("create packs bucket: %w", err)
 		}
 		return createDeltaBuckets(tx)
 	})

@@ -25,7 +25,7 @@
 //     chunks, queue rows and bytes, delta rows) are updated by the same
 //     transaction that changes what they count, so reading them is O(1).
 //   - Every value of the nodes, dirents, manifests, chunks, reencode,
-//     deltaplans, deltas and bases buckets is sealed with a CRC-32C over its
+//     deltaplans, deltas, bases and packs buckets is sealed with a CRC-32C over its
 //     key and value (record.go), and decoders check lengths strictly: a
 //     damaged record is an error wrapping ErrCatalogDamaged when it is read,
 //     never a different record. The meta bucket is not sealed: a damaged
@@ -39,8 +39,10 @@
 //     damage).
 //   - Formats: 2 seals records; 3 is 2 holding delta rows, entered by the
 //     transaction that writes the first delta row, so an older ckptfs (which
-//     would sweep a base it does not know is used) refuses the store. A
-//     writable Open migrates format 1 in one transaction; a read-only Open
+//     would sweep a base it does not know is used) refuses the store; 4
+//     holds packs (packs.go: pack rows, and chunk rows of record version 2
+//     naming a pack and an offset), entered by the transaction that records
+//     the first pack. A writable Open migrates format 1 in one transaction; a read-only Open
 //     reads it as it is. A newer format than FormatVersion is refused
 //     (ErrNewerFormat). Buckets added without a format bump (reencode,
 //     deltaplans, deltas, bases, remote_chunks) are created by a writable

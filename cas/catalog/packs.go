@@ -54,6 +54,9 @@ func unmarshalPackInfo(b []byte) (PackInfo, error) {
 
 // Pack returns pack id's row; ok is false when the pack has none.
 func (t *Tx) Pack(id ID) (PackInfo, bool, error) {
+	if t.b(bucketPacks) == nil { // an older store opened read-only
+		return PackInfo{}, false, nil
+	}
 	v := t.get(bucketPacks, id[:])
 	if v == nil {
 		return PackInfo{}, false, nil

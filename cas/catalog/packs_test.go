@@ -130,3 +130,54 @@ func TestDamagedPackRow(t *testing.T) {
 		t.Fatalf("damaged pack row: %v, want ErrCatalogDamaged", err)
 	}
 }
+
+// TestOpenAddsPacksBucket: a catalog made before packs (no packs bucket)
+// gets the bucket at a writable Open, and then records packs; opened
+// read-only, it reads every chunk as unpacked.
+func TestOpenAddsPacksBucket(t *testing.T) {
+	d, path := testDB(t)
+	id := object.Sum([]byte("old"))
+	if err := d.Update(func(tx *Tx) error {
+		if _, err := tx.Index().Add(id, ChunkInfo{RawLen: 3, StoredLen: 27}); err != nil {
+			return err
+		}
+		return tx.tx.DeleteBucket(bucketPacks)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+
+	ro, err := Open(path, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ro.View(func(tx *Tx) error {
+		if _, ok, err := tx.Pack(object.Sum([]byte("pack"))); ok || err != nil {
+			t.Fatalf("pack in a catalog without packs: %v %v", ok, err)
+		}
+		info, ok, err := tx.Chunk(id)
+		if !ok || err != nil || info.Packed() {
+			t.Fatalf("old row read-only: %+v %v %v", info, ok, err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ro.Close()
+
+	d, err = Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	pack := object.Sum([]byte("pack"))
+	if err := d.Update(func(tx *Tx) error {
+		if err := tx.Index().AddPack(pack, 30); err != nil {
+			return err
+		}
+		_, err := tx.Index().Add(object.Sum([]byte("new")), ChunkInfo{RawLen: 3, StoredLen: 27, Pack: pack, Offset: 3})
+		return err
+	}); err != nil {
+		t.Fatalf("pack in a catalog opened after packs: %v", err)
+	}
+}
