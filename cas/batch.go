@@ -134,7 +134,9 @@ func (b *Batch) PutHinted(ctx context.Context, data []byte, h Hint) (ChunkRef, e
 	if indexed {
 		return ref, nil
 	}
-	if b.s.packs.packs(len(data)) {
+	if h == (Hint{}) && b.s.packs.packs(len(data)) {
+		// Small and of no known element type: content-defined chunks of a
+		// format without a tensor layout (doc.go, Packs).
 		return ref, b.putPacked(ctx, id, data, h)
 	}
 

@@ -242,12 +242,16 @@
 // pack.go and packread.go have the code. Decisions:
 //
 //   - Which chunks: a new chunk of at most Options.PackMaxChunk raw bytes
-//     (DefaultPackMaxChunk, 256 KiB: every content-defined chunk, a tensor's
-//     tail or a small tensor; whole 1 MiB tensor chunks stay objects of their
-//     own, large enough to be read efficiently alone) is appended, as the
-//     same object an object file would hold (header, payload, CRC), to its
-//     batch's pack buffer. Negative: no packs. Each object in a pack is still
-//     verified on every read: CRC, decode, BLAKE3 against the chunk's name.
+//     (DefaultPackMaxChunk, 256 KiB: every content-defined chunk) put
+//     without a hint (Hint{}: no float element size, so not the bf16, fp16
+//     or fp32 tensor data that the byte-grouped codec, the background
+//     re-encoder and deltas work on) is appended, as the same object an
+//     object file would hold (header, payload, CRC), to its batch's pack
+//     buffer. Tensor chunks stay objects of their own whatever their size
+//     (whole 1 MiB chunks are large enough to be read efficiently alone;
+//     small tensors keep their deltas). Negative: no packs. Each object in a
+//     pack is still verified on every read: CRC, decode, BLAKE3 against the
+//     chunk's name.
 //   - Pack size: a batch writes its buffer out as a pack at PackTarget
 //     (8 MiB) and at every Sync, so a pack holds consecutive small chunks of
 //     one commit (one file, or a streaming writer's part of it), in the order
@@ -302,8 +306,10 @@
 //     is free and stored raw otherwise, and is never queued for the
 //     background re-encoder nor planned as a delta: either would move it out
 //     of its pack (a rewritten pack per re-encode) for little gain on the
-//     incompressible, layout-less bytes packs mostly hold. A packed chunk may
-//     be a delta's base: bases are read through the same lookup.
+//     layout-less bytes packs hold (zstd is their only codec, and it runs
+//     inline whenever an encoder is free). The cost: compressible bytes of
+//     no known format written while every encoder is busy stay raw. A packed
+//     chunk may be a delta's base: bases are read through the same lookup.
 //   - Remote tier: packs stay local. An upload reads a packed chunk's object
 //     from its pack (Store.PackedObject) and uploads it as a chunk object of
 //     its own (Store.StandaloneObject applies unchanged), so the bucket's

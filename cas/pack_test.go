@@ -111,6 +111,13 @@ func TestPackedChunksRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Small tensor data (a float element size) keeps an object of its own:
+	// the re-encoder and deltas work on it.
+	tensor := pseudoRandom(16<<10, 10)
+	tensorRef, err := b.PutHinted(context.Background(), tensor, Hint{ElemSize: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := s.Commit(context.Background(), b, func(*Tx) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
@@ -118,11 +125,11 @@ func TestPackedChunksRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Packs != 2 || st.Chunks != 301 || st.FormatVersion != 4 || st.PackBytes != st.PackedBytes {
-		t.Fatalf("stats %+v: want 2 packs, 301 chunks, format 4, no dead bytes", st.Counts)
+	if st.Packs != 2 || st.Chunks != 302 || st.FormatVersion != 4 || st.PackBytes != st.PackedBytes {
+		t.Fatalf("stats %+v: want 2 packs, 302 chunks, format 4, no dead bytes", st.Counts)
 	}
-	if n := chunkFiles(t, dir); n != 1 {
-		t.Fatalf("%d chunk object files, want 1 (the chunk over the pack limit)", n)
+	if n := chunkFiles(t, dir); n != 2 {
+		t.Fatalf("%d chunk object files, want 2 (over the pack limit, tensor data)", n)
 	}
 	if n := len(packFiles(t, dir)); n != 2 {
 		t.Fatalf("%d pack files, want 2", n)
@@ -141,6 +148,9 @@ func TestPackedChunksRoundTrip(t *testing.T) {
 	}
 	if got, err := s.ReadChunk(context.Background(), bigRef); err != nil || !bytes.Equal(got, big) {
 		t.Fatalf("chunk of its own: %v", err)
+	}
+	if got, err := s.ReadChunk(context.Background(), tensorRef); err != nil || !bytes.Equal(got, tensor) {
+		t.Fatalf("tensor chunk: %v", err)
 	}
 	before := be.ranges.Load()
 	ks, err := s.AcquireChunks(context.Background(), refs[10:])

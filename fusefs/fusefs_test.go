@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/cas"
+	"github.com/ckptfs/ckptfs/cas/backend/local"
 	"github.com/hanwen/go-fuse/v2/posixtest"
 )
 
@@ -594,6 +595,8 @@ func TestFsyncAndUnlinkedOpenFile(t *testing.T) {
 
 // TestCorruptChunkGivesEIO: a damaged object fails reads of its range with EIO,
 // never wrong bytes, while the rest of the file and other files read fine.
+// The victim is a content-defined chunk, so it lives in a pack beside the
+// chunks around it, which must still read.
 func TestCorruptChunkGivesEIO(t *testing.T) {
 	m := newMount(t)
 	cs := cas.DefaultChunkSize
@@ -614,16 +617,9 @@ func TestCorruptChunkGivesEIO(t *testing.T) {
 	}
 	victim := refs[len(refs)/2]
 	end := start + int64(victim.Len)
-	id := victim.ID.String()
-	obj := filepath.Join(m.store, "objects", id[:2], id[2:4], id[4:])
 	m.unmount()
-	raw, err := os.ReadFile(obj)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw[len(raw)/2] ^= 1
-	if err := os.WriteFile(obj, raw, 0o444); err != nil {
-		t.Fatal(err)
+	if !flipChunkByte(t, m.store, victim.ID) {
+		t.Fatal("the content-defined victim chunk is not in a pack")
 	}
 	m.mount()
 	f, err := os.Open(m.path("runs/victim"))
@@ -654,6 +650,49 @@ func TestCorruptChunkGivesEIO(t *testing.T) {
 }
 
 func bytesEqual(a, b []byte) bool { return string(a) == string(b) }
+
+// flipChunkByte flips a byte in the middle of chunk id's object, in its
+// pack when it is packed (content-defined chunks are) or in its own file.
+// The store must not be open. It reports whether the chunk was packed.
+func flipChunkByte(t *testing.T, store string, id cas.ID) (packed bool) {
+	t.Helper()
+	s, err := cas.Open(store, cas.Options{Objects: local.New(cas.ObjectsDir(store), local.Options{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info cas.ChunkInfo
+	err = s.View(func(tx *cas.Tx) error {
+		var ok bool
+		info, ok, err = tx.Chunk(id)
+		if err == nil && !ok {
+			err = fmt.Errorf("chunk %v not indexed", id)
+		}
+		return err
+	})
+	s.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := id.String()
+	path, at := filepath.Join(cas.ObjectsDir(store), h[:2], h[2:4], h[4:]), int64(info.StoredLen)/2
+	if info.Packed() {
+		path, at = filepath.Join(cas.ObjectsDir(store), "packs", info.Pack.String()), int64(info.Offset)+at
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var b [1]byte
+	if _, err := f.ReadAt(b[:], at); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 1
+	if _, err := f.WriteAt(b[:], at); err != nil {
+		t.Fatal(err)
+	}
+	return info.Packed()
+}
 
 // TestReaderCloseDoesNotCommitAWriterHalfWay: until the writer closes, the
 // catalog keeps the previous version, whatever other descriptors do.
