@@ -312,6 +312,12 @@ func (p *packs) deleteLocked(ctx context.Context, id ID) error {
 	return nil
 }
 
+// farFuture is a cutoff after every pack's modification time: a writable
+// Open deletes every pack no row names, whatever its age, since no batch is
+// live yet and the store's lock keeps other processes out, so such a pack is
+// a commit's that a crash interrupted (or whose release could not delete it).
+var farFuture = time.Unix(1<<40, 0)
+
 // PackSweep is what SweepPacks found and removed.
 type PackSweep struct {
 	Packs   int   // pack objects found

@@ -211,8 +211,10 @@ func TestPackSyncedBeforeCommit(t *testing.T) {
 
 // TestPackCrashBeforeCommit: a pack written and synced by a commit that
 // never happened (the process died before the transaction) names no chunk
-// after a reopen; SweepPacks keeps it through the grace period and deletes
-// it after, and never deletes a committed pack.
+// after a reopen, and the reopen deletes it (no batch is live then) and
+// keeps the committed one. While the store is open, SweepPacks keeps an
+// unnamed pack through the grace period, and never deletes one a live
+// batch is writing, whatever its age.
 func TestPackCrashBeforeCommit(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "store")
 	s, _ := packedStore(t, dir, nil)
@@ -226,6 +228,13 @@ func TestPackCrashBeforeCommit(t *testing.T) {
 	if err := crashed.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	// A live batch's pack: never swept, young or old.
+	for _, before := range []time.Time{time.Now().Add(-time.Hour), time.Now().Add(time.Hour)} {
+		res, err := s.SweepPacks(context.Background(), before)
+		if err != nil || res.Deleted != 0 || res.Packs != 2 {
+			t.Fatalf("sweep before %v with a batch live: %+v %v, want 2 packs, none deleted", before, res, err)
+		}
+	}
 	// The crash: the batch is neither committed nor released.
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -236,8 +245,27 @@ func TestPackCrashBeforeCommit(t *testing.T) {
 
 	s, _ = packedStore(t, dir, nil)
 	defer s.Close()
+	if n := len(packFiles(t, dir)); n != 1 {
+		t.Fatalf("%d packs on disk after the reopen, want the committed one", n)
+	}
 	if _, err := s.ReadChunk(context.Background(), refs[0]); !errors.Is(err, ErrMissing) {
 		t.Fatalf("chunk of the crashed commit: %v, want ErrMissing", err)
+	}
+	for i, ref := range cRefs {
+		if got, err := s.ReadChunk(context.Background(), ref); err != nil || !bytes.Equal(got, cData[i]) {
+			t.Fatalf("committed chunk %d after the reopen: %v", i, err)
+		}
+	}
+
+	// An unnamed pack while the store is open (a release that could not
+	// delete it): kept through the grace period, deleted after.
+	orphan := newPackID
+	id, err := orphan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.objects.Put(context.Background(), packHandle(id), []byte("debris"), backend.PutOptions{}); err != nil {
+		t.Fatal(err)
 	}
 	res, err := s.SweepPacks(context.Background(), time.Now().Add(-time.Hour))
 	if err != nil || res.Deleted != 0 || res.Young != 2 {
@@ -245,15 +273,10 @@ func TestPackCrashBeforeCommit(t *testing.T) {
 	}
 	res, err = s.SweepPacks(context.Background(), time.Now().Add(time.Hour))
 	if err != nil || res.Deleted != 1 {
-		t.Fatalf("sweep after the grace period: %+v %v, want the crashed pack deleted", res, err)
+		t.Fatalf("sweep after the grace period: %+v %v, want the unnamed pack deleted", res, err)
 	}
 	if n := len(packFiles(t, dir)); n != 1 {
 		t.Fatalf("%d packs on disk, want the committed one", n)
-	}
-	for i, ref := range cRefs {
-		if got, err := s.ReadChunk(context.Background(), ref); err != nil || !bytes.Equal(got, cData[i]) {
-			t.Fatalf("committed chunk %d after the sweep: %v", i, err)
-		}
 	}
 }
 
