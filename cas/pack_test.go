@@ -406,3 +406,62 @@ func TestPacksInAnOlderStore(t *testing.T) {
 		}
 	}
 }
+
+// TestPackConcurrentPuts: many goroutines put into one batch (as a commit's
+// ingest does) across a pack's write-out, each reading its chunks back
+// before the commit, from the buffer or the written pack; everything reads
+// back after a reopen.
+func TestPackConcurrentPuts(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "store")
+	s, _ := packedStore(t, dir, nil)
+	b := s.NewBatch()
+	const workers, each = 8, 50 // 400 chunks of 24 KiB: a pack written out, one left in the buffer
+	refs := make([][]ChunkRef, workers)
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				d := pseudoRandom(24<<10, byte(w*each+i))
+				d[0], d[1], d[2] = byte(w), byte(i), 0xee
+				ref, err := b.Put(context.Background(), d)
+				if err == nil {
+					var got []byte
+					if got, err = s.ReadChunk(context.Background(), ref); err == nil && !bytes.Equal(got, d) {
+						err = errors.New("wrong bytes read back before the commit")
+					}
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				refs[w] = append(refs[w], ref)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if err := s.Commit(context.Background(), b, func(*Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s, _ = packedStore(t, dir, nil)
+	defer s.Close()
+	st, err := s.Stats()
+	if err != nil || st.Packs != 2 || st.Chunks != workers*each {
+		t.Fatalf("stats %+v %v: want 2 packs, %d chunks", st.Counts, err, workers*each)
+	}
+	for w := range workers {
+		for i, ref := range refs[w] {
+			got, err := s.ReadChunk(context.Background(), ref)
+			if err != nil || got[0] != byte(w) || got[1] != byte(i) || Sum(got) != ref.ID {
+				t.Fatalf("worker %d chunk %d after the reopen: %v", w, i, err)
+			}
+		}
+	}
+}
