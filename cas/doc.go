@@ -302,14 +302,18 @@
 //     read from its pack and verified; a flipped byte is a corrupt-chunk
 //     problem naming that chunk, and its read fails with ErrCorrupt (EIO),
 //     never other bytes.
-//   - Re-encoding and deltas: a packed chunk is encoded inline when an encoder
-//     is free and stored raw otherwise, and is never queued for the
-//     background re-encoder nor planned as a delta: either would move it out
-//     of its pack (a rewritten pack per re-encode) for little gain on the
-//     layout-less bytes packs hold (zstd is their only codec, and it runs
-//     inline whenever an encoder is free). The cost: compressible bytes of
-//     no known format written while every encoder is busy stay raw. A packed
-//     chunk may be a delta's base: bases are read through the same lookup.
+//   - Re-encoding and deltas: a packed chunk is encoded before it is
+//     packed, waiting for one of the Options.InlineEncoders when none is
+//     free, and is never queued for the background re-encoder nor planned as
+//     a delta: either would move it out of its pack (or rewrite the pack)
+//     for little gain on the layout-less bytes packs hold (zstd is their
+//     only codec). The cost: a save of layout-less bytes is bounded by that
+//     many zstd encoders (at its fastest level, which gives up quickly on
+//     incompressible bytes); tensor data, the bulk of a checkpoint, keeps
+//     deferred encoding. With InlineEncoders negative (every encode
+//     deferred) nothing is packed: small chunks are objects of their own,
+//     stored raw and queued, as before packs. A packed chunk may be a
+//     delta's base: bases are read through the same lookup.
 //   - Remote tier: packs stay local. An upload reads a packed chunk's object
 //     from its pack (Store.PackedObject) and uploads it as a chunk object of
 //     its own (Store.StandaloneObject applies unchanged), so the bucket's

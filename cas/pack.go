@@ -70,10 +70,12 @@ func newPacks(s *Store) *packs {
 
 // packs reports whether the store puts a new chunk n bytes long in a pack:
 // a writable store whose backend reads ranges, for a chunk no larger than
-// Options.PackMaxChunk.
+// Options.PackMaxChunk, when inline encoders exist (a packed chunk is
+// encoded before it is packed; with every encode deferred, InlineEncoders
+// negative, chunks keep objects of their own and the re-encoder's queue).
 func (p *packs) packs(n int) bool {
 	_, ok := p.s.objects.(backend.RangeGetter)
-	return ok && !p.s.readOnly && p.s.packMax > 0 && n <= p.s.packMax
+	return ok && !p.s.readOnly && p.s.packMax > 0 && n <= p.s.packMax && p.s.re.slots != nil
 }
 
 // add records chunk id at off in b's pack w.
@@ -159,9 +161,9 @@ func newPackID() (ID, error) {
 	return id, nil
 }
 
-// putPacked stores chunk id (data, not indexed) in b's pack, encoded inline
-// when an encoder is free and raw otherwise (never queued: a re-encode
-// would move it out of its pack).
+// putPacked stores chunk id (data, not indexed) in b's pack, encoded inline:
+// it waits for an encoder when none is free (never queued, since a
+// re-encode would move it out of its pack).
 func (b *Batch) putPacked(ctx context.Context, id ID, data []byte, h Hint) error {
 	b.packMu.Lock()
 	_, dup := b.inPack[id]
@@ -170,13 +172,17 @@ func (b *Batch) putPacked(ctx context.Context, id ID, data []byte, h Hint) error
 		return nil
 	}
 	s := b.s
-	obj, codec := []byte(nil), CodecRaw
-	if release, ok := s.re.tryEncodeSlot(len(data)); ok {
-		obj, codec = s.coder.Encode(data, h)
-		release()
-	} else {
-		obj = object.EncodeRaw(data)
+	release, ok := s.re.tryEncodeSlot(len(data))
+	if !ok {
+		select {
+		case s.re.slots <- struct{}{}:
+			release = func() { <-s.re.slots }
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
+	obj, codec := s.coder.Encode(data, h)
+	release()
 	b.packMu.Lock()
 	defer b.packMu.Unlock()
 	if _, dup := b.inPack[id]; dup {
@@ -312,12 +318,6 @@ func (p *packs) deleteLocked(ctx context.Context, id ID) error {
 	return nil
 }
 
-// farFuture is a cutoff after every pack's modification time: a writable
-// Open deletes every pack no row names, whatever its age, since no batch is
-// live yet and the store's lock keeps other processes out, so such a pack is
-// a commit's that a crash interrupted (or whose release could not delete it).
-var farFuture = time.Unix(1<<40, 0)
-
 // PackSweep is what SweepPacks found and removed.
 type PackSweep struct {
 	Packs   int   // pack objects found
@@ -329,7 +329,11 @@ type PackSweep struct {
 // SweepPacks deletes the pack objects that no catalog row names, last
 // modified before before, that no live batch is writing: a pack written by
 // a commit that a crash interrupted (or whose release could not delete
-// it). The collector calls it after its sweep.
+// it). The collector calls it after its sweep. A pack that a chunk row
+// names is kept even without a pack row (a damaged catalog: its chunks'
+// reads and fsck say so), so a candidate costs a walk of the chunk index;
+// Open does not sweep, for that reason (and a young pack is kept, whatever
+// its story, as objects no commit named are).
 func (s *Store) SweepPacks(ctx context.Context, before time.Time) (PackSweep, error) {
 	var res PackSweep
 	if s.readOnly {
@@ -353,7 +357,28 @@ func (s *Store) SweepPacks(ctx context.Context, before time.Time) (PackSweep, er
 	if err != nil {
 		return res, fmt.Errorf("list packs: %w", err)
 	}
-	res.Deleted, res.Bytes, err = s.packs.deletePacks(ctx, ids, sizes)
+	if len(ids) == 0 {
+		return res, nil
+	}
+	named := map[ID]bool{}
+	if err := s.View(func(tx *Tx) error {
+		return tx.ForEachChunk(func(_ ID, c ChunkInfo) error {
+			if c.Packed() {
+				named[c.Pack] = true
+			}
+			return nil
+		})
+	}); err != nil {
+		return res, fmt.Errorf("sweep packs: %w", err)
+	}
+	keep := 0
+	for i, id := range ids {
+		if !named[id] {
+			ids[keep], sizes[keep] = id, sizes[i]
+			keep++
+		}
+	}
+	res.Deleted, res.Bytes, err = s.packs.deletePacks(ctx, ids[:keep], sizes[:keep])
 	return res, err
 }
 

@@ -21,7 +21,7 @@ func BenchmarkReadSmallChunks(b *testing.B) {
 	}{{"objects", -1, false}, {"packs", DefaultPackMaxChunk, false}, {"packs-run", DefaultPackMaxChunk, true}} {
 		b.Run(c.name, func(b *testing.B) {
 			dir := filepath.Join(b.TempDir(), "store")
-			s, err := openLocal(dir, Options{PackMaxChunk: c.pack, InlineEncoders: -1})
+			s, err := openLocal(dir, Options{PackMaxChunk: c.pack})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -242,10 +242,6 @@ func Open(dir string, opts Options) (*Store, error) {
 			return nil, err
 		}
 	}
-	if !opts.ReadOnly {
-		// Best effort: what a failure leaves, gc's SweepPacks deletes.
-		_, _ = s.SweepPacks(context.Background(), farFuture)
-	}
 	return s, nil
 }
 
