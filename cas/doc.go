@@ -257,7 +257,11 @@
 //     one commit (one file, or a streaming writer's part of it), in the order
 //     they were put. 8 MiB: large I/O (the kernel's readahead runs through a
 //     pack as through a file) while a pack that is partly dead wastes little,
-//     and a batch's buffer stays small with many files written at once.
+//     and a batch's buffer stays small with many files written at once. The
+//     buffer grows as it fills (a batch of one small file holds little), up
+//     to PackTarget per batch being written, outside the write memory
+//     budget of fusefs/stage: 16 layout-less files written at once hold up
+//     to 128 MiB of it.
 //   - Names: a pack is named by 32 random bytes, not by its content, so no
 //     two batches ever write the same pack and a batch that gives up may
 //     delete its packs without asking anyone (two concurrent commits of the

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/cas/backend"
-	"github.com/ckptfs/ckptfs/cas/object"
 )
 
 // Packs of small chunks (doc.go, "Packs", has the decisions). A batch
@@ -189,7 +188,8 @@ func (b *Batch) putPacked(ctx context.Context, id ID, data []byte, h Hint) error
 		return nil
 	}
 	if b.cur == nil {
-		b.cur = &packWriter{buf: make([]byte, 0, PackTarget+s.packMax+object.HeaderSize)}
+		// Grown as it fills: a batch of one small file holds little.
+		b.cur = &packWriter{buf: make([]byte, 0, max(64<<10, 2*len(obj)))}
 	}
 	w := b.cur
 	off, n := int64(len(w.buf)), int64(len(obj))
