@@ -42,6 +42,16 @@ type Batch struct {
 	released bool
 
 	committed bool // a transaction that added its rows committed, or Keep
+	kept      bool // Keep: its packs stay readable through the registry
+
+	// Packs (pack.go). packMu orders appends to the current pack and its
+	// writing out; it is taken before mu. inPack and packs are written
+	// holding both, and read holding either.
+	packMu      sync.Mutex
+	cur         *packWriter              // the pack being filled, nil when none
+	packs       []*packWriter            // packs written out
+	inPack      map[ID]*packWriter       // chunk → the pack holding it
+	syncedPacks map[*packWriter]struct{} // of packs, those a Sync made durable (mu)
 }
 
 // Keep tells Release that the batch's objects are in use although no catalog
@@ -50,7 +60,7 @@ type Batch struct {
 // caller (fusefs.FS.LiveManifests), instead of being discarded.
 func (b *Batch) Keep() {
 	b.mu.Lock()
-	b.committed = true
+	b.committed, b.kept = true, true
 	b.mu.Unlock()
 }
 
@@ -67,7 +77,8 @@ type flight struct {
 // NewBatch starts a batch.
 func (s *Store) NewBatch() *Batch {
 	return &Batch{s: s, added: map[ID]ChunkInfo{}, synced: map[ID]struct{}{}, wrote: map[ID]struct{}{},
-		queue: map[ID]Hint{}, hints: map[ID]Hint{}, suggest: map[ID]ID{}}
+		queue: map[ID]Hint{}, hints: map[ID]Hint{}, suggest: map[ID]ID{},
+		inPack: map[ID]*packWriter{}, syncedPacks: map[*packWriter]struct{}{}}
 }
 
 // SuggestBase tells the commit that chunk id (Put in this batch) is likely
@@ -122,6 +133,11 @@ func (b *Batch) PutHinted(ctx context.Context, data []byte, h Hint) (ChunkRef, e
 	}
 	if indexed {
 		return ref, nil
+	}
+	if h == (Hint{}) && b.s.packs.packs(len(data)) {
+		// Small and of no known element type: content-defined chunks of a
+		// format without a tensor layout (doc.go, Packs).
+		return ref, b.putPacked(ctx, id, data, h)
 	}
 
 	s := b.s
@@ -189,30 +205,51 @@ func (b *Batch) note(id ID, info ChunkInfo, pending bool, h Hint) {
 // call it earlier (a streaming writer, say) to overlap the disk's work with
 // its own, outside any lock it must hold for the commit.
 func (b *Batch) Sync(ctx context.Context) error {
+	b.packMu.Lock()
 	b.mu.Lock()
 	if b.released {
 		b.mu.Unlock()
+		b.packMu.Unlock()
 		return errors.New("sync of a released batch")
 	}
+	b.mu.Unlock()
+	if err := b.flushPackLocked(ctx); err != nil {
+		b.packMu.Unlock()
+		return err
+	}
+	b.mu.Lock()
 	ids := make([]ID, 0, len(b.added))
 	hs := make([]backend.Handle, 0, len(b.added))
 	for id := range b.added {
-		if _, ok := b.synced[id]; !ok {
-			ids = append(ids, id)
+		if _, ok := b.synced[id]; ok {
+			continue
+		}
+		ids = append(ids, id)
+		if _, packed := b.inPack[id]; !packed { // packed: in a pack written above or before
 			hs = append(hs, chunkHandle(id))
 		}
 	}
-	b.mu.Unlock()
-	if len(hs) == 0 {
-		return nil
+	var ws []*packWriter
+	for _, w := range b.packs {
+		if _, ok := b.syncedPacks[w]; !ok {
+			ws = append(ws, w)
+			hs = append(hs, packHandle(w.id))
+		}
 	}
-	if err := b.s.objects.Sync(ctx, hs); err != nil {
-		return err
+	b.mu.Unlock()
+	b.packMu.Unlock()
+	if len(hs) > 0 {
+		if err := b.s.objects.Sync(ctx, hs); err != nil {
+			return err
+		}
 	}
 	b.mu.Lock()
 	for _, id := range ids {
 		b.synced[id] = struct{}{}
 		delete(b.wrote, id)
+	}
+	for _, w := range ws {
+		b.syncedPacks[w] = struct{}{}
 	}
 	b.mu.Unlock()
 	return nil
@@ -245,12 +282,35 @@ func (b *Batch) Release() {
 	if !b.committed {
 		unnamed = make([]ID, 0, len(b.added))
 		for id := range b.added {
-			unnamed = append(unnamed, id)
+			if _, packed := b.inPack[id]; !packed {
+				unnamed = append(unnamed, id)
+			}
 		}
 	}
+	packed := make([]ID, 0, len(b.inPack))
+	for id := range b.inPack {
+		packed = append(packed, id)
+	}
+	packs, packIDs := b.packs, make([]ID, 0, len(b.packs))
+	for _, w := range packs {
+		packIDs = append(packIDs, w.id)
+		if _, ok := b.syncedPacks[w]; !ok {
+			abandoned = append(abandoned, packHandle(w.id))
+		}
+	}
+	kept := b.kept
 	b.mu.Unlock()
 	if f, ok := b.s.objects.(forgetter); ok && len(abandoned) > 0 {
 		f.Forget(abandoned)
+	}
+	if !kept {
+		// A kept batch's packs stay registered (readable, never swept) for
+		// the life of the store: an unlinked file's in-memory manifest
+		// names their chunks, which no index row locates.
+		b.s.packs.forget(b, packed, packs)
+		// Packs no row names (an uncommitted batch's, or a commit's whose
+		// chunks were all indexed by others first) go now.
+		_, _, _ = b.s.packs.deletePacks(context.Background(), packIDs, nil)
 	}
 	b.s.gc.unpin(pinned)
 	if len(unnamed) > 0 && !b.s.readOnly {
@@ -332,7 +392,13 @@ func commitBatch(t *Tx, b *Batch) error {
 		b.committed = true
 		b.mu.Unlock()
 	})
+	if err := commitPacks(t, b); err != nil {
+		return err
+	}
 	for id, info := range b.added {
+		if w, packed := b.inPack[id]; packed {
+			info.Pack = w.id
+		}
 		added, err := t.Index().Add(id, info)
 		if err != nil {
 			return fmt.Errorf("index chunk %v: %w", id, err)
@@ -342,13 +408,13 @@ func commitBatch(t *Tx, b *Batch) error {
 				return fmt.Errorf("queue chunk %v for re-encoding: %w", id, err)
 			}
 		}
-		if prev, ok := b.suggest[id]; ok && added {
+		if prev, ok := b.suggest[id]; ok && added && !info.Packed() {
 			if err := t.Deltas().Plan(id, prev, b.hints[id], info.RawLen, b.s.deltaKeyframe); err != nil {
 				return fmt.Errorf("plan a delta for chunk %v: %w", id, err)
 			}
 		}
 	}
-	return nil
+	return dropDeadPacks(t, b)
 }
 
 // writeObject stores data as chunk id's object, unless a verified object is

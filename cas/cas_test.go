@@ -26,7 +26,14 @@ func testStoreHook(t *testing.T, hook func(path string) error) *Store {
 
 // openLocal is Open with the objects in the store directory (local.New) unless
 // opts says where they live.
+//
+// The tests written before packs (most of them, about objects of their
+// own) run without packs: opts.PackMaxChunk 0 means none here; the pack
+// tests (pack_test.go) set it.
 func openLocal(dir string, opts Options) (*Store, error) {
+	if opts.PackMaxChunk == 0 {
+		opts.PackMaxChunk = -1
+	}
 	if opts.Objects == nil {
 		opts.Objects = local.New(ObjectsDir(dir), local.Options{})
 	}

@@ -31,6 +31,10 @@ type Hole = catalog.Hole
 // ChunkInfo is the chunk index record of one stored chunk (catalog.ChunkInfo).
 type ChunkInfo = catalog.ChunkInfo
 
+// PackInfo is a pack's catalog row: its size, and its live chunks and their
+// bytes (see Packs in the package doc).
+type PackInfo = catalog.PackInfo
+
 // Counts are the catalog's counters (catalog.Counts).
 type Counts = catalog.Counts
 

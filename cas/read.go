@@ -115,11 +115,10 @@ func (r *reader) verifyObject(ctx context.Context, id ID) (ChunkInfo, object.Hea
 // into buf when it is large enough. A damaged copy fetched from a remote
 // tier is fetched again (refetchable).
 func (r *reader) readObject(ctx context.Context, id ID, buf []byte, alloc func(int) []byte) (raw, obj []byte, err error) {
-	s := r.s
 	h := chunkHandle(id)
-	obj, err = s.objects.Get(ctx, h, buf)
+	obj, err = r.getObject(ctx, id, buf)
 	if err != nil {
-		return nil, nil, r.getErr(id, err)
+		return nil, nil, err
 	}
 	var baseErr error
 	if raw, baseErr, err = r.decodeChunk(ctx, id, obj, alloc); baseErr != nil {
@@ -141,6 +140,68 @@ func (r *reader) readObject(ctx context.Context, id ID, buf []byte, alloc func(i
 		return nil, obj, err
 	}
 	return raw, obj, nil
+}
+
+// getObject reads chunk id's object wherever it lives: in a pack (as its
+// index row says, or in a pack of a batch not committed yet), else in an
+// object of its own (which a backend.Tier fetches from its remote when it
+// is missing here). A packed chunk whose pack is missing is looked for as
+// an object of its own too, which the remote tier may have.
+func (r *reader) getObject(ctx context.Context, id ID, buf []byte) ([]byte, error) {
+	s := r.s
+	var info ChunkInfo
+	var indexed bool
+	if err := s.View(func(tx *Tx) error {
+		var err error
+		info, indexed, err = tx.Chunk(id)
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("read chunk %v: %w", id, err)
+	}
+	if indexed && info.Packed() {
+		obj, err := s.packs.getRange(ctx, packLoc{info.Pack, int64(info.Offset), int64(info.StoredLen)}, buf)
+		if err == nil {
+			return obj, nil
+		}
+		if _, tier := s.objects.(backend.Tier); !tier || !errors.Is(err, ErrMissing) {
+			return nil, fmt.Errorf("chunk %v: %w", id, err)
+		}
+	} else if !indexed {
+		if obj, ok, err := s.packs.read(ctx, id, buf); ok {
+			if err != nil {
+				return nil, fmt.Errorf("chunk %v: %w", id, err)
+			}
+			return obj, nil
+		}
+	}
+	obj, err := s.objects.Get(ctx, chunkHandle(id), buf)
+	if err != nil {
+		return nil, r.getErr(id, err)
+	}
+	return obj, nil
+}
+
+// PackedObject returns chunk id's object when the chunk lives in a pack
+// (packed is false otherwise): the remote tier uploads it as an object of
+// its own (cas/remote). The object is not verified.
+func (s *Store) PackedObject(ctx context.Context, id ID, buf []byte) (obj []byte, packed bool, err error) {
+	var info ChunkInfo
+	var indexed bool
+	if err := s.View(func(tx *Tx) error {
+		var err error
+		info, indexed, err = tx.Chunk(id)
+		return err
+	}); err != nil {
+		return nil, false, err
+	}
+	if !indexed || !info.Packed() {
+		return nil, false, nil
+	}
+	obj, err = s.packs.getRange(ctx, packLoc{info.Pack, int64(info.Offset), int64(info.StoredLen)}, buf)
+	if err != nil {
+		return nil, true, fmt.Errorf("chunk %v: %w", id, err)
+	}
+	return obj, true, nil
 }
 
 // getErr is the error of reading chunk id's object.
@@ -267,9 +328,9 @@ func (r *reader) readBase(ctx context.Context, id ID, verify bool) (raw []byte, 
 		}
 	}
 	h := chunkHandle(id)
-	obj, err := s.objects.Get(ctx, h, *buf)
+	obj, err := r.getObject(ctx, id, *buf)
 	if err != nil {
-		return nil, nil, r.getErr(id, err)
+		return nil, nil, err
 	}
 	keep(obj)
 	if verify {

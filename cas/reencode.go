@@ -405,7 +405,7 @@ func (r *reencoder) deltaObject(ctx context.Context, raw []byte, base ID, h Hint
 		defer k.Release()
 		bd = e.data
 	} else {
-		obj, err := s.objects.Get(ctx, chunkHandle(base), nil)
+		obj, err := s.rd.getObject(ctx, base, nil)
 		if err != nil {
 			return nil
 		}

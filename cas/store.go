@@ -70,6 +70,11 @@ type Options struct {
 	// tier's read side: chunks missing locally are fetched from it. The
 	// Store closes it; when Open fails it is the caller's to close.
 	Objects backend.Backend
+	// PackMaxChunk is the largest raw chunk a commit stores in a pack with
+	// its neighbours rather than in an object of its own (pack.go; default
+	// DefaultPackMaxChunk). Negative: no packs (every chunk its own object,
+	// as before packs; existing packs are still read).
+	PackMaxChunk int
 	// Observer, if set, is told how long each chunk fetch (an object read
 	// and decoded on a cache miss) and each background re-encode took, for
 	// metrics.
@@ -104,6 +109,9 @@ type Store struct {
 
 	flightMu sync.Mutex
 	flights  map[ID]*flight // objects being written right now
+
+	packs   *packs // packs of live batches (pack.go)
+	packMax int    // Options.PackMaxChunk: 0 for no packs
 
 	re *reencoder // re-encoding (reencode.go)
 	// deltaKeyframe is Options.DeltaKeyframe.
@@ -215,6 +223,13 @@ func Open(dir string, opts Options) (*Store, error) {
 	s.format, s.chunkSize = db.Format(), db.ChunkSize()
 	s.re = newReencoder(s, opts.InlineEncoders, opts.MaxReencodeBacklog)
 	s.rd = &reader{s: s}
+	s.packs = newPacks(s)
+	switch {
+	case opts.PackMaxChunk == 0:
+		s.packMax = DefaultPackMaxChunk
+	case opts.PackMaxChunk > 0:
+		s.packMax = min(opts.PackMaxChunk, DefaultPackMaxChunk*4)
+	}
 	s.gc = &collector{s: s, pins: map[ID]int{}, deleting: map[ID]chan struct{}{}}
 	if s.coder, err = object.NewCoder(); err != nil {
 		db.Close()

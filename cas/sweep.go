@@ -130,6 +130,9 @@ type SweepResult struct {
 	RawBytes    int64 // raw bytes of the deleted chunks that were indexed
 	Skipped     int   // candidates kept: pinned by a commit in progress, or named again
 	BasesKept   int   // candidates kept because a delta still stored needs them as its base
+	Packed      int   // of the chunks whose index rows went, those in packs
+	Packs       int   // packs deleted: their last chunk went
+	PackBytes   int64 // their bytes
 }
 
 // Sweep deletes the objects and index rows of candidates, which the caller
@@ -162,9 +165,11 @@ func (s *Store) Sweep(ctx context.Context, candidates []ID) (SweepResult, error)
 	defer s.gc.endDeleting(chosen, done)
 
 	var doomed []ID
+	var packs []ID // packs that lost chunks
+	var packSizes []int64
 	err := s.Update(func(tx *Tx) error {
-		doomed = doomed[:0]
-		res.RawBytes, res.BasesKept = 0, 0
+		doomed, packs, packSizes = doomed[:0], packs[:0], packSizes[:0]
+		res.RawBytes, res.BasesKept, res.Packed = 0, 0, 0
 		// Deltas first, so that a base whose deltas all go in this step
 		// goes too, and their objects are deleted before its object.
 		var deltas, others []ID
@@ -187,6 +192,14 @@ func (s *Store) Sweep(ctx context.Context, candidates []ID) (SweepResult, error)
 			info, indexed, err := tx.Chunk(id)
 			if err != nil {
 				return err
+			}
+			if indexed && info.Packed() {
+				p, _, err := tx.Pack(info.Pack)
+				if err != nil {
+					return err
+				}
+				packs, packSizes = append(packs, info.Pack), append(packSizes, p.Size)
+				res.Packed++
 			}
 			if indexed {
 				if err := tx.Index().Delete(id, info); err != nil {
@@ -230,6 +243,22 @@ func (s *Store) Sweep(ctx context.Context, candidates []ID) (SweepResult, error)
 			res.Chunks++
 			res.StoredBytes += st.Size
 		}
+	}
+	// Packs whose last chunk went have no row now: their objects go (a
+	// crash before leaves them to SweepPacks).
+	seen := map[ID]bool{}
+	var ids []ID
+	var sizes []int64
+	for i, p := range packs {
+		if !seen[p] {
+			seen[p] = true
+			ids, sizes = append(ids, p), append(sizes, packSizes[i])
+		}
+	}
+	n, freed, err := s.packs.deletePacks(ctx, ids, sizes)
+	res.Packs, res.PackBytes = n, freed
+	if err != nil {
+		return res, fmt.Errorf("sweep: %w", err)
 	}
 	return res, nil
 }

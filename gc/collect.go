@@ -67,6 +67,17 @@ type Result struct {
 	BasesKeptBytes    int64 `json:"bases_kept_bytes"`     // their object files' bytes (index rows)
 	BasesKeptRawBytes int64 `json:"bases_kept_raw_bytes"` // their raw bytes
 	LiveDeltas        int   `json:"live_deltas"`          // the kept deltas coded against them
+	// Packs (cas: packs of small chunks). A packed chunk's index row goes
+	// like any (counted in Chunks, its bytes in FreedBytes only when its
+	// whole pack goes); a pack's object goes with its last chunk.
+	PackedChunks   int   `json:"freed_packed_chunks"` // packed chunks whose rows were deleted
+	FreedPacks     int   `json:"freed_packs"`         // packs deleted (last chunk gone, or never committed)
+	FreedPackBytes int64 `json:"freed_pack_bytes"`    // their bytes (also in FreedBytes)
+	YoungPacks     int   `json:"young_packs"`         // never-committed packs kept by the grace period
+	// PackDeadBytes is the space that dead chunks still hold in packs with
+	// live chunks after the collection: not freed until the whole pack is
+	// dead (packs are not rewritten).
+	PackDeadBytes int64 `json:"pack_dead_bytes"`
 	// The remote's collection, when Options.Remote.
 	remote.CollectResult
 }
@@ -122,7 +133,29 @@ func Collect(ctx context.Context, s *cas.Store, opts Options) (Result, error) {
 	if err != nil {
 		return res, fmt.Errorf("remove temporary files: %w", err)
 	}
+	if err := sweepPacks(ctx, s, start.Add(-opts.Grace), &res); err != nil {
+		return res, err
+	}
 	return collectRemote(ctx, s, opts, start, res)
+}
+
+// sweepPacks deletes the packs no commit named (a crash's), past the grace
+// period, and reports the space dead chunks hold in the packs left.
+func sweepPacks(ctx context.Context, s *cas.Store, cutoff time.Time, res *Result) error {
+	ps, err := s.SweepPacks(ctx, cutoff)
+	res.FreedPacks += ps.Deleted
+	res.FreedPackBytes += ps.Bytes
+	res.FreedBytes += ps.Bytes
+	res.YoungPacks = ps.Young
+	if err != nil {
+		return fmt.Errorf("sweep packs: %w", err)
+	}
+	st, err := s.Stats()
+	if err != nil {
+		return err
+	}
+	res.PackDeadBytes = st.PackBytes - st.PackedBytes
+	return nil
 }
 
 // candidates are what a collection deletes: unmarked objects past the grace
@@ -186,7 +219,14 @@ func findCandidates(ctx context.Context, s *cas.Store, opts Options, marked *idS
 		return nil, fmt.Errorf("scan index: %w", err)
 	}
 	err = s.View(func(tx *cas.Tx) error {
-		return tx.ForEachChunk(func(id cas.ID, _ cas.ChunkInfo) error {
+		return tx.ForEachChunk(func(id cas.ID, info cas.ChunkInfo) error {
+			if info.Packed() && !marked.has(id) {
+				// In a pack, not an object file: a chunk like any other.
+				res.Unreferenced++
+				c.ids = append(c.ids, id)
+				c.bytes += int64(info.StoredLen)
+				return nil
+			}
 			if !marked.has(id) && !c.seen.has(id) {
 				res.Unreferenced++
 				res.IndexRows++
@@ -213,7 +253,7 @@ func (c *candidates) dryRun(s *cas.Store, res *Result) error {
 			if err != nil {
 				return err
 			}
-			if ok && c.seen.has(id) {
+			if ok && (c.seen.has(id) || info.Packed()) {
 				res.FreedRawBytes += int64(info.RawLen)
 			}
 		}
@@ -233,8 +273,11 @@ func (c *candidates) sweep(ctx context.Context, s *cas.Store, opts Options, res 
 	for i := 0; i < len(c.ids); i += sweepBatch {
 		step := c.ids[i:min(i+sweepBatch, len(c.ids))]
 		r, err := s.Sweep(ctx, step)
-		res.Chunks += r.Chunks
-		res.FreedBytes += r.StoredBytes
+		res.Chunks += r.Chunks + r.Packed
+		res.PackedChunks += r.Packed
+		res.FreedPacks += r.Packs
+		res.FreedPackBytes += r.PackBytes
+		res.FreedBytes += r.StoredBytes + r.PackBytes
 		res.FreedRawBytes += r.RawBytes
 		res.Skipped += r.Skipped + r.BasesKept
 		if err != nil {

@@ -170,6 +170,8 @@ type fscker struct {
 	deltaBase   map[cas.ID]cas.ID
 	// Queued chunks whose re-encode has begun and not finished.
 	inFlight map[cas.ID]bool
+	// Pack object sizes by pack, -1 for a missing one (checkPacked).
+	packSizes map[cas.ID]int64
 }
 
 // baseFault is a base that failed the reads of deltas: the first error, and

@@ -217,6 +217,9 @@ func nextID(id cas.ID) (cas.ID, bool) {
 // the row and the queue were read at different times, so a disagreement is
 // looked at again (row and queue, then the object) before it is judged.
 func (c *fscker) checkIndexed(ctx context.Context, id cas.ID, info cas.ChunkInfo, find func(cas.ID) (int64, bool)) error {
+	if info.Packed() {
+		return c.checkPacked(ctx, id, info)
+	}
 	pending := c.queued.has(id)
 	size, ok := find(id)
 	if !ok || size != int64(info.StoredLen) {
@@ -331,3 +334,49 @@ func unwrapCorrupt(err error) string {
 }
 
 // dataLoss are the kinds of problem that make reads of a chunk fail.
+
+// checkPacked checks the index row of a chunk in a pack: the pack's object
+// is there and holds the chunk's range, and with ReadData the chunk read
+// from the pack decodes to its name. Packed chunks are never queued for
+// re-encoding nor deltas, so the row and the object must agree.
+func (c *fscker) checkPacked(ctx context.Context, id cas.ID, info cas.ChunkInfo) error {
+	size, ok := c.packSizes[info.Pack]
+	if !ok {
+		st, there, err := c.s.StatPack(ctx, info.Pack)
+		if err != nil {
+			return err
+		}
+		size = -1
+		if there {
+			size = st
+		}
+		if c.packSizes == nil {
+			c.packSizes = map[cas.ID]int64{}
+		}
+		c.packSizes[info.Pack] = size
+	}
+	switch {
+	case size < 0:
+		c.chunkProblem("missing-chunk", id, "the index names it in pack %v, which has no object file", info.Pack)
+		if c.opts.ReadData {
+			c.unread.add(id)
+		}
+		return nil
+	case int64(info.Offset)+int64(info.StoredLen) > size:
+		c.chunkProblem("object-size", id, "pack %v is %d bytes, the index says the chunk ends at %d",
+			info.Pack, size, int64(info.Offset)+int64(info.StoredLen))
+	}
+	if !c.opts.ReadData {
+		return nil
+	}
+	c.res.ObjectsRead++
+	got, err := c.s.VerifyObject(ctx, id)
+	switch {
+	case err != nil:
+		c.unread.add(id)
+		c.chunkProblem("corrupt-chunk", id, "in pack %v: %v", info.Pack, unwrapCorrupt(err))
+	case got.Codec != info.Codec:
+		c.chunkProblem("object-codec", id, "object in pack %v is %v, index says %v", info.Pack, got.Codec, info.Codec)
+	}
+	return nil
+}

@@ -15,10 +15,17 @@ import (
 	"github.com/ckptfs/ckptfs/cas/backend/local"
 )
 
+// newStore opens a store without packs: the tests written before packs
+// are about objects of their own (pack_test.go has the packed cases).
 func newStore(t *testing.T) *cas.Store {
+	return newStoreOpts(t, cas.Options{PackMaxChunk: -1})
+}
+
+func newStoreOpts(t *testing.T, opts cas.Options) *cas.Store {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "store")
-	s, err := cas.Open(dir, cas.Options{CacheSize: 8 << 20, Objects: local.New(cas.ObjectsDir(dir), local.Options{})})
+	opts.CacheSize, opts.Objects = 8<<20, local.New(cas.ObjectsDir(dir), local.Options{})
+	s, err := cas.Open(dir, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -430,16 +430,18 @@ type plReport struct {
 	gcRuns        int
 	deltaChecks   int // checks that found delta chunks in the store
 	deltaMax      int // the most delta chunks a check found
+	packChecks    int // checks that found packs of small chunks in the store
+	packMax       int // the most packs a check found
 }
 
 func (r *plReport) String() string {
 	return fmt.Sprintf("%d power cuts (%d drop-all, %d partial; %d while mounting, %d in idle time after the writers); "+
 		"%d path checks (%d committed versions, %d cut-short versions found); %d gc runs; "+
-		"%d checks with delta chunks in the store (at most %d); disk: %d requests, %d file syncs, %d dir syncs, %d renames over a name; "+
+		"%d checks with delta chunks in the store (at most %d), %d with packs (at most %d); disk: %d requests, %d file syncs, %d dir syncs, %d renames over a name; "+
 		"lost at the cuts: %d unsynced pages and %d namespace changes (kept %d and %d); "+
 		"%d cycles lost or changed %d committed files, fsck failed after %d%s",
 		r.crashes, r.byMode[0], r.byMode[1], r.mountCrashes, r.idleCrashes,
-		r.checks, r.committedSeen, r.inflightSeen, r.gcRuns, r.deltaChecks, r.deltaMax, r.disk.Ops, r.disk.FileSyncs, r.disk.DirSyncs, r.disk.RenamesOver,
+		r.checks, r.committedSeen, r.inflightSeen, r.gcRuns, r.deltaChecks, r.deltaMax, r.packChecks, r.packMax, r.disk.Ops, r.disk.FileSyncs, r.disk.DirSyncs, r.disk.RenamesOver,
 		r.disk.LostPages, r.disk.LostNsOps, r.disk.KeptPages, r.disk.KeptNsOps,
 		r.badCycles, r.badFiles, r.fsckBad, map[bool]string{true: "; stopped: " + r.stopped}[r.stopped != ""])
 }
@@ -495,10 +497,13 @@ func powerLossRun(t *testing.T, opts plOptions) *plReport {
 		if b, err := os.ReadFile(filepath.Join(mnt, ".ckptfs", "stats.json")); err == nil {
 			var st struct {
 				Deltas int `json:"delta_chunks"`
+				Packs  int `json:"packs"`
 			}
 			if json.Unmarshal(b, &st) == nil {
 				rep.deltaChecks += min(st.Deltas, 1)
 				rep.deltaMax = max(rep.deltaMax, st.Deltas)
+				rep.packChecks += min(st.Packs, 1)
+				rep.packMax = max(rep.packMax, st.Packs)
 			}
 		}
 		code, out := plRun(opts.bin, opts.env, "fsck", "--read-data", mnt)
@@ -649,6 +654,8 @@ func powerLossRun(t *testing.T, opts plOptions) *plReport {
 // TestPowerLoss cuts the power 200 times under the daemon, half dropping
 // every unsynced write and half keeping a random part of them, and requires
 // that nothing committed is ever lost or changed and that fsck stays clean.
+// The blobs' content-defined chunks live in packs (cas: Packs), so the cuts
+// meet packs being written, synced, committed and collected.
 func TestPowerLoss(t *testing.T) {
 	crashes := 200
 	if testing.Short() {
@@ -665,6 +672,9 @@ func TestPowerLoss(t *testing.T) {
 	}
 	if rep.deltaChecks == 0 {
 		t.Fatalf("no check found a delta chunk in the store: the cuts never met delta coding")
+	}
+	if rep.packChecks == 0 {
+		t.Fatalf("no check found a pack in the store: the cuts never met packs of small chunks")
 	}
 }
 

@@ -405,29 +405,10 @@ func TestFsckNamesEveryFileOfACorruptChunk(t *testing.T) {
 		}
 		names = append(names, "/"+name)
 	}
-	// Find the shared chunk's object (the one the four manifests name first)
-	// and damage it.
-	var m struct {
-		Chunks []struct {
-			ID string `json:"id"`
-		} `json:"chunks"`
-	}
-	var st syscall.Stat_t
-	syscall.Stat(filepath.Join(mnt, "runs/r0/model.bin"), &st)
-	raw, err := os.ReadFile(filepath.Join(mnt, ".ckptfs", "manifests", strconv.FormatUint(st.Ino, 10)))
-	if err != nil || json.Unmarshal(raw, &m) != nil || len(m.Chunks) == 0 {
-		t.Fatalf("manifest: %v %s", err, raw)
-	}
-	id := m.Chunks[0].ID
-	obj := filepath.Join(store, "objects", id[:2], id[2:4], id[4:])
-	b, err := os.ReadFile(obj)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b[len(b)/2] ^= 0x40
-	if err := os.WriteFile(obj, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	// Damage the shared chunk (the one the four manifests name first) where
+	// the store keeps it: its object file, or its range of a pack (random
+	// bytes are stored raw, so its bytes are there as written).
+	damageStoredBytes(t, store, shared[100:4196])
 	code, out, errOut := ckptfs(t, "fsck", "--read-data", mnt)
 	if code != 1 {
 		t.Fatalf("fsck --read-data: exit %d\n%s%s", code, out, errOut)
@@ -555,5 +536,31 @@ func TestInterruptWhileBusySaysItWaits(t *testing.T) {
 	}
 	if !strings.Contains(d.stderr.String(), "keeps serving the processes that still have files open") {
 		t.Errorf("no word of waiting for the mount's users:\n%s", d.stderr)
+	}
+}
+
+// damageStoredBytes flips a byte in the middle of the one place under
+// store/objects that holds needle: a chunk object of its own or a pack.
+func damageStoredBytes(t *testing.T, store string, needle []byte) {
+	t.Helper()
+	found := 0
+	err := filepath.WalkDir(filepath.Join(store, "objects"), func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		i := bytes.Index(b, needle)
+		if i < 0 {
+			return nil
+		}
+		found++
+		b[i+len(needle)/2] ^= 0x40
+		return os.WriteFile(p, b, 0o600)
+	})
+	if err != nil || found != 1 {
+		t.Fatalf("damage the stored bytes: %v, found in %d files, want 1", err, found)
 	}
 }

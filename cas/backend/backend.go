@@ -26,6 +26,11 @@ const (
 	// and a hint to the log's tail ("head"). cas/remote/doc.go has the
 	// protocol.
 	Lock Kind = 3
+	// Pack is many chunk objects back to back (cas's packs of small chunks),
+	// named by the BLAKE3-256 of its bytes. Local layout: objects/packs/<64
+	// hex>. Packs stay in the local store: the remote tier uploads the
+	// chunks in them as chunk objects. Read in ranges (RangeGetter).
+	Pack Kind = 4
 )
 
 // Kinds lists every Kind, for suites and listings.
@@ -40,6 +45,8 @@ func (k Kind) String() string {
 		return "manifests"
 	case Lock:
 		return "locks"
+	case Pack:
+		return "packs"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -58,7 +65,7 @@ func (h Handle) String() string { return h.Kind.String() + "/" + h.Name }
 // Backends refuse others with an error, never touching anything.
 func (h Handle) Valid() bool {
 	switch h.Kind {
-	case Chunk, Manifest:
+	case Chunk, Manifest, Pack:
 		if len(h.Name) != 64 {
 			return false
 		}
@@ -190,6 +197,15 @@ type Backend interface {
 // modified before before and says how much it removed.
 type Janitor interface {
 	RemoveStale(ctx context.Context, before time.Time) (removed int, err error)
+}
+
+// RangeGetter is implemented by backends that read part of an object (the
+// local directory and mem): cas stores packs only in one.
+type RangeGetter interface {
+	// GetRange returns n bytes of h's object from offset off, read into buf
+	// when its capacity is enough. A range past the object's end is an
+	// error (io.ErrUnexpectedEOF); a missing object wraps ErrNotExist.
+	GetRange(ctx context.Context, h Handle, off, n int64, buf []byte) ([]byte, error)
 }
 
 // CheckHandle returns an error naming h when it is not Valid. Implementations

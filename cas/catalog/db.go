@@ -224,12 +224,14 @@ func (d *DB) migrate(tx *bolt.Tx) error {
 	return nil
 }
 
-// createNewBuckets creates the re-encode queue and the delta buckets in a
-// catalog made before they existed (an older ckptfs ignores them).
+// createNewBuckets creates the re-encode queue, the delta buckets and the
+// packs bucket in a catalog made before they existed (an older ckptfs
+// ignores them; the packs bucket holds rows only from format 6 on).
 func (d *DB) createNewBuckets() error {
 	var ok bool
 	if err := d.db.View(func(tx *bolt.Tx) error {
-		ok = tx.Bucket(bucketReencode) != nil && tx.Bucket(bucketDeltaPlans) != nil && tx.Bucket(bucketHoles) != nil
+		ok = tx.Bucket(bucketReencode) != nil && tx.Bucket(bucketDeltaPlans) != nil && tx.Bucket(bucketHoles) != nil &&
+			tx.Bucket(bucketPacks) != nil
 		return nil
 	}); err != nil {
 		return err
@@ -243,6 +245,9 @@ func (d *DB) createNewBuckets() error {
 		}
 		if _, err := tx.CreateBucketIfNotExists(bucketHoles); err != nil {
 			return fmt.Errorf("create holes bucket: %w", err)
+		}
+		if _, err := tx.CreateBucketIfNotExists(bucketPacks); err != nil {
+			return fmt.Errorf("create packs bucket: %w", err)
 		}
 		return createDeltaBuckets(tx)
 	})

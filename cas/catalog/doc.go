@@ -25,7 +25,7 @@
 //     chunks, queue rows and bytes, delta rows) are updated by the same
 //     transaction that changes what they count, so reading them is O(1).
 //   - Every value of the nodes, dirents, manifests, chunks, reencode,
-//     deltaplans, deltas and bases buckets is sealed with a CRC-32C over its
+//     deltaplans, deltas, bases and packs buckets is sealed with a CRC-32C over its
 //     key and value (record.go), and decoders check lengths strictly: a
 //     damaged record is an error wrapping ErrCatalogDamaged when it is read,
 //     never a different record. The meta bucket is not sealed: a damaged
@@ -47,11 +47,13 @@
 //     that puts the first manifest with a hole, so that an older ckptfs
 //     (which would read the chunks end to end and serve wrong bytes)
 //     refuses the store; a manifest without holes keeps the record older
-//     binaries read. A
+//     binaries read; 6 holds packs (packs.go: pack rows, and chunk rows of
+//     record version 2 naming a pack and an offset), entered by the
+//     transaction that records the first pack. A
 //     writable Open migrates format 1 in one transaction; a read-only Open
 //     reads it as it is. A newer format than FormatVersion is refused
 //     (ErrNewerFormat). Buckets added without a format bump (reencode,
-//     deltaplans, deltas, bases, remote_chunks, holes) are created by a writable
+//     deltaplans, deltas, bases, remote_chunks, holes, packs) are created by a writable
 //     Open, and a missing one reads as empty.
 //   - A node that is not a directory counts the directory entries that name
 //     it (Node.Nlink; record version 2 when more than one): only AddLink

@@ -1,5 +1,7 @@
 package catalog
 
+import "fmt"
+
 // Index writes the chunk index: a batch's commit adds rows, a sweep deletes
 // them, a re-encode changes how a chunk is stored. Each write keeps the
 // counters (chunks, unique and stored bytes) right in the same transaction.
@@ -18,6 +20,11 @@ func (x Index) Add(id ID, c ChunkInfo) (bool, error) {
 	if b.Get(id[:]) != nil {
 		return false, nil
 	}
+	if c.Packed() {
+		if err := t.packChunk(c, 1); err != nil {
+			return false, err
+		}
+	}
 	if err := b.Put(id[:], sealRecord(id[:], c.marshal())); err != nil {
 		return false, err
 	}
@@ -31,9 +38,15 @@ func (x Index) Add(id ID, c ChunkInfo) (bool, error) {
 }
 
 // Delete removes chunk id's index row (whose record is c) and its share of
-// the counters.
+// the counters. A packed chunk's pack row loses it, and goes with its last
+// chunk (the caller deletes the pack object after the transaction).
 func (x Index) Delete(id ID, c ChunkInfo) error {
 	t := x.t
+	if c.Packed() {
+		if err := t.packChunk(c, -1); err != nil {
+			return err
+		}
+	}
 	if err := t.b(bucketChunks).Delete(id[:]); err != nil {
 		return err
 	}
@@ -54,6 +67,9 @@ func (x Index) SetStored(id ID, storedLen uint32, codec Codec) error {
 	cur, ok, err := t.Chunk(id)
 	if err != nil || !ok {
 		return err
+	}
+	if cur.Packed() {
+		return fmt.Errorf("chunk %v is in pack %v: its stored form does not change", id, cur.Pack)
 	}
 	next := ChunkInfo{RawLen: cur.RawLen, StoredLen: storedLen, Codec: codec}
 	if err := t.b(bucketChunks).Put(id[:], sealRecord(id[:], next.marshal())); err != nil {

@@ -206,27 +206,55 @@ func ParseManifest(b []byte) (*Manifest, error) {
 }
 
 // ChunkInfo is the chunk index record of one stored chunk.
+//
+// A chunk is stored either as an object of its own (Pack is zero) or inside
+// a pack (packs.go): its object's StoredLen bytes at Offset in pack Pack.
+// Record version 1 (10 bytes) is the first; version 2 (46 bytes) adds the
+// pack and offset, and is written only for packed chunks, so an unpacked
+// row reads the same to an older ckptfs.
 type ChunkInfo struct {
 	RawLen    uint32
-	StoredLen uint32 // size of the object file, header included
+	StoredLen uint32 // size of the object, header included (in its pack when packed)
 	Codec     Codec
+	Pack      ID     // the pack holding the object; zero: an object file of its own
+	Offset    uint32 // where the object starts in Pack
 }
 
+// Packed reports whether the chunk's object lives in a pack.
+func (c ChunkInfo) Packed() bool { return c.Pack != ID{} }
+
 func (c ChunkInfo) marshal() []byte {
-	b := make([]byte, 0, 10)
-	b = append(b, 1)
+	b := make([]byte, 0, 46)
+	v := byte(1)
+	if c.Packed() {
+		v = 2
+	}
+	b = append(b, v)
 	b = binary.LittleEndian.AppendUint32(b, c.RawLen)
 	b = binary.LittleEndian.AppendUint32(b, c.StoredLen)
-	return append(b, byte(c.Codec))
+	b = append(b, byte(c.Codec))
+	if c.Packed() {
+		b = append(b, c.Pack[:]...)
+		b = binary.LittleEndian.AppendUint32(b, c.Offset)
+	}
+	return b
 }
 
 func unmarshalChunkInfo(b []byte) (ChunkInfo, error) {
-	if len(b) != 10 || b[0] != 1 {
+	if !(len(b) == 10 && b[0] == 1) && !(len(b) == 46 && b[0] == 2) {
 		return ChunkInfo{}, errors.New("bad chunk record")
 	}
-	return ChunkInfo{
+	c := ChunkInfo{
 		RawLen:    binary.LittleEndian.Uint32(b[1:]),
 		StoredLen: binary.LittleEndian.Uint32(b[5:]),
 		Codec:     Codec(b[9]),
-	}, nil
+	}
+	if b[0] == 2 {
+		copy(c.Pack[:], b[10:42])
+		c.Offset = binary.LittleEndian.Uint32(b[42:])
+		if !c.Packed() {
+			return ChunkInfo{}, errors.New("bad chunk record: version 2 without a pack")
+		}
+	}
+	return c, nil
 }

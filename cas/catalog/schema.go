@@ -16,6 +16,7 @@ import "encoding/binary"
 //	remote_chunks chunk ID → (empty): chunks known to be in the remote tier
 //	holes      ino (u64 BE) → bytes in the holes of its manifest (uvarint), only when
 //	           not 0: what stat's st_blocks leaves out, without reading the manifest
+//	packs      pack ID → pack record (size, live chunks, their bytes); see packs.go
 var (
 	bucketMeta      = []byte("meta")
 	bucketNodes     = []byte("nodes")
@@ -27,7 +28,7 @@ var (
 )
 
 var allBuckets = [][]byte{bucketMeta, bucketNodes, bucketDirents, bucketManifests, bucketChunks, bucketReencode,
-	bucketDeltaPlans, bucketDeltas, bucketBases}
+	bucketDeltaPlans, bucketDeltas, bucketBases, bucketPacks, bucketHoles}
 
 // Meta keys.
 var (
@@ -70,12 +71,18 @@ var (
 // serve wrong bytes, refuses the store. A store at 5 may hold what any lower
 // format holds, or not; one that never held a hole stays where it was. Each
 // feature raises the format to at least its own number, never lowers it.
+//
+// Format 6 is a format holding packed chunks (packs.go): index rows naming
+// a pack, which an older ckptfs would call damaged, and pack objects it
+// would not know to keep. A store moves to it in the transaction that
+// records its first pack.
 const (
 	formatSealed  = 2
 	formatDeltas  = 3
 	formatLinks   = 4
 	formatHoles   = 5
-	FormatVersion = formatHoles // the newest format this code reads and writes
+	formatPacks   = 6
+	FormatVersion = formatPacks // the newest format this code reads and writes
 
 	// FormatDeltas, FormatLinks and FormatHoles are the formats a store
 	// holding deltas, a node with several names, or a manifest with holes

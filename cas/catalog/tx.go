@@ -304,6 +304,12 @@ type Counts struct {
 	// DeltaChunks counts chunks stored as a delta against a base chunk
 	// (deltas.go).
 	DeltaChunks int64 `json:"delta_chunks"`
+	// Packs counts committed packs (packs.go); PackBytes is their size, and
+	// PackedBytes the part of it live chunks hold (the rest is dead chunks
+	// a collection cannot free until the whole pack is dead).
+	Packs       int64 `json:"packs"`
+	PackBytes   int64 `json:"pack_bytes"`
+	PackedBytes int64 `json:"packed_bytes"`
 }
 
 // Counts returns the catalog's counters.
@@ -319,6 +325,9 @@ func (t *Tx) Counts() Counts {
 		ReencodePending:      t.counter(keyReencodeChunks),
 		ReencodePendingBytes: t.counter(keyReencodeBytes),
 		DeltaChunks:          t.counter(keyDeltaChunks),
+		Packs:                t.counter(keyPacks),
+		PackBytes:            t.counter(keyPackBytes),
+		PackedBytes:          t.counter(keyPackedBytes),
 	}
 }
 

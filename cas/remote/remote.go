@@ -157,7 +157,11 @@ func (r *Tier) uploadChunks(ctx context.Context, need map[cas.ID]uint32) error {
 			var buf []byte
 			for id := range ids {
 				h := chunkHandle(id)
-				obj, err := r.tier.Local().Get(gctx, h, buf)
+				// A chunk in a pack is uploaded as an object of its own.
+				obj, packed, err := s.PackedObject(gctx, id, buf)
+				if !packed && err == nil {
+					obj, err = r.tier.Local().Get(gctx, h, buf)
+				}
 				if errors.Is(err, backend.ErrNotExist) {
 					// Never fetched here (a former reader's store): the
 					// bucket has it if anyone does.

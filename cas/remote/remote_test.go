@@ -121,6 +121,18 @@ func TestRemoteRoundTrip(t *testing.T) {
 	if st, _ := a.Stats(); st.RemoteStats.UploadedBytes == 0 || st.RemoteStats.PendingBytes != 0 {
 		t.Fatalf("after upload: %+v", st.RemoteStats)
 	}
+	// one.bin's 64 KiB chunks live in a pack here, and went to the bucket as
+	// chunk objects of their own: the fresh store below reads them there.
+	if st, _ := a.Stats(); st.Packs == 0 {
+		t.Fatalf("one.bin's small chunks are in no pack: %+v", st.Counts)
+	}
+	n := 0
+	if err := remote.List(ctx, backend.Chunk, func(backend.Info) error { n++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if n < len(one)>>16 {
+		t.Fatalf("%d chunk objects in the bucket, want one per chunk of one.bin (%d)", n, len(one)>>16)
+	}
 
 	// The server goes away: the commit still works, the round fails and
 	// leaves it pending, across a reopen (a crash of the daemon).

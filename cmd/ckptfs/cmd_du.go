@@ -84,6 +84,10 @@ func runDu(ctx context.Context, c command, args []string, stdout, stderr io.Writ
 	}
 	// What deleting does not free though only these files use it.
 	kept := func(u duUsage, name string) {
+		if u.FreesPackedDeadBytes > 0 {
+			fmt.Fprintf(stdout, "%s: %s of its chunks stay on disk, dead, in packs other files' chunks keep (freed with the last of them)\n",
+				name, formatBytes(u.FreesPackedDeadBytes))
+		}
 		if u.KeptChunks > 0 {
 			fmt.Fprintf(stdout, "%s: %s kept (%s on disk): bases of %d live deltas in other files (freed with the last of them)\n",
 				name, formatBytes(u.KeptBytes), formatBytes(u.KeptStoredBytes), u.KeptForDeltas)

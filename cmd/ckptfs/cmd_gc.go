@@ -65,6 +65,10 @@ func runGC(ctx context.Context, c command, args []string, stdout, stderr io.Writ
 		fmt.Fprintf(stdout, "kept %d chunks no file names, %s (%s raw): bases of %d live deltas (freed with the last of them)\n",
 			res.BasesKept, formatBytes(res.BasesKeptBytes), formatBytes(res.BasesKeptRawBytes), res.LiveDeltas)
 	}
+	if res.PackedChunks > 0 || res.FreedPacks > 0 || res.PackDeadBytes > 0 || res.YoungPacks > 0 {
+		fmt.Fprintf(stdout, "packs: %s %d chunks in packs, %d whole packs (%s); dead chunks in live packs hold %s (freed with each pack's last chunk); %d uncommitted packs kept: younger than %v\n",
+			verb, res.PackedChunks, res.FreedPacks, formatBytes(res.FreedPackBytes), formatBytes(res.PackDeadBytes), res.YoungPacks, time.Duration(grace))
+	}
 	if r := res.CollectResult; r != (remote.CollectResult{}) {
 		fmt.Fprintf(stdout, "remote: %s %d of %d chunk objects, %s (%d unreferenced kept: younger than %v)\n",
 			verb, r.Freed, r.Objects, formatBytes(r.FreedBytes), r.Young, time.Duration(grace))

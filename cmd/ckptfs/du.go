@@ -25,7 +25,11 @@ type duUsage struct {
 	Chunks           int   `json:"chunks"`             // their distinct chunks
 	FreesBytes       int64 `json:"frees_bytes"`        // raw bytes of the chunks deleting them frees
 	FreesChunks      int   `json:"frees_chunks"`       // how many such chunks
-	FreesStoredBytes int64 `json:"frees_stored_bytes"` // bytes of those chunks' object files
+	FreesStoredBytes int64 `json:"frees_stored_bytes"` // bytes of those chunks' object files (whole packs only)
+	// Chunks in packs that deleting frees in the index but whose packs other
+	// chunks keep: their bytes stay on disk, dead, until each pack's last
+	// chunk goes (packs are not rewritten: cas's doc, Packs).
+	FreesPackedDeadBytes int64 `json:"frees_packed_dead_bytes"`
 	// Chunks only the set's files use but that deleting them does not free:
 	// bases of delta-coded chunks that other files still use.
 	KeptBytes       int64 `json:"kept_bytes"`        // their raw bytes
@@ -71,12 +75,14 @@ type duGraph struct {
 	deltasOf map[cas.ID][]cas.ID // base → its deltas
 	baseOf   map[cas.ID]cas.ID   // delta of interest → its base
 	info     map[cas.ID]cas.ChunkInfo
+	packs    map[cas.ID]cas.PackInfo // packs of the chunks of interest
 }
 
 // newDuGraph reads the delta rows around chunks and the index rows of the
 // chunks it adds.
 func newDuGraph(tx *cas.Tx, chunks map[cas.ID]uint32) (*duGraph, error) {
-	g := &duGraph{users: make(map[cas.ID]int, len(chunks)), deltasOf: map[cas.ID][]cas.ID{}, baseOf: map[cas.ID]cas.ID{}, info: map[cas.ID]cas.ChunkInfo{}}
+	g := &duGraph{users: make(map[cas.ID]int, len(chunks)), deltasOf: map[cas.ID][]cas.ID{}, baseOf: map[cas.ID]cas.ID{}, info: map[cas.ID]cas.ChunkInfo{},
+		packs: map[cas.ID]cas.PackInfo{}}
 	for id := range chunks {
 		g.users[id] = 0
 	}
@@ -114,6 +120,13 @@ func newDuGraph(tx *cas.Tx, chunks map[cas.ID]uint32) (*duGraph, error) {
 		if ok {
 			g.info[id] = info
 		}
+		if _, seen := g.packs[info.Pack]; ok && info.Packed() && !seen {
+			p, _, err := tx.Pack(info.Pack)
+			if err != nil {
+				return nil, err
+			}
+			g.packs[info.Pack] = p
+		}
 	}
 	return g, nil
 }
@@ -143,10 +156,25 @@ func (s *duSet) finish(g *duGraph) duUsage {
 		}
 		return n
 	}
+	freedInPack := map[cas.ID]int{} // pack → its chunks freed
 	frees := func(id cas.ID, raw int64) {
 		u.FreesChunks++
 		u.FreesBytes += raw
+		if info := g.info[id]; info.Packed() {
+			freedInPack[info.Pack]++
+			u.FreesPackedDeadBytes += int64(info.StoredLen)
+			return
+		}
 		u.FreesStoredBytes += int64(g.info[id].StoredLen)
+	}
+	packsFreed := func() {
+		// A pack is freed (its whole size) when all its live chunks are.
+		for p, n := range freedInPack {
+			if pi := g.packs[p]; n >= pi.Live {
+				u.FreesStoredBytes += pi.Size
+				u.FreesPackedDeadBytes -= pi.LiveBytes
+			}
+		}
 	}
 	for id, n := range s.chunks {
 		u.Chunks++
@@ -186,6 +214,7 @@ func (s *duSet) finish(g *duGraph) duUsage {
 			frees(base, int64(g.info[base].RawLen))
 		}
 	}
+	packsFreed()
 	return u
 }
 

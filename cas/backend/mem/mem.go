@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"sync"
 	"time"
@@ -120,6 +121,25 @@ func (b *Backend) Get(ctx context.Context, h backend.Handle, buf []byte) ([]byte
 	b.gets++
 	b.getBytes += int64(len(o.data))
 	return append(buf[:0], o.data...), nil
+}
+
+// GetRange implements backend.RangeGetter.
+func (b *Backend) GetRange(ctx context.Context, h backend.Handle, off, n int64, buf []byte) ([]byte, error) {
+	if err := check(ctx, h); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	o, err := b.lookupLocked(h)
+	if err != nil {
+		return nil, fmt.Errorf("get %v: %w", h, err)
+	}
+	if off < 0 || n < 0 || off+n > int64(len(o.data)) {
+		return nil, fmt.Errorf("get %v [%d, +%d): %w", h, off, n, io.ErrUnexpectedEOF)
+	}
+	b.gets++
+	b.getBytes += n
+	return append(buf[:0], o.data[off:off+n]...), nil
 }
 
 func (b *Backend) lookupLocked(h backend.Handle) (*object, error) {

@@ -154,10 +154,20 @@ func (b *Backend) Settled(raw, sent int64) {
 // A copy that cannot be kept costs a refetch later, not the read.
 func (b *Backend) Get(ctx context.Context, h backend.Handle, buf []byte) ([]byte, error) {
 	obj, err := b.local.Get(ctx, h, buf)
-	if !errors.Is(err, backend.ErrNotExist) {
-		return obj, err
+	if !errors.Is(err, backend.ErrNotExist) || h.Kind == backend.Pack {
+		return obj, err // packs are local only
 	}
 	return b.fetch(ctx, h, buf)
+}
+
+// GetRange reads part of a pack (backend.RangeGetter), which is local only:
+// the remote holds the chunks of packs as chunk objects.
+func (b *Backend) GetRange(ctx context.Context, h backend.Handle, off, n int64, buf []byte) ([]byte, error) {
+	rg, ok := b.local.(backend.RangeGetter)
+	if !ok {
+		return nil, fmt.Errorf("get %v: the local backend reads no ranges", h)
+	}
+	return rg.GetRange(ctx, h, off, n, buf)
 }
 
 // Refetch replaces the local copy of h with one fetched from the remote.
