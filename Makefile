@@ -15,7 +15,7 @@ PREFIX  ?= /usr/local
 SBINDIR ?= $(if $(filter /usr/local /usr,$(PREFIX)),/sbin,$(PREFIX)/sbin)
 DESTDIR ?=
 
-.PHONY: build run test test-go test-s3-moto test-fuzz test-posix test-e2e bench bench-delta lint clean install uninstall
+.PHONY: build run test test-go test-s3-moto test-fuzz test-posix test-e2e soak bench bench-delta lint clean install uninstall
 
 # -buildvcs=auto: stamp the commit for `ckptfs --version` even where GOFLAGS
 # turns it off.
@@ -88,6 +88,16 @@ test-e2e:
 	test/e2e/run.sh
 
 test: lint test-go test-fuzz test-posix test-e2e
+
+# The remote tier's randomized fault test (test/remote_random_test.go: three
+# writer mounts and two readers on one prefix, SIGSTOP past the lease,
+# SIGKILL, server restarts and stalls, gc) at length: SOAK_OPS operations
+# (CI runs 70) from SOAK_SEED (default: the time; the test prints it).
+SOAK_OPS  ?= 600
+SOAK_SEED ?= $(shell date +%s)
+soak:
+	CKPTFS_FAULT_OPS=$(SOAK_OPS) CKPTFS_FAULT_SEED=$(SOAK_SEED) \
+		$(GO) test -count=1 -timeout 120m -run '^TestRemoteRandomFaults$$' -v ./test
 
 # Times ckptfs against a plain directory on the store's filesystem (1 GiB
 # safetensors writes, re-save, cold/warm reads, safe_open, lazy read, RSS);
