@@ -231,6 +231,12 @@ func (n *fileNode) commitRows(m *cas.Manifest, rec cas.Node, origin *fileNode) f
 			if err := tx.Link(n.dir.attr.Ino, n.name, rec.Ino); err != nil {
 				return err
 			}
+			// The directory's mtime and ctime as Create set them (in
+			// memory: the name was not in the catalog yet), with the entry
+			// that changed them, so that they outlive its node.
+			if err := tx.PutNode(n.dir.attr); err != nil {
+				return err
+			}
 		}
 		if err := tx.PutManifest(rec.Ino, m); err != nil {
 			return err
