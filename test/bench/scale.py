@@ -105,6 +105,10 @@ def create(files, writers, fsync):
     return took
 
 
+def progress(msg):
+    print(f"scale: {time.strftime('%H:%M:%S')} {msg}", file=sys.stderr, flush=True)
+
+
 def timed(fn):
     start = time.monotonic()
     out = fn()
@@ -195,6 +199,7 @@ def main():
     try:
         d.start()
         for w, n in ((1, n1), (a.writers, a.n)):
+            progress(f"create {n} files with {w} writers")
             tp = create(paths(plain / f"w{w}", n), w, True)
             tc = create(paths(mnt / f"w{w}", n), w, False)
             out[f"create_w{w}.plain_files_per_s"] = n / tp
@@ -206,6 +211,7 @@ def main():
             drop_caches()
             d.start()
 
+        progress("walks")
         pf, ps, pr, pn = walks(plain, drop_caches)
         cf, cs, cr, cn = walks(mnt, cold_mount)
         if pn != cn:
@@ -220,6 +226,7 @@ def main():
         out["mem.rssanon_mib"] = mem["RssAnon"] / (1 << 20)
         out["mem.rssfile_mib"] = mem["RssFile"] / (1 << 20)
 
+        progress("gc, fsck")
         for name, args in (("gc", ["gc", "--grace", "0", str(mnt)]), ("fsck", ["fsck", str(mnt)])):
             t, r = timed(lambda: subprocess.run([str(d.binary), *args], capture_output=True, text=True))
             if r.returncode != 0:
@@ -227,6 +234,7 @@ def main():
             out[f"store.{name}_s"] = t
             out[f"store.{name}_us_per_file"] = 1e6 * t / cn
 
+        progress(f"a run of {a.steps} steps")
         run = mnt / "run"
         run.mkdir()
         run_history(d.binary, run, a.steps, out)
