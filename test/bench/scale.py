@@ -188,6 +188,7 @@ def main():
     ap.add_argument("--steps", type=int, default=10_000, help="tiny checkpoints of the run")
     ap.add_argument("--dir", default=None, help="scratch directory (default: a new one under /tmp)")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--creates-only", action="store_true", help="stop after the creates (while iterating)")
     a = ap.parse_args()
     n1 = a.n1 or max(1, a.n // 10)
     base = Path(a.dir) if a.dir else Path(tempfile.mkdtemp(prefix="scale-bench-", dir="/tmp"))
@@ -205,6 +206,9 @@ def main():
             out[f"create_w{w}.plain_files_per_s"] = n / tp
             out[f"create_w{w}.ckptfs_files_per_s"] = n / tc
             out[f"create_w{w}.ratio"] = tc / tp
+
+        if a.creates_only:
+            raise StopIteration
 
         def cold_mount():
             d.stop()
@@ -238,6 +242,8 @@ def main():
         run = mnt / "run"
         run.mkdir()
         run_history(d.binary, run, a.steps, out)
+    except StopIteration:
+        pass
     finally:
         try:
             d.stop()
