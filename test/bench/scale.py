@@ -105,7 +105,15 @@ def create(files, writers, fsync):
     return took
 
 
-def progress(msg):
+_shown = set()
+
+
+def progress(msg, out=None):
+    """msg on stderr, after the figures of out not shown yet (a run cut short
+    still says what it measured)."""
+    for k in sorted(set(out or ()) - _shown):
+        _shown.add(k)
+        print(f"scale: {k} {out[k]}", file=sys.stderr)
     print(f"scale: {time.strftime('%H:%M:%S')} {msg}", file=sys.stderr, flush=True)
 
 
@@ -200,7 +208,7 @@ def main():
     try:
         d.start()
         for w, n in ((1, n1), (a.writers, a.n)):
-            progress(f"create {n} files with {w} writers")
+            progress(f"create {n} files with {w} writers", out)
             tp = create(paths(plain / f"w{w}", n), w, True)
             tc = create(paths(mnt / f"w{w}", n), w, False)
             out[f"create_w{w}.plain_files_per_s"] = n / tp
@@ -215,7 +223,7 @@ def main():
             drop_caches()
             d.start()
 
-        progress("walks")
+        progress("walks", out)
         pf, ps, pr, pn = walks(plain, drop_caches)
         cf, cs, cr, cn = walks(mnt, cold_mount)
         if pn != cn:
@@ -230,7 +238,7 @@ def main():
         out["mem.rssanon_mib"] = mem["RssAnon"] / (1 << 20)
         out["mem.rssfile_mib"] = mem["RssFile"] / (1 << 20)
 
-        progress("gc, fsck")
+        progress("gc, fsck", out)
         for name, args in (("gc", ["gc", "--grace", "0", str(mnt)]), ("fsck", ["fsck", str(mnt)])):
             t, r = timed(lambda: subprocess.run([str(d.binary), *args], capture_output=True, text=True))
             if r.returncode != 0:
@@ -238,7 +246,7 @@ def main():
             out[f"store.{name}_s"] = t
             out[f"store.{name}_us_per_file"] = 1e6 * t / cn
 
-        progress(f"a run of {a.steps} steps")
+        progress(f"a run of {a.steps} steps", out)
         run = mnt / "run"
         run.mkdir()
         run_history(d.binary, run, a.steps, out)
