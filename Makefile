@@ -15,7 +15,7 @@ PREFIX  ?= /usr/local
 SBINDIR ?= $(if $(filter /usr/local /usr,$(PREFIX)),/sbin,$(PREFIX)/sbin)
 DESTDIR ?=
 
-.PHONY: build run test test-go test-s3-moto test-fuzz test-posix test-e2e soak bench bench-delta lint clean install uninstall
+.PHONY: build run test test-go test-s3-moto test-fuzz test-posix test-e2e soak bench bench-delta bench-scale lint clean install uninstall
 
 # -buildvcs=auto: stamp the commit for `ckptfs --version` even where GOFLAGS
 # turns it off.
@@ -120,6 +120,17 @@ bench-delta: build
 	CKPTFS_DELTA_DIR="$$dir" $(GO) test ./cas/object -run '^$$' -bench 'DeltaWorkload' -benchtime 1x -count 1 | grep -E '^(DELTA|SCHEME)'; \
 	$(GO) test ./cas/object -run '^$$' -bench 'DeltaDecode' -benchtime 50x -count 3 | grep Benchmark; \
 	$$venv/bin/python test/delta/compare.py "$$dir" 2>/dev/null
+
+# Many small files and a long run (issue 27): N files of 4 KiB from 8 writers
+# (N/10 from 1) in the mount and in a plain directory on the same disk (each
+# fsync'd: the same durability as a close in the mount), then find, stat and
+# read of every file after a restart and a cache drop, gc, fsck, the daemon's
+# RSS, and a run of STEPS tiny checkpoints for log/best/report. Ratios to plain
+# and cost per item. Root needed. N=1000000 by hand.
+N ?= 100000
+STEPS ?= 10000
+bench-scale: build
+	python3 test/bench/scale.py --bin $(BIN) -n $(N) --steps $(STEPS) --out bench-scale-results.txt
 
 clean:
 	rm -rf bin

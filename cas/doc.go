@@ -49,7 +49,10 @@
 // sticky sync failures); cas owns the catalog half. The two meet in
 // Store.Commit, the one way to commit a batch: Sync the batch's objects,
 // then one transaction that indexes them and runs the caller's changes, then
-// release the batch's pins, in that order whatever fails.
+// release the batch's pins, in that order whatever fails. Store.CommitGroup
+// does the same for commits that share one transaction with the concurrent
+// commits of the store (group.go: one pair of catalog fdatasyncs for all the
+// commits that queued while the previous transaction was being flushed).
 //
 // A store may also have a remote tier (an S3-compatible bucket). cas knows
 // only its read side, and only as a backend: Options.Objects is then a

@@ -126,6 +126,8 @@ type Store struct {
 	obs            Observer // Options.Observer, or nil
 
 	hashSlots chan struct{} // see Options.HashWorkers
+
+	group grouper // commits sharing a transaction (group.go)
 }
 
 // collector holds the three sets and the steps on them; Store reaches it as

@@ -163,14 +163,15 @@ func (n *fileNode) commitDirty(ctx context.Context, origin *fileNode, originAttr
 
 // commitCatalog makes batch durable and puts n's manifest m, its node
 // record rec and (at its first commit) its directory entry in one catalog
-// transaction, holding nsMu for it; a fork takes its origin's name, mode and
-// owner, and its place in the inode tree. It returns replaceOrigin's
-// function for a fork that took its origin's place. n.mu held.
+// transaction, which concurrent commits share (cas.Store.CommitGroup: one
+// transaction and one round of flushes for all the files closed meanwhile),
+// holding nsMu for it; a fork takes its origin's name, mode and owner, and
+// its place in the inode tree. It returns replaceOrigin's function for a fork
+// that took its origin's place. n.mu held.
 func (n *fileNode) commitCatalog(ctx context.Context, batch *cas.Batch, m *cas.Manifest, rec cas.Node, origin *fileNode) (func(), error) {
 	var replaced func()
-	err := n.fsys.store.CommitWith(ctx, batch, func(update func(func(*cas.Tx) error) error) error {
-		n.fsys.nsMu.Lock()
-		defer n.fsys.nsMu.Unlock()
+	err := n.fsys.store.CommitGroup(ctx, batch, &n.fsys.nsMu, func() cas.GroupItem {
+		// nsMu held (by this commit or by the one leading its group).
 		if origin != nil {
 			// The fork takes the origin's mode and owner as they are now,
 			// not as commitAs read them: a chmod of the origin since then
@@ -185,59 +186,73 @@ func (n *fileNode) commitCatalog(ctx context.Context, batch *cas.Batch, m *cas.M
 				n.unlinked.Store(true)
 			}
 		}
-		if n.unlinked.Load() {
+		var item cas.GroupItem
+		unlinked := n.unlinked.Load()
+		if unlinked {
 			batch.Keep() // m names its chunks while the file is open
 		} else {
-			err := update(func(tx *cas.Tx) error {
-				if !n.persisted {
-					replaced := n.shadow
-					if origin != nil && origin.persisted {
-						replaced = origin.attr.Ino
-					}
-					if replaced != 0 {
-						// A shadow with other names keeps them (an
-						// origin has one: it has no fork otherwise).
-						if _, err := tx.DropLink(replaced, time.Now().UnixNano()); err != nil {
-							return err
-						}
-					}
-					if err := tx.Link(n.dir.attr.Ino, n.name, rec.Ino); err != nil {
-						return err
-					}
+			item.Update = n.commitRows(m, rec, origin)
+		}
+		item.Apply = func() {
+			if !unlinked {
+				if !n.persisted && inTree(n) {
+					// The catalog has the name now: the tree need not keep
+					// the node once the kernel forgets it (Create).
+					n.EmbeddedInode().ForgetPersistent()
 				}
-				if err := tx.PutManifest(rec.Ino, m); err != nil {
-					return err
-				}
-				return tx.PutNode(rec)
-			})
-			if err != nil {
-				return fmt.Errorf("commit %q: %w", n.name, err)
+				n.persisted, n.shadow = true, 0
 			}
-			if !n.persisted && inTree(n) {
-				// The catalog has the name now: the tree need not keep
-				// the node once the kernel forgets it (Create).
-				n.EmbeddedInode().ForgetPersistent()
+			n.setAttr(func(a *cas.Node) { a.Mode, a.UID, a.GID = rec.Mode, rec.UID, rec.GID })
+			n.setManifest(m)
+			n.dirty = false
+			n.dropSpoolLocked()
+			if origin != nil {
+				n.origin = nil
 			}
-			n.persisted, n.shadow = true, 0
 		}
-		n.setAttr(func(a *cas.Node) { a.Mode, a.UID, a.GID = rec.Mode, rec.UID, rec.GID })
-		n.setManifest(m)
-		n.dirty = false
-		n.dropSpoolLocked()
-		if origin == nil {
-			return nil
+		if origin != nil && !unlinked {
+			item.Then = func() { replaced = n.replaceOrigin(origin) }
 		}
-		n.origin = nil
-		if n.unlinked.Load() {
-			return nil
-		}
-		replaced = n.replaceOrigin(origin)
-		return nil
+		return item
 	})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("commit %q: %w", n.nameNow(), err)
 	}
 	return replaced, nil
+}
+
+// commitRows returns the catalog changes of n's commit (commitCatalog):
+// a function of the transaction alone, which may run twice (CommitGroup).
+// nsMu held when it is made and when it runs.
+func (n *fileNode) commitRows(m *cas.Manifest, rec cas.Node, origin *fileNode) func(*cas.Tx) error {
+	return func(tx *cas.Tx) error {
+		if !n.persisted {
+			replaced := n.shadow
+			if origin != nil && origin.persisted {
+				replaced = origin.attr.Ino
+			}
+			if replaced != 0 {
+				// A shadow with other names keeps them (an origin has
+				// one: it has no fork otherwise).
+				if _, err := tx.DropLink(replaced, time.Now().UnixNano()); err != nil {
+					return err
+				}
+			}
+			if err := tx.Link(n.dir.attr.Ino, n.name, rec.Ino); err != nil {
+				return err
+			}
+			// The directory's mtime and ctime as Create set them (in
+			// memory: the name was not in the catalog yet), with the entry
+			// that changed them, so that they outlive its node.
+			if err := tx.PutNode(n.dir.attr); err != nil {
+				return err
+			}
+		}
+		if err := tx.PutManifest(rec.Ino, m); err != nil {
+			return err
+		}
+		return tx.PutNode(rec)
+	}
 }
 
 // hintPlace says where n's new content will live and which committed

@@ -3,6 +3,7 @@ package fusefs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -411,4 +412,65 @@ func TestFailedSpillOnReadKeepsCommittedVersion(t *testing.T) {
 	}
 	m.remount()
 	mustEqualFile(t, p, v1)
+}
+
+// TestGroupCommitManyWriters: files closed by many writers at once (their
+// commits share transactions) are all committed with their own content,
+// under their own names, and survive a remount; a commit waits for its own
+// transaction, so each close returns with its file in the catalog.
+func TestGroupCommitManyWriters(t *testing.T) {
+	m := newMount(t)
+	const writers, files = 8, 40
+	for w := range writers {
+		if err := os.Mkdir(m.path(fmt.Sprintf("w%d", w)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	content := func(w, i int) []byte { return []byte(fmt.Sprintf("writer %d file %d\n", w, i)) }
+	errs := make(chan error, writers)
+	for w := range writers {
+		go func() {
+			for i := range files {
+				p := m.path(fmt.Sprintf("w%d/f%d", w, i))
+				if err := os.WriteFile(p, content(w, i), 0o644); err != nil {
+					errs <- err
+					return
+				}
+				var st syscall.Stat_t
+				if err := syscall.Stat(p, &st); err != nil {
+					errs <- err
+					return
+				}
+				if err := m.cas.View(func(tx *cas.Tx) error {
+					mf, ok, err := tx.Manifest(st.Ino)
+					if err == nil && (!ok || mf.Size() != int64(len(content(w, i)))) {
+						err = fmt.Errorf("%s: not committed when its close returned", p)
+					}
+					return err
+				}); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range writers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.cas.View(func(tx *cas.Tx) error {
+		gen, _ := tx.Uploads().Gens()
+		t.Logf("%d files committed in %d transactions (all of the mount's)", writers*files, gen)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	m.remount()
+	for w := range writers {
+		for i := range files {
+			mustEqualFile(t, m.path(fmt.Sprintf("w%d/f%d", w, i)), content(w, i))
+		}
+	}
 }

@@ -78,7 +78,16 @@
 // content: its bytes are cut into chunks (formats.Chunker: tensor-aligned,
 // content-defined elsewhere), new chunks are written and made durable, and the
 // manifest (with the tensor index), the node record and the directory entry are
-// put in one catalog transaction. A file written from empty in order (the way
+// put in one catalog transaction. Commits that arrive while another's
+// transaction is being made durable share the next one
+// (cas.Store.CommitGroup): the first to find none in progress leads, holding
+// nsMu for the group, runs every queued commit's rows in one transaction,
+// then applies their in-memory changes (persisted, manifest, not dirty), then
+// puts each committed fork in its origin's place (which may wait for a rename,
+// releasing nsMu: so after every member's changes). A file's close returns
+// once the transaction holding its rows has committed, as before; the rows of
+// a file's first commit include its directory's record, whose mtime and ctime
+// Create changed in memory only. A file written from empty in order (the way
 // torch.save, safetensors, numpy and HF write) is staged in a stream
 // (package stage): writes land in memory blocks that are chunked, hashed and stored
 // as they fill, so the commit only finishes the tail and no byte is written
@@ -221,7 +230,10 @@
 // FS.nsMu guards the namespace: directory children and attributes, and each file's
 // location, shadow and persisted flag. It is held across a namespace change's
 // catalog transaction (mkdir, unlink, rename, a commit's directory entry...),
-// so those changes are serialized. file.mu guards a file's content state
+// so those changes are serialized (a group of commits, one transaction, as
+// one change). A group's leader reads and changes its members' file state
+// holding nsMu while their own goroutines wait, holding the members' file.mu
+// and commitMu: it takes no member's mutex. file.mu guards a file's content state
 // (staged content, manifest, size, dirty) and its attributes; its commitMu
 // makes one commit of the file at a time, and its releaseMu one RELEASE of a
 // writer's handle at a time. A commit and a setattr of a file hold file.mu

@@ -412,3 +412,33 @@ func TestPinnedFileStale(t *testing.T) {
 		})
 	}
 }
+
+// TestDirMtimePersists: a create changes its directory's mtime and ctime,
+// and the change outlives the directory's node (a remount): the first commit
+// of the file writes the directory's record with its entry.
+func TestDirMtimePersists(t *testing.T) {
+	m := newMount(t)
+	if err := os.Mkdir(m.path("d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)
+	if err := os.Chtimes(m.path("d"), old, old); err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, m.path("d/f"), []byte("x"))
+	before, err := os.Stat(m.path("d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !before.ModTime().After(old) {
+		t.Fatalf("mtime %v after a create, want later than %v", before.ModTime(), old)
+	}
+	m.remount()
+	after, err := os.Stat(m.path("d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !after.ModTime().Equal(before.ModTime()) {
+		t.Fatalf("mtime %v after a remount, want %v", after.ModTime(), before.ModTime())
+	}
+}

@@ -1,0 +1,163 @@
+package cas
+
+import (
+	"context"
+	"errors"
+	"sync"
+)
+
+// Group commit: commits that arrive while a catalog transaction is being made
+// durable wait for it, then share the next one, as a database groups the
+// flushes of its log. bbolt makes each transaction durable with two
+// fdatasyncs; a commit of a small file costs little else, so without grouping
+// a store commits at most one file per two flushes, whatever the number of
+// writers. With it, the writers that queued during one flush commit together
+// in the next: one transaction, one pair of fdatasyncs.
+//
+// Each commit still makes its own objects durable first (Batch.Sync, outside
+// any lock, concurrently with the others: the file system groups those
+// flushes itself), and returns only after the transaction that holds its
+// rows has committed: durability at return is unchanged.
+//
+// The first commit to find no transaction in progress leads: it takes the
+// caller's lock, collects every commit queued so far (its own first), runs
+// their catalog changes in one transaction, applies their in-memory changes,
+// releases the lock, and tells each its result. Commits queued meanwhile wait
+// for the leader to end; then the oldest of them leads the next group.
+//
+// A member whose changes fail (or a transaction that fails to commit) rolls
+// the whole transaction back; each member is then committed alone, in order,
+// still under the lock (the namespace they read is unchanged), so that one
+// failure is reported to its own commit only. A member's Update must therefore
+// be a function of the transaction alone: it may run twice.
+
+// GroupItem is one commit's part of a group, which the caller's prepare
+// returns holding the caller's lock.
+type GroupItem struct {
+	// Update writes the commit's rows (the batch's index rows are written
+	// before it). nil: the commit needs no transaction (its batch is kept
+	// or released as the caller arranged).
+	Update func(*Tx) error
+	// Apply, if not nil, runs once the transaction holding the commit's rows
+	// has committed, the lock held, in the order of the group.
+	Apply func()
+	// Then, if not nil, runs after every member's Apply, the lock held. It
+	// may wait on a condition of the lock (releasing it), which Apply must
+	// not: the other members' Apply must see the namespace their Update saw.
+	Then func()
+}
+
+// grouper queues the commits of a store (Store.group).
+type grouper struct {
+	mu      sync.Mutex
+	pending []*groupReq
+	busy    bool // a leader is running a group
+}
+
+type groupReq struct {
+	b       *Batch
+	prepare func() GroupItem
+	item    GroupItem
+	err     error
+	done    chan struct{} // closed when err is set
+	lead    chan struct{} // closed when this request leads the next group
+}
+
+// CommitGroup is Commit for commits that share one catalog transaction with
+// the concurrent commits of the same store (see the comment above
+// GroupItem): it makes b's objects durable (Sync), then waits for a group;
+// prepare runs with lock held and returns the commit's part. b is released
+// when CommitGroup returns, whether or not anything failed; when the Sync
+// fails, prepare is not called. Every caller of a store must pass the same
+// lock.
+func (s *Store) CommitGroup(ctx context.Context, b *Batch, lock sync.Locker, prepare func() GroupItem) error {
+	defer b.Release()
+	if b.s != s {
+		return errors.New("commit of another store's batch")
+	}
+	if err := b.Sync(ctx); err != nil {
+		return err
+	}
+	r := &groupReq{b: b, prepare: prepare, done: make(chan struct{}), lead: make(chan struct{})}
+	g := &s.group
+	g.mu.Lock()
+	g.pending = append(g.pending, r)
+	if g.busy {
+		g.mu.Unlock()
+		select {
+		case <-r.done:
+			return r.err
+		case <-r.lead:
+		}
+		g.mu.Lock()
+	}
+	g.busy = true
+	members := g.pending
+	g.pending = nil
+	g.mu.Unlock()
+
+	s.runGroup(lock, members)
+
+	g.mu.Lock()
+	if len(g.pending) > 0 {
+		close(g.pending[0].lead) // it is waiting: the next group is its
+	} else {
+		g.busy = false
+	}
+	g.mu.Unlock()
+	for _, m := range members {
+		if m != r {
+			close(m.done)
+		}
+	}
+	return r.err
+}
+
+// runGroup commits members in one transaction (or each alone, if that
+// fails), holding lock, and sets each one's err.
+func (s *Store) runGroup(lock sync.Locker, members []*groupReq) {
+	lock.Lock()
+	defer lock.Unlock()
+	var txs []*groupReq
+	for _, m := range members {
+		m.item = m.prepare()
+		if m.item.Update != nil {
+			txs = append(txs, m)
+		}
+	}
+	if len(txs) == 0 {
+		// Nothing to write (files unlinked while open): no transaction.
+	} else if err := s.Update(func(tx *Tx) error { return groupRows(tx, txs) }); err != nil {
+		if len(txs) == 1 {
+			txs[0].err = err
+		} else {
+			for _, m := range txs {
+				m.err = s.Update(func(tx *Tx) error { return groupRows(tx, []*groupReq{m}) })
+			}
+		}
+	}
+	for _, m := range members {
+		if m.err == nil && m.item.Apply != nil {
+			m.item.Apply()
+		}
+	}
+	for _, m := range members {
+		if m.err == nil && m.item.Then != nil {
+			m.item.Then()
+		}
+	}
+}
+
+// groupRows writes the rows of members (their batches' index rows, then
+// their Update) in tx, and counts one commit for the remote tier.
+func groupRows(tx *Tx, members []*groupReq) error {
+	for _, m := range members {
+		if err := commitBatch(tx, m.b); err != nil {
+			return err
+		}
+		if err := m.item.Update(tx); err != nil {
+			return err
+		}
+	}
+	return tx.Uploads().CountCommit() // the remote tier uploads up to it (cas/remote)
+}
