@@ -73,8 +73,10 @@ test-e2e:
 test: lint test-go test-fuzz test-posix test-e2e
 
 # Times ckptfs against a plain directory on the store's filesystem (1 GiB
-# safetensors writes, re-save, cold/warm reads, safe_open, lazy read, RSS);
-# medians of 3, as ratios. Results: bench-results.txt (KEY VALUE lines).
+# safetensors writes, re-save, cold/warm reads of bf16 and of incompressible
+# bytes, safe_open, lazy read, RSS, delta-coded read); medians of 3, as
+# ratios, with the cores and disk they ran on. Results: bench-results.txt
+# (KEY VALUE lines). Some steps only: test/bench/run.sh --steps 3,3b --repeat 1.
 bench:
 	test/bench/run.sh
 
