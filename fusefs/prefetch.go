@@ -138,7 +138,7 @@ func (rs *readState) prefetchAfter(store *cas.Store, m *cas.Manifest, offsets []
 		limit = max(limit, front+prefetchAhead)
 	}
 	window := min(int64(prefetchAhead), store.CacheSize()/4)
-	limit = min(limit, front+window, m.Size())
+	limit = min(limit, front+window, manifestSize(m, offsets))
 	from := max(rs.queued, front)
 	if limit <= from {
 		return
