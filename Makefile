@@ -100,8 +100,10 @@ soak:
 		$(GO) test -count=1 -timeout 120m -run '^TestRemoteRandomFaults$$' -v ./test
 
 # Times ckptfs against a plain directory on the store's filesystem (1 GiB
-# safetensors writes, re-save, cold/warm reads, safe_open, lazy read, RSS);
-# medians of 3, as ratios. Results: bench-results.txt (KEY VALUE lines).
+# safetensors writes, re-save, cold/warm reads of bf16 and of incompressible
+# bytes, safe_open, lazy read, RSS, delta-coded read); medians of 3, as
+# ratios, with the cores and disk they ran on. Results: bench-results.txt
+# (KEY VALUE lines). Some steps only: test/bench/run.sh --steps 3,3b --repeat 1.
 bench:
 	test/bench/run.sh
 

@@ -382,7 +382,7 @@ func (n *fileNode) read(ctx context.Context, f fs.FileHandle, dest []byte, off i
 	if err != nil {
 		return nil, n.fsys.toErrno("read", err)
 	}
-	n.reads.prefetchAfter(n.fsys.store, m, offsets, spans, off, min(off+int64(len(dest)), m.Size()))
+	n.reads.prefetchAfter(n.fsys.store, m, offsets, spans, off, min(off+int64(len(dest)), manifestSize(m, offsets)))
 	return res, 0
 }
 
@@ -424,7 +424,7 @@ func (r *chunkResult) Done() {
 // zero buffer where m has holes (which read nothing from the store). Chunks
 // not cached are loaded in parallel.
 func (n *fileNode) readChunks(ctx context.Context, m *cas.Manifest, offsets []int64, off int64, size int) (*chunkResult, error) {
-	total := m.Size()
+	total := manifestSize(m, offsets)
 	end := min(off+int64(size), total)
 	if off >= end {
 		return &chunkResult{}, nil
@@ -471,6 +471,17 @@ func (n *fileNode) readChunks(ctx context.Context, m *cas.Manifest, offsets []in
 	}
 	zeros(end)
 	return res, nil
+}
+
+// manifestSize is the size of manifest m, whose chunks start at offsets: in
+// constant time (m.Size adds up every chunk, and a read of a file of ~32 KiB
+// chunks asked for it thrice per READ: 5.5 % of the daemon's time in a cold
+// read of a GiB).
+func manifestSize(m *cas.Manifest, offsets []int64) int64 {
+	if len(offsets) == 0 {
+		return 0
+	}
+	return offsets[len(offsets)-1] + int64(m.Chunks[len(offsets)-1].Len)
 }
 
 // staged reports whether n has content not committed yet (mu held).

@@ -2,8 +2,9 @@ package fusefs
 
 import (
 	"context"
+	"runtime"
 	"sort"
-	"sync/atomic"
+	"sync"
 
 	"github.com/ckptfs/ckptfs/cas"
 )
@@ -29,19 +30,31 @@ import (
 //     pull in the tensors after it.
 //
 // The window never exceeds a quarter of the cache, so prefetching cannot evict
-// what is being read. At most prefetchLoads chunks load at once per file.
+// what is being read. "In sequence" is a run of reads (readState), not exact
+// succession, which the kernel's reordered READs broke at every other one.
 //
-// A cold sequential read is CPU-bound on two cores (decode, verify, the kernel's
-// copies); with 16 MiB and 4 loads the daemon still left a core idle at times.
-// 32 MiB and 8 loads took a cold 1 GiB read from 1.32 to 1.22 s (medians of
-// 3, alternating). Lazy readers never reach this window (streakBytes).
+// The chunks to prefetch go into the file's queue, in file order, and
+// prefetchWorkers goroutines (one per core, at least four) take them from its
+// head: the chunk the reader needs next loads first, on every core at once.
+// (Before, the window was cut into one contiguous part per loader: the
+// reader waited on the first part, loaded at a fraction of the machine.) A
+// seek drops what is queued; loads already started finish into the cache.
+//
+// A cold sequential read is CPU-bound on two cores (decode, verify, the
+// kernel's copies): the queue cannot make it cheaper there, only keep the
+// cores busy; on many cores it is what lets a stream use them.
 const (
 	prefetchAhead = 32 << 20
 	// streakBytes must exceed one mmap read-around batch (twice the kernel
 	// readahead under POSIX_FADV_SEQUENTIAL, 2 MiB by default), whose READs
 	// look sequential: a lazy reader's single fault must not start a stream.
-	streakBytes   = 4 << 20
-	prefetchLoads = 8
+	streakBytes = 4 << 20
+	// seqSlack is how far a read may start from the end of the run it
+	// continues: more than the READs the kernel has in flight for one
+	// stream (two of the readahead, 256 KiB each by default, or of
+	// max_pages, 1 MiB, under a larger readahead), less than the 4 MiB
+	// between two of bench's lazily read tensors.
+	seqSlack = 2 << 20
 	// restAfter must exceed how far the kernel reads past a lazy reader's
 	// last byte: three windows of twice the readahead (POSIX_FADV_SEQUENTIAL)
 	// at DefaultReadAheadKB, 768 KiB, on Linux 6.18. At 1 MiB the kernel's
@@ -49,13 +62,6 @@ const (
 	// tensor read (issue #13).
 	restAfter = 1 << 20
 )
-
-// readState is a file's sequential-read detector.
-type readState struct {
-	lastEnd atomic.Int64 // end of the previous read
-	streak  atomic.Int64 // bytes read sequentially up to lastEnd
-	running atomic.Int32 // prefetch goroutines of this file, reserved before they start
-}
 
 // tensorSpan is a tensor's byte range, for prefetch.
 type tensorSpan struct{ off, end int64 }
@@ -89,73 +95,106 @@ func streamsTensors(spans []tensorSpan, start, end int64) bool {
 	return j+1 < len(spans) && spans[j+1].end <= end
 }
 
-// prefetchAfter starts loading from store what probably follows a read of
-// [off, end) of manifest m (chunk offsets, tensor spans), a file whose
-// reads rs follows.
+// readState is a file's sequential-read detector and its prefetch queue.
+//
+// A run is a stretch of reads that continue one another: a read that starts
+// within seqSlack of the furthest end the run reached (before or after it)
+// continues the run, as long as the run stays dense (it read at least half
+// of the span it covers). Exact succession is no test: the kernel keeps two
+// READs of a stream in flight (its readahead's synchronous and async
+// windows), and they reach here in either order; tested for exact
+// succession, a cold dd broke its run at every other READ and never
+// prefetched (traced, doc.go). Density keeps probes out: torch.load reads
+// every record's zip header, a few KiB per tensor, and headers of small
+// tensors lie within seqSlack of each other. Any other read is a seek: it
+// starts a new run and drops the chunks queued for the old one.
+type readState struct {
+	mu       sync.Mutex
+	start    int64          // where the current run began
+	frontier int64          // the furthest end a read of the run reached
+	read     int64          // bytes of [start, frontier) the run's reads covered (about)
+	queued   int64          // the run's prefetch is queued up to here
+	queue    []cas.ChunkRef // chunks to load, in file order
+	workers  int            // goroutines loading the queue
+}
+
+// prefetchAfter notes a read of [off, end) of manifest m (chunk offsets,
+// tensor spans) and queues for loading from store what probably follows.
 func (rs *readState) prefetchAfter(store *cas.Store, m *cas.Manifest, offsets []int64, spans []tensorSpan, off, end int64) {
-	prev := rs.lastEnd.Swap(end)
-	sequential := prev == off
-	if sequential {
-		rs.streak.Add(end - off)
-	} else {
-		rs.streak.Store(end - off)
-	}
-	limit := end
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.note(off, end)
+	front, streak := rs.frontier, rs.read
+	limit := front
 	// More of the tensor holding the read, once the reader has gone
 	// restAfter bytes into it in sequence.
-	i := sort.Search(len(spans), func(i int) bool { return spans[i].off > end-1 }) - 1
-	if i >= 0 && spans[i].end > end {
-		if in := min(rs.streak.Load(), end-spans[i].off); in >= restAfter {
-			limit = min(spans[i].end, end+in/4)
+	i := sort.Search(len(spans), func(i int) bool { return spans[i].off > front-1 }) - 1
+	if i >= 0 && spans[i].end > front {
+		if in := min(streak, front-spans[i].off); in >= restAfter {
+			limit = min(spans[i].end, front+in/4)
 		}
 	}
-	if streak := rs.streak.Load(); streak >= streakBytes && streamsTensors(spans, end-streak, end) {
-		limit = max(limit, end+prefetchAhead)
+	if streak >= streakBytes && streamsTensors(spans, rs.start, front) {
+		limit = max(limit, front+prefetchAhead)
 	}
 	window := min(int64(prefetchAhead), store.CacheSize()/4)
-	limit = min(limit, end+window, m.Size())
-	if limit <= end {
+	limit = min(limit, front+window, manifestSize(m, offsets))
+	from := max(rs.queued, front)
+	if limit <= from {
 		return
 	}
-	// Chunks that start before limit and are not cached or loading yet.
-	first := sort.Search(len(offsets), func(i int) bool { return offsets[i] >= end })
-	var todo []cas.ChunkRef
-	for j := first; j < len(offsets) && offsets[j] < limit; j++ {
+	rs.queued = limit
+	// Chunks that start in [from, limit) and are not cached or loading yet.
+	for j := sort.Search(len(offsets), func(i int) bool { return offsets[i] >= from }); j < len(offsets) && offsets[j] < limit; j++ {
 		if !store.Cached(m.Chunks[j].ID) {
-			todo = append(todo, m.Chunks[j])
+			rs.queue = append(rs.queue, m.Chunks[j])
 		}
 	}
-	if len(todo) == 0 {
-		return
-	}
-	// Reserve loaders before starting them, so that concurrent reads of the
-	// file cannot together exceed prefetchLoads (each load holds a decode and
-	// an object buffer outside the cache's budget).
-	var per int // chunks per loader
-	for {
-		r := rs.running.Load()
-		free := int(prefetchLoads - r)
-		if free <= 0 {
-			return
-		}
-		per = (len(todo) + free - 1) / free
-		parts := (len(todo) + per - 1) / per // ≤ free
-		if rs.running.CompareAndSwap(r, r+int32(parts)) {
-			break
-		}
-	}
-	for start := 0; start < len(todo); start += per {
-		part := todo[start:min(start+per, len(todo))]
-		go func() {
-			defer rs.running.Add(-1)
-			for _, c := range part {
-				// A failure (a corrupt chunk) shows when the reader gets there.
-				k, err := store.AcquireChunk(context.Background(), c)
-				if err != nil {
-					return
-				}
-				k.Release()
-			}
-		}()
+	for rs.workers < prefetchWorkers() && rs.workers < len(rs.queue) {
+		rs.workers++
+		go rs.load(store)
 	}
 }
+
+// note adds a read of [off, end) to the current run, or starts a new run
+// there (mu held).
+func (rs *readState) note(off, end int64) {
+	near := off >= rs.frontier-seqSlack && off <= rs.frontier+seqSlack
+	if near {
+		rs.frontier = max(rs.frontier, end)
+		// A read behind the frontier counts (its READ arrived after the
+		// one beyond it); one read twice counts twice, up to the span.
+		rs.read = min(rs.read+end-max(off, rs.start), rs.frontier-rs.start)
+	}
+	if !near || rs.read < (rs.frontier-rs.start)/2 {
+		rs.start, rs.frontier, rs.read, rs.queued = off, end, end-off, end
+		rs.queue = nil
+	}
+}
+
+// load loads the queued chunks into store's cache, first queued first, until
+// the queue is empty.
+func (rs *readState) load(store *cas.Store) {
+	for {
+		rs.mu.Lock()
+		if len(rs.queue) == 0 {
+			rs.queue = nil
+			rs.workers--
+			rs.mu.Unlock()
+			return
+		}
+		c := rs.queue[0]
+		rs.queue = rs.queue[1:]
+		rs.mu.Unlock()
+		// A failure (a corrupt chunk) shows when the reader gets there.
+		if k, err := store.AcquireChunk(context.Background(), c); err == nil {
+			k.Release()
+		}
+	}
+}
+
+// prefetchWorkers is how many chunks of one file load at once: one per core
+// the daemon may use, and at least four, so that a remote tier's fetches
+// overlap on a small machine. Each load holds an object buffer and a decode
+// outside the cache's budget.
+func prefetchWorkers() int { return max(4, runtime.GOMAXPROCS(0)) }
