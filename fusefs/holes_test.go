@@ -160,8 +160,8 @@ func TestHoles(t *testing.T) {
 		if st.LogicalBytes < 7*tib || st.UniqueBytes > 16<<20 {
 			t.Errorf("%s: logical %d bytes, unique %d: holes must take no space", when, st.LogicalBytes, st.UniqueBytes)
 		}
-		if st.FormatVersion != cas.FormatHoles {
-			t.Errorf("%s: format %d, want %d (holes)", when, st.FormatVersion, cas.FormatHoles)
+		if st.FormatVersion < cas.FormatHoles { // packs of its small chunks may take it further
+			t.Errorf("%s: format %d, want at least %d (holes)", when, st.FormatVersion, cas.FormatHoles)
 		}
 	}
 	verify("committed")
