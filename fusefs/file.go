@@ -478,10 +478,16 @@ func (n *fileNode) readChunks(ctx context.Context, m *cas.Manifest, offsets []in
 // chunks asked for it thrice per READ: 5.5 % of the daemon's time in a cold
 // read of a GiB).
 func manifestSize(m *cas.Manifest, offsets []int64) int64 {
-	if len(offsets) == 0 {
-		return 0
+	var end int64
+	if n := len(offsets); n > 0 {
+		end = offsets[n-1] + int64(m.Chunks[n-1].Len)
 	}
-	return offsets[len(offsets)-1] + int64(m.Chunks[len(offsets)-1].Len)
+	// A file's trailing hole (there is at most one: holes are sorted by
+	// place, one per place) lies past its last chunk.
+	if h := len(m.Holes); h > 0 && m.Holes[h-1].Before == len(m.Chunks) {
+		end += m.Holes[h-1].Len
+	}
+	return end
 }
 
 // staged reports whether n has content not committed yet (mu held).
