@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/ckptfs/ckptfs/cas"
 	"github.com/ckptfs/ckptfs/cas/backend"
@@ -141,28 +144,48 @@ func (r *Tier) sweep(ctx context.Context, sess *Session, marked map[cas.ID]struc
 		id   cas.ID
 		size int64
 	}
-	var victims []doomed
+	var objects []backend.Info
 	err := r.be.List(ctx, backend.Chunk, func(in backend.Info) error {
 		if in.Handle.Kind != backend.Chunk {
 			return nil
 		}
-		id, err := cas.ParseID(in.Handle.Name)
-		if err != nil {
+		if _, err := cas.ParseID(in.Handle.Name); err != nil {
 			return nil // not a chunk's name: not ours to collect
 		}
-		res.Objects++
-		if _, ok := marked[id]; ok {
-			return nil
-		}
-		if !in.ModTime.Before(before) {
-			res.Young++
-			return nil
-		}
-		victims = append(victims, doomed{id, in.Size})
+		objects = append(objects, in)
 		return nil
 	})
 	if err != nil {
 		return res, fmt.Errorf("list the remote's chunks: %w", err)
+	}
+	// What stays (marked, or young: a reader on an older state may read
+	// it) keeps the base it names.
+	var kept []cas.ID
+	for _, in := range objects {
+		id, _ := cas.ParseID(in.Handle.Name)
+		if _, ok := marked[id]; ok || !in.ModTime.Before(before) {
+			kept = append(kept, id)
+		}
+	}
+	bases, err := r.bucketBases(ctx, kept)
+	if err != nil {
+		return res, fmt.Errorf("read the bases of the remote's deltas: %w", err) // never sweep on a partial mark
+	}
+	for _, b := range bases {
+		marked[b] = struct{}{}
+	}
+	var victims []doomed
+	for _, in := range objects {
+		id, _ := cas.ParseID(in.Handle.Name)
+		res.Objects++
+		if _, ok := marked[id]; ok {
+			continue
+		}
+		if !in.ModTime.Before(before) {
+			res.Young++
+			continue
+		}
+		victims = append(victims, doomed{id, in.Size})
 	}
 	for _, v := range victims {
 		res.Freed++
@@ -197,4 +220,56 @@ func (r *Tier) sweep(ctx context.Context, sess *Session, marked map[cas.ID]struc
 		res.FreedBytes += v.size
 	}
 	return res, nil
+}
+
+// bucketBases returns the bases that the chunk objects ids in the bucket
+// name, those that are deltas (doc.go, "Deltas in the bucket"): the header
+// of each, a range read where the remote reads ranges, Connections at a
+// time. An object gone meanwhile names nothing; any other error fails the
+// whole (the caller sweeps nothing).
+func (r *Tier) bucketBases(ctx context.Context, ids []cas.ID) ([]cas.ID, error) {
+	work := make(chan cas.ID)
+	var mu sync.Mutex
+	var bases []cas.ID
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		defer close(work)
+		for _, id := range ids {
+			select {
+			case work <- id:
+			case <-gctx.Done():
+				return gctx.Err()
+			}
+		}
+		return nil
+	})
+	rg, ranged := r.be.(backend.RangeGetter)
+	for range min(max(1, r.be.Properties().Connections), 32) {
+		g.Go(func() error {
+			var buf []byte
+			for id := range work {
+				h := chunkHandle(id)
+				var err error
+				if ranged {
+					buf, err = rg.GetRange(gctx, h, 0, cas.DeltaHeaderLen, buf)
+				}
+				if !ranged || (err != nil && !errors.Is(err, backend.ErrNotExist)) {
+					buf, err = r.be.Get(gctx, h, buf) // shorter than a delta's header, or no ranges
+				}
+				if errors.Is(err, backend.ErrNotExist) {
+					continue
+				}
+				if err != nil {
+					return fmt.Errorf("chunk %v: %w", id, err)
+				}
+				if b, delta := cas.DeltaBase(buf); delta {
+					mu.Lock()
+					bases = append(bases, b)
+					mu.Unlock()
+				}
+			}
+			return nil
+		})
+	}
+	return bases, g.Wait()
 }
