@@ -224,8 +224,7 @@ func (r *Tier) sweep(ctx context.Context, sess *Session, marked map[cas.ID]struc
 
 // bucketBases returns the bases that the chunk objects ids in the bucket
 // name, those that are deltas (doc.go, "Deltas in the bucket"): the header
-// of each, a range read where the remote reads ranges, Connections at a
-// time. An object gone meanwhile names nothing; any other error fails the
+// of each (headReader, else the whole object), Connections at a time. An object gone meanwhile names nothing; any other error fails the
 // whole (the caller sweeps nothing).
 func (r *Tier) bucketBases(ctx context.Context, ids []cas.ID) ([]cas.ID, error) {
 	work := make(chan cas.ID)
@@ -243,17 +242,17 @@ func (r *Tier) bucketBases(ctx context.Context, ids []cas.ID) ([]cas.ID, error) 
 		}
 		return nil
 	})
-	rg, ranged := r.be.(backend.RangeGetter)
+	head := r.headReader()
 	for range min(max(1, r.be.Properties().Connections), 32) {
 		g.Go(func() error {
 			var buf []byte
 			for id := range work {
 				h := chunkHandle(id)
 				var err error
-				if ranged {
-					buf, err = rg.GetRange(gctx, h, 0, cas.DeltaHeaderLen, buf)
+				if head != nil {
+					buf, err = head(gctx, h, buf)
 				}
-				if !ranged || (err != nil && !errors.Is(err, backend.ErrNotExist)) {
+				if head == nil || (err != nil && !errors.Is(err, backend.ErrNotExist)) {
 					buf, err = r.be.Get(gctx, h, buf) // shorter than a delta's header, or no ranges
 				}
 				if errors.Is(err, backend.ErrNotExist) {
@@ -272,4 +271,27 @@ func (r *Tier) bucketBases(ctx context.Context, ids []cas.ID) ([]cas.ID, error) 
 		})
 	}
 	return bases, g.Wait()
+}
+
+// headGetter is a remote that reads the first bytes of an object (the S3
+// backend's GetHead).
+type headGetter interface {
+	GetHead(ctx context.Context, h backend.Handle, n int64, buf []byte) ([]byte, error)
+}
+
+// headReader returns how to read the first cas.DeltaHeaderLen bytes of an
+// object of the remote (fewer, or an error, for a shorter one), or nil when
+// the remote reads whole objects only.
+func (r *Tier) headReader() func(ctx context.Context, h backend.Handle, buf []byte) ([]byte, error) {
+	switch be := r.be.(type) {
+	case headGetter:
+		return func(ctx context.Context, h backend.Handle, buf []byte) ([]byte, error) {
+			return be.GetHead(ctx, h, cas.DeltaHeaderLen, buf)
+		}
+	case backend.RangeGetter:
+		return func(ctx context.Context, h backend.Handle, buf []byte) ([]byte, error) {
+			return be.GetRange(ctx, h, 0, cas.DeltaHeaderLen, buf)
+		}
+	}
+	return nil
 }

@@ -198,10 +198,9 @@
 //     the read's error (cas.BaseError, EIO), never other bytes.
 //   - Collection: after the mark, the header of every chunk object that
 //     stays (marked, or younger than the grace period) is read, and the
-//     bases the deltas among them name are marked. The cost: one read per
-//     kept object per collection (a range of its first
-//     cas.DeltaHeaderLen bytes where the remote reads ranges, the whole
-//     object otherwise: the S3 backend has no ranged GET yet).
+//     bases the deltas among them name are marked. The cost: one ranged
+//     read of cas.DeltaHeaderLen bytes per kept object per collection (S3:
+//     a GET with a Range; a remote without ranges: the whole object).
 //   - fsck (Tier.VerifyObject): a delta in the bucket decodes against the
 //     nearest copy of its base, and its base must exist in the bucket.
 //
@@ -209,7 +208,6 @@
 //
 // Collection while other writers are live (mark → trash → purge after
 // grace, with the trash listed in the log, so a session re-puts a chunk it
-// finds in the trash); a ranged GET of a delta's header for the
-// collection (S3); dropping tombstones and snapshots no checkpoint or log names;
+// finds in the trash); dropping tombstones and snapshots no checkpoint or log names;
 // a per-path stamp taken at commit for removals (now it is the round's).
 package remote
