@@ -332,3 +332,35 @@ func unlinkNamed(t *testing.T, s *cas.Store, name string) {
 		t.Fatal(err)
 	}
 }
+
+// TestBucketDeltaBeforeReencoder: a round right after each commit (as the
+// daemon runs them), before the background re-encoder has written the
+// commit's planned deltas, still uploads deltas: the round writes them
+// first.
+func TestBucketDeltaBeforeReencoder(t *testing.T) {
+	ctx := context.Background()
+	remote := mem.New(backend.Properties{DurableOnPut: true, AtomicPut: true})
+	a, ra := testStore(t, remote)
+	join(t, a, ra)
+	const chunk = 512 << 10
+	steps := bf16Steps(3, 1, 2, chunk/2, 3, 0.01)
+	var prev *cas.Manifest
+	want := map[string][]byte{}
+	ms := map[string]*cas.Manifest{}
+	for v, files := range steps {
+		name := fmt.Sprintf("step%d", v)
+		prev = commitStep(t, a, name, files[0], chunk, prev)
+		ms[name], want[name] = prev, files[0]
+		if err := ra.UploadRound(ctx, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := a.ReencodeBacklog(); n != 0 {
+		t.Fatalf("%d bytes left to re-encode after the rounds", n)
+	}
+	_, bases := bucketChunks(t, remote)
+	if len(bases) != 4 {
+		t.Fatalf("%d deltas in the bucket, want 4 (steps 1 and 2, 2 chunks each)", len(bases))
+	}
+	readAll(t, mustFresh(t, remote), ms, want)
+}

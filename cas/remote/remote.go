@@ -126,6 +126,21 @@ const uploadRecordBatch = 256
 // as it is, after its base (doc.go, "Deltas in the bucket").
 func (r *Tier) uploadChunks(ctx context.Context, need map[cas.ID]uint32) error {
 	u := &uploader{r: r, need: need, there: map[cas.ID]bool{}}
+	// A round comes right after a commit, before the background re-encoder
+	// has written the commit's planned deltas: write them first, or they
+	// go up standalone for good.
+	all := make([]cas.ID, 0, len(need))
+	for id := range need {
+		all = append(all, id)
+	}
+	if err := r.store.ReencodeQueued(ctx, all, reencodeGroup); err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		// Not the round's failure: each object goes up as it is, and the
+		// background re-encoder retries the row and reports.
+		r.logf("re-encode chunks before their upload: %v", err)
+	}
 	ids := make(chan cas.ID)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
@@ -157,6 +172,19 @@ func (r *Tier) uploadChunks(ctx context.Context, need map[cas.ID]uint32) error {
 	}
 	err := g.Wait()
 	return errors.Join(err, u.record(true))
+}
+
+// reencodeGroup is how many chunks uploadChunks re-encodes at once.
+const reencodeGroup = 64
+
+// logf logs through the writer session's logger, if any.
+func (r *Tier) logf(format string, args ...any) {
+	r.mu.Lock()
+	sess := r.sess
+	r.mu.Unlock()
+	if sess != nil && sess.opts.Logf != nil {
+		sess.opts.Logf(format, args...)
+	}
 }
 
 // uploader is one round's uploadChunks, shared by its workers.
