@@ -26,6 +26,9 @@ package cas
 //     row over a standalone object: harmless (the base is kept a little
 //     longer), the queue row is still there, and the next re-encode of the
 //     chunk settles it either way.
+//   - The remote tier's upload round carries out the plans of the chunks
+//     it uploads (Store.ReencodeQueued) rather than wait for the
+//     re-encoder, since it uploads each object as it is (cas/remote).
 //   - A base is never swept while any delta row names it (Sweep checks
 //     "bases" in its transaction), so no delta loses its base whatever the
 //     collector marked; a sweep that deletes a delta and its base deletes

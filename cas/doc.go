@@ -323,7 +323,7 @@
 //     delta's base: bases are read through the same lookup.
 //   - Remote tier: packs stay local. An upload reads a packed chunk's object
 //     from its pack (Store.PackedObject) and uploads it as a chunk object of
-//     its own (Store.StandaloneObject applies unchanged), so the bucket's
+//     its own (a delta as it is, its base first), so the bucket's
 //     layout and its readers know nothing of packs. A read of a packed chunk
 //     whose pack is missing falls back to the chunk's object by name, which
 //     a tiered backend fetches from the bucket.

@@ -144,6 +144,52 @@ func (s *Store) Reencode(ctx context.Context, n int) (more bool, err error) {
 	return s.re.reencodeGroup(ctx, max(1, n), nil)
 }
 
+// ReencodeQueued re-encodes now those of chunks ids that wait on the
+// re-encode queue (as Reencode does, in groups of n), carrying out their
+// delta plans: the remote tier calls it before it uploads ids, since it
+// uploads each object as it is, and a delta planned but not written yet
+// would go up standalone (or raw) for good. Chunks not queued are left
+// alone; their errors are returned joined, after the others are done.
+func (s *Store) ReencodeQueued(ctx context.Context, ids []ID, n int) error {
+	r := s.re
+	if s.readOnly {
+		return errors.New("store is open read-only")
+	}
+	var queued []ID
+	if err := s.View(func(tx *Tx) error {
+		for _, id := range ids {
+			_, ok, err := tx.PendingReencode(id)
+			if err != nil {
+				return err
+			}
+			if ok {
+				queued = append(queued, id)
+			}
+		}
+		return nil
+	}); err != nil || len(queued) == 0 {
+		return err
+	}
+	select {
+	case r.sem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-r.sem }()
+	var errs []error
+	for len(queued) > 0 {
+		k := min(max(1, n), len(queued))
+		if err := r.reencode(ctx, queued[:k], nil); err != nil {
+			errs = append(errs, err)
+			if ctx.Err() != nil {
+				break
+			}
+		}
+		queued = queued[k:]
+	}
+	return errors.Join(errs...)
+}
+
 // reencodeGroup is Reencode with a hook run after the group's objects have
 // been renamed into place and synced, before its transaction; an error from
 // it ends the call there (SimulateReencodeCrash).

@@ -454,6 +454,21 @@ func (s *Store) StandaloneObject(ctx context.Context, id ID, obj []byte) ([]byte
 	return enc, nil
 }
 
+// DeltaHeaderLen is how many bytes at the start of an object DeltaBase
+// needs to name a delta's base.
+const DeltaHeaderLen = object.HeaderSize + object.DeltaExtSize
+
+// DeltaBase reports whether obj (an object, or its first DeltaHeaderLen
+// bytes) is a delta, and the chunk it names as its base. A header that does
+// not parse is no delta: its reader's checks fail on it.
+func DeltaBase(obj []byte) (base ID, delta bool) {
+	h, err := object.ParseHeader(obj)
+	if err != nil || !h.Delta {
+		return ID{}, false
+	}
+	return h.Base, true
+}
+
 // discardFetched deletes the copies a backend.Tier evicted from its local
 // cache, through discardUnnamed as a released batch's chunks: a copy that a
 // batch in flight found and pinned (it is about to commit it) or that a

@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/ckptfs/ckptfs/cas"
 	"github.com/ckptfs/ckptfs/cas/backend"
@@ -141,28 +144,48 @@ func (r *Tier) sweep(ctx context.Context, sess *Session, marked map[cas.ID]struc
 		id   cas.ID
 		size int64
 	}
-	var victims []doomed
+	var objects []backend.Info
 	err := r.be.List(ctx, backend.Chunk, func(in backend.Info) error {
 		if in.Handle.Kind != backend.Chunk {
 			return nil
 		}
-		id, err := cas.ParseID(in.Handle.Name)
-		if err != nil {
+		if _, err := cas.ParseID(in.Handle.Name); err != nil {
 			return nil // not a chunk's name: not ours to collect
 		}
-		res.Objects++
-		if _, ok := marked[id]; ok {
-			return nil
-		}
-		if !in.ModTime.Before(before) {
-			res.Young++
-			return nil
-		}
-		victims = append(victims, doomed{id, in.Size})
+		objects = append(objects, in)
 		return nil
 	})
 	if err != nil {
 		return res, fmt.Errorf("list the remote's chunks: %w", err)
+	}
+	// What stays (marked, or young: a reader on an older state may read
+	// it) keeps the base it names.
+	var kept []cas.ID
+	for _, in := range objects {
+		id, _ := cas.ParseID(in.Handle.Name)
+		if _, ok := marked[id]; ok || !in.ModTime.Before(before) {
+			kept = append(kept, id)
+		}
+	}
+	bases, err := r.bucketBases(ctx, kept)
+	if err != nil {
+		return res, fmt.Errorf("read the bases of the remote's deltas: %w", err) // never sweep on a partial mark
+	}
+	for _, b := range bases {
+		marked[b] = struct{}{}
+	}
+	var victims []doomed
+	for _, in := range objects {
+		id, _ := cas.ParseID(in.Handle.Name)
+		res.Objects++
+		if _, ok := marked[id]; ok {
+			continue
+		}
+		if !in.ModTime.Before(before) {
+			res.Young++
+			continue
+		}
+		victims = append(victims, doomed{id, in.Size})
 	}
 	for _, v := range victims {
 		res.Freed++
@@ -197,4 +220,78 @@ func (r *Tier) sweep(ctx context.Context, sess *Session, marked map[cas.ID]struc
 		res.FreedBytes += v.size
 	}
 	return res, nil
+}
+
+// bucketBases returns the bases that the chunk objects ids in the bucket
+// name, those that are deltas (doc.go, "Deltas in the bucket"): the header
+// of each (headReader, else the whole object), Connections at a time. An object gone meanwhile names nothing; any other error fails the
+// whole (the caller sweeps nothing).
+func (r *Tier) bucketBases(ctx context.Context, ids []cas.ID) ([]cas.ID, error) {
+	work := make(chan cas.ID)
+	var mu sync.Mutex
+	var bases []cas.ID
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		defer close(work)
+		for _, id := range ids {
+			select {
+			case work <- id:
+			case <-gctx.Done():
+				return gctx.Err()
+			}
+		}
+		return nil
+	})
+	head := r.headReader()
+	for range min(max(1, r.be.Properties().Connections), 32) {
+		g.Go(func() error {
+			var buf []byte
+			for id := range work {
+				h := chunkHandle(id)
+				var err error
+				if head != nil {
+					buf, err = head(gctx, h, buf)
+				}
+				if head == nil || (err != nil && !errors.Is(err, backend.ErrNotExist)) {
+					buf, err = r.be.Get(gctx, h, buf) // shorter than a delta's header, or no ranges
+				}
+				if errors.Is(err, backend.ErrNotExist) {
+					continue
+				}
+				if err != nil {
+					return fmt.Errorf("chunk %v: %w", id, err)
+				}
+				if b, delta := cas.DeltaBase(buf); delta {
+					mu.Lock()
+					bases = append(bases, b)
+					mu.Unlock()
+				}
+			}
+			return nil
+		})
+	}
+	return bases, g.Wait()
+}
+
+// headGetter is a remote that reads the first bytes of an object (the S3
+// backend's GetHead).
+type headGetter interface {
+	GetHead(ctx context.Context, h backend.Handle, n int64, buf []byte) ([]byte, error)
+}
+
+// headReader returns how to read the first cas.DeltaHeaderLen bytes of an
+// object of the remote (fewer, or an error, for a shorter one), or nil when
+// the remote reads whole objects only.
+func (r *Tier) headReader() func(ctx context.Context, h backend.Handle, buf []byte) ([]byte, error) {
+	switch be := r.be.(type) {
+	case headGetter:
+		return func(ctx context.Context, h backend.Handle, buf []byte) ([]byte, error) {
+			return be.GetHead(ctx, h, cas.DeltaHeaderLen, buf)
+		}
+	case backend.RangeGetter:
+		return func(ctx context.Context, h backend.Handle, buf []byte) ([]byte, error) {
+			return be.GetRange(ctx, h, 0, cas.DeltaHeaderLen, buf)
+		}
+	}
+	return nil
 }

@@ -25,7 +25,9 @@
 // In a bucket prefix (names from cas/backend: chunks/…, manifests/…,
 // locks/…):
 //
-//	chunks/<id>               one standalone chunk object; put-if-absent (dedup across writers)
+//	chunks/<id>               one chunk object, as the store holds it: standalone, or a
+//	                          delta whose header names its base; put-if-absent (dedup
+//	                          across writers)
 //	manifests/<h>             a state (Snapshot, JSON): every path a session knows of, each with
 //	                          its version's stamp and origin session, removed paths as tombstones;
 //	                          named by the BLAKE3 of its bytes; a path per name, so a
@@ -105,8 +107,8 @@
 //     state the store last agreed with (mine), from the merged state, and
 //     from the local version a round could not replace (a file open here).
 //     next = merge(read, mine, own changes). If there are own changes: put
-//     every chunk of their files not recorded as uploaded (put-if-absent),
-//     then next as a snapshot, then a "state" entry naming it at the
+//     every chunk of their files not recorded as uploaded (put-if-absent;
+//     a delta after its base, see below), then next as a snapshot, then a "state" entry naming it at the
 //     session's next seq, create-only. An entry found there is this
 //     session's own (a lost answer: step over it) or a fence (the session
 //     is fenced for good; the round fails naming who and why). Then apply
@@ -155,22 +157,67 @@
 //     session's newest state, mine, the store's catalog and the open files;
 //     delete chunk objects outside the mark and older than the grace period,
 //     each delete before the collection's deadline (its lock's put + 3/4
-//     lease). Invariant: no chunk is deleted that a published state names
-//     or that a session that may still publish may name: live sessions make
-//     gc refuse, fenced and closed ones publish nothing more, and a session
-//     joining meanwhile waits for locks/gc and then re-lists (step 2).
-//     Readers on an older state keep the grace period.
+//     lease); the bases of the deltas that stay (marked or young) are
+//     marked too. Invariant: no chunk is deleted that a published state
+//     names, that a kept delta names as its base, or that a session that
+//     may still publish may name: live sessions make gc refuse, fenced and
+//     closed ones publish nothing more, and a session joining meanwhile
+//     waits for locks/gc and then re-lists (step 2). Readers on an older
+//     state keep the grace period.
 //
 // Write-back, not write-through: a commit stays local and bumps the commit
 // generation in its own transaction; after a crash the next mount's first
 // round publishes it. Rounds and collections of one Tier are serialised.
 //
+// # Deltas in the bucket
+//
+// The bucket stores a chunk as the local store does: a delta object goes
+// up as it is, so stored ÷ logical in the bucket is the local store's.
+// BenchmarkBucketDeltaWorkload measures both side by side on the 20 bf16
+// saves of test/delta/workload.py --steps 400 --save-from 200, a round
+// after each commit: local 0.337, bucket 0.337 (0.531 when the uploader
+// re-encoded every delta standalone). Through a mount (the daemon's
+// rounds, versitygw), the same saves: local 0.339, bucket 0.339 (main:
+// 0.655, its deferred-encoded chunks uploaded raw). Where the
+// base is recorded: in the delta object's own header (cas/object: version
+// 2, the base's ID), the only record that cannot disagree with the bytes.
+// The states name chunks, never bases: a state that recorded bases would
+// be wrong for a chunk another writer put first as another encoding
+// (put-if-absent keeps the first).
+//
+//   - Upload: a round comes right after a commit, before the background
+//     re-encoder has carried out the commit's delta plans: it carries out
+//     those of the chunks it uploads first (cas.Store.ReencodeQueued), or
+//     they would go up standalone for good (the bucket's objects are never
+//     rewritten). Before a delta is put, its base is in the bucket:
+//     recorded as uploaded (records agree with the bucket, step 2, and a
+//     collection forgets a record before it deletes the object), put this
+//     round, or put now (put-if-absent), whether or not a file of the
+//     round names it.
+//     A delta whose base is itself a delta here (never written so) goes up
+//     standalone, so every delta in the bucket has depth 1. Invariant:
+//     every object a published state names is readable from the bucket
+//     alone, its base included (the snapshot and its entry come after
+//     every chunk, step 4).
+//   - Read: nothing special. A store fetching chunk X (cas's read path
+//     through cas/backend/tiered) decodes a delta by reading its base the
+//     way it reads any chunk, which fetches the base from the bucket when
+//     it is not here; the decoded bytes are hashed against X (BLAKE3), and
+//     a delta that fails is decoded again against its base verified in
+//     full (fetched again once when damaged): a damaged or missing base is
+//     the read's error (cas.BaseError, EIO), never other bytes.
+//   - Collection: after the mark, the header of every chunk object that
+//     stays (marked, or younger than the grace period) is read, and the
+//     bases the deltas among them name are marked. The cost: one ranged
+//     read of cas.DeltaHeaderLen bytes per kept object per collection (S3:
+//     a GET with a Range; a remote without ranges: the whole object).
+//   - fsck (Tier.VerifyObject): a delta in the bucket decodes against the
+//     nearest copy of its base, and its base must exist in the bucket.
+//
 // # Not yet (issue #24)
 //
 // Collection while other writers are live (mark → trash → purge after
 // grace, with the trash listed in the log, so a session re-puts a chunk it
-// finds in the trash); deltas in the bucket (the bucket holds standalone
-// objects only: its collection marks from states and knows nothing of
-// bases); dropping tombstones and snapshots no checkpoint or log names;
+// finds in the trash); dropping tombstones and snapshots no checkpoint or log names;
 // a per-path stamp taken at commit for removals (now it is the round's).
 package remote

@@ -122,23 +122,26 @@ func (r *Tier) Progress() UploadProgress {
 const uploadRecordBatch = 256
 
 // uploadChunks puts every chunk of need into the remote, Connections at a
-// time (at most 32), and records the ones that got there.
+// time (at most 32), and records the ones that got there. A delta goes up
+// as it is, after its base (doc.go, "Deltas in the bucket").
 func (r *Tier) uploadChunks(ctx context.Context, need map[cas.ID]uint32) error {
-	s := r.store
-	ids := make(chan cas.ID)
-	var mu sync.Mutex
-	var done []cas.ID
-	record := func(force bool) error {
-		mu.Lock()
-		if len(done) == 0 || (!force && len(done) < uploadRecordBatch) {
-			mu.Unlock()
-			return nil
-		}
-		batch := done
-		done = nil
-		mu.Unlock()
-		return s.Update(func(tx *cas.Tx) error { return tx.Uploads().Add(batch) })
+	u := &uploader{r: r, need: need, there: map[cas.ID]bool{}}
+	// A round comes right after a commit, before the background re-encoder
+	// has written the commit's planned deltas: write them first, or they
+	// go up standalone for good.
+	all := make([]cas.ID, 0, len(need))
+	for id := range need {
+		all = append(all, id)
 	}
+	if err := r.store.ReencodeQueued(ctx, all, reencodeGroup); err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		// Not the round's failure: each object goes up as it is, and the
+		// background re-encoder retries the row and reports.
+		r.logf("re-encode chunks before their upload: %v", err)
+	}
+	ids := make(chan cas.ID)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		defer close(ids)
@@ -156,57 +159,11 @@ func (r *Tier) uploadChunks(ctx context.Context, need map[cas.ID]uint32) error {
 		g.Go(func() error {
 			var buf []byte
 			for id := range ids {
-				h := chunkHandle(id)
-				// A chunk in a pack is uploaded as an object of its own.
-				obj, packed, err := s.PackedObject(gctx, id, buf)
-				if !packed && err == nil {
-					obj, err = r.tier.Local().Get(gctx, h, buf)
+				var err error
+				if buf, err = u.upload(gctx, id, buf); err != nil {
+					return err
 				}
-				if errors.Is(err, backend.ErrNotExist) {
-					// Never fetched here (a former reader's store): the
-					// bucket has it if anyone does.
-					if _, serr := r.be.Stat(gctx, h); serr == nil {
-						err = nil
-						obj = nil
-					}
-				}
-				if err == nil && obj == nil {
-					mu.Lock()
-					done = append(done, id)
-					mu.Unlock()
-					continue
-				}
-				if err != nil {
-					return fmt.Errorf("upload chunk %v: read the local object: %w", id, err)
-				}
-				buf = obj
-				// The bucket holds standalone objects only: its collection
-				// marks from snapshots and knows nothing of bases, and a
-				// reader elsewhere would need two fetches.
-				if obj, err = s.StandaloneObject(gctx, id, obj); err != nil {
-					return fmt.Errorf("upload chunk %v: %w", id, err)
-				}
-				err = r.be.Put(gctx, h, obj, backend.PutOptions{IfAbsent: true})
-				exists := errors.Is(err, backend.ErrExists) // a dedup hit
-				if err != nil && !exists {
-					return fmt.Errorf("upload chunk %v: %w", id, err)
-				}
-				r.mu.Lock()
-				r.up.SettledBytes += int64(need[id])
-				if exists {
-					r.up.Present++
-					r.tier.Settled(int64(need[id]), 0)
-				} else {
-					r.tier.Settled(int64(need[id]), int64(len(obj)))
-					r.up.Chunks++
-					r.up.RawBytes += int64(need[id])
-					r.up.SentBytes += int64(len(obj))
-				}
-				r.mu.Unlock()
-				mu.Lock()
-				done = append(done, id)
-				mu.Unlock()
-				if err := record(false); err != nil {
+				if err := u.record(false); err != nil {
 					return err
 				}
 			}
@@ -214,7 +171,187 @@ func (r *Tier) uploadChunks(ctx context.Context, need map[cas.ID]uint32) error {
 		})
 	}
 	err := g.Wait()
-	return errors.Join(err, record(true))
+	return errors.Join(err, u.record(true))
+}
+
+// reencodeGroup is how many chunks uploadChunks re-encodes at once.
+const reencodeGroup = 64
+
+// logf logs through the writer session's logger, if any.
+func (r *Tier) logf(format string, args ...any) {
+	r.mu.Lock()
+	sess := r.sess
+	r.mu.Unlock()
+	if sess != nil && sess.opts.Logf != nil {
+		sess.opts.Logf(format, args...)
+	}
+}
+
+// uploader is one round's uploadChunks, shared by its workers.
+type uploader struct {
+	r    *Tier
+	need map[cas.ID]uint32 // chunk → raw length
+
+	mu    sync.Mutex
+	done  []cas.ID        // in the bucket, not recorded yet
+	there map[cas.ID]bool // in the bucket: settled this round
+}
+
+// record writes the chunks done to the catalog as uploaded, in batches
+// (all of them when force).
+func (u *uploader) record(force bool) error {
+	u.mu.Lock()
+	if len(u.done) == 0 || (!force && len(u.done) < uploadRecordBatch) {
+		u.mu.Unlock()
+		return nil
+	}
+	batch := u.done
+	u.done = nil
+	u.mu.Unlock()
+	return u.r.store.Update(func(tx *cas.Tx) error { return tx.Uploads().Add(batch) })
+}
+
+// settle notes chunk id in the bucket.
+func (u *uploader) settle(id cas.ID) {
+	u.mu.Lock()
+	u.there[id] = true
+	u.done = append(u.done, id)
+	u.mu.Unlock()
+}
+
+// inBucket reports whether chunk id is known to be in the bucket: settled
+// this round or recorded as uploaded (records agree with the bucket: doc.go
+// step 2, and a collection forgets a record before it deletes the object).
+func (u *uploader) inBucket(id cas.ID) bool {
+	u.mu.Lock()
+	ok := u.there[id]
+	u.mu.Unlock()
+	if ok {
+		return true
+	}
+	_ = u.r.store.View(func(tx *cas.Tx) error { ok = tx.Uploads().Has(id); return nil })
+	return ok
+}
+
+// localObject reads chunk id's object here (from its pack, or as an object
+// of its own); nil and no error when it is not here but the bucket has it
+// (a former reader's store never fetched it).
+func (u *uploader) localObject(ctx context.Context, id cas.ID, buf []byte) ([]byte, error) {
+	r := u.r
+	obj, packed, err := r.store.PackedObject(ctx, id, buf)
+	if !packed && err == nil {
+		obj, err = r.tier.Local().Get(ctx, chunkHandle(id), buf)
+	}
+	if errors.Is(err, backend.ErrNotExist) {
+		if _, serr := r.be.Stat(ctx, chunkHandle(id)); serr == nil {
+			return nil, nil
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the local object: %w", err)
+	}
+	return obj, nil
+}
+
+// upload puts chunk id into the bucket, its base first when its object is
+// a delta, and settles it; buf is scratch, returned for the next call.
+func (u *uploader) upload(ctx context.Context, id cas.ID, buf []byte) ([]byte, error) {
+	r := u.r
+	u.mu.Lock()
+	ahead := u.there[id] // put this round as a delta's base
+	u.mu.Unlock()
+	if ahead {
+		r.settled(int64(u.need[id]), 0)
+		return buf, nil
+	}
+	obj, err := u.localObject(ctx, id, buf)
+	if err != nil {
+		return buf, fmt.Errorf("upload chunk %v: %w", id, err)
+	}
+	if obj == nil {
+		u.settle(id)
+		return buf, nil
+	}
+	buf = obj
+	if base, delta := cas.DeltaBase(obj); delta {
+		if ok, err := u.uploadBase(ctx, base); err != nil {
+			return buf, fmt.Errorf("upload chunk %v: its base %v: %w", id, base, err)
+		} else if !ok {
+			// The base is a delta itself (never written so, but the
+			// bucket's deltas stay depth 1 whatever the store holds).
+			if obj, err = r.store.StandaloneObject(ctx, id, obj); err != nil {
+				return buf, fmt.Errorf("upload chunk %v: %w", id, err)
+			}
+		}
+	}
+	if err := u.put(ctx, id, obj, int64(u.need[id]), true); err != nil {
+		return buf, fmt.Errorf("upload chunk %v: %w", id, err)
+	}
+	return buf, nil
+}
+
+// uploadBase makes sure chunk base, a delta's base, is in the bucket before
+// the delta: false when its object here is a delta itself (not uploaded).
+func (u *uploader) uploadBase(ctx context.Context, base cas.ID) (bool, error) {
+	if u.inBucket(base) {
+		return true, nil
+	}
+	obj, err := u.localObject(ctx, base, nil)
+	if err != nil {
+		return false, err
+	}
+	if obj == nil {
+		u.settle(base)
+		return true, nil
+	}
+	if _, delta := cas.DeltaBase(obj); delta {
+		return false, nil
+	}
+	// Its pending bytes, if a file of the round names it, settle in its
+	// own turn.
+	if err := u.put(ctx, base, obj, int64(u.need[base]), false); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// put puts obj as chunk id's object (put-if-absent: a dedup hit is no
+// error) of raw bytes, counts it, settles its pending bytes when pending,
+// and settles it.
+func (u *uploader) put(ctx context.Context, id cas.ID, obj []byte, raw int64, pending bool) error {
+	r := u.r
+	err := r.be.Put(ctx, chunkHandle(id), obj, backend.PutOptions{IfAbsent: true})
+	exists := errors.Is(err, backend.ErrExists) // a dedup hit
+	if err != nil && !exists {
+		return err
+	}
+	r.mu.Lock()
+	if exists {
+		r.up.Present++
+	} else {
+		r.up.Chunks++
+		r.up.RawBytes += raw
+		r.up.SentBytes += int64(len(obj))
+	}
+	r.mu.Unlock()
+	sent := int64(len(obj))
+	if exists {
+		sent = 0
+	}
+	if !pending {
+		raw = 0
+	}
+	r.settled(raw, sent)
+	u.settle(id)
+	return nil
+}
+
+// settled counts raw pending bytes settled and sent object bytes uploaded.
+func (r *Tier) settled(raw, sent int64) {
+	r.mu.Lock()
+	r.up.SettledBytes += raw
+	r.mu.Unlock()
+	r.tier.Settled(raw, sent)
 }
 
 // VerifyObject fetches chunk id's object from the remote and verifies it,
@@ -227,8 +364,17 @@ func (r *Tier) VerifyObject(ctx context.Context, id cas.ID) error {
 	if err != nil {
 		return err
 	}
-	_, err = r.store.DecodeObject(ctx, id, obj)
-	return err
+	if _, err = r.store.DecodeObject(ctx, id, obj); err != nil {
+		return err
+	}
+	// A delta decodes against whichever copy of its base is nearest; the
+	// bucket alone must hold it too.
+	if base, delta := cas.DeltaBase(obj); delta {
+		if _, err := r.be.Stat(ctx, chunkHandle(base)); err != nil {
+			return fmt.Errorf("chunk %v: a delta whose base %v is not readable in %s: %w", id, base, r.be.Location(), err)
+		}
+	}
+	return nil
 }
 
 // chunkHandle names chunk id's object (as cas names it).

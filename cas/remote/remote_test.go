@@ -33,7 +33,7 @@ func openTiered(dir string, remote backend.Backend, cacheSize int64) (*cas.Store
 }
 
 // testStore is openTiered in a temporary directory, closed when t ends.
-func testStore(t *testing.T, remote backend.Backend) (*cas.Store, *Tier) {
+func testStore(t testing.TB, remote backend.Backend) (*cas.Store, *Tier) {
 	t.Helper()
 	s, r, err := openTiered(filepath.Join(t.TempDir(), "store"), remote, 0)
 	if err != nil {
