@@ -75,7 +75,7 @@ def test_delta_workload(daemon_factory, ckptfs_bin, tmp_path, record):
     record("delta re-encode queue drained after the workload (s)", round(_drain(d), 1))
     st = d.stats()
     assert st["delta_chunks"] > 0, st
-    assert st["format_version"] == 3, st
+    assert st["format_version"] >= 3, st  # deltas; packs of small chunks take it to 6
     for kind, bar in BAR.items():
         code, out, err = _ckptfs(ckptfs_bin, "du", "--json", *[run / s / kind for s in steps])
         assert code == 0, err
