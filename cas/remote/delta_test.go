@@ -51,10 +51,6 @@ func bf16Steps(seed uint64, files, chunks, elems, n int, rel float64) [][][]byte
 func commitStep(t *testing.T, s *cas.Store, name string, data []byte, chunk int, prev *cas.Manifest) *cas.Manifest {
 	t.Helper()
 	ctx := context.Background()
-	ino, err := s.AllocIno()
-	if err != nil {
-		t.Fatal(err)
-	}
 	b := s.NewBatch()
 	m := &cas.Manifest{}
 	for off := 0; off < len(data); off += chunk {
@@ -67,21 +63,7 @@ func commitStep(t *testing.T, s *cas.Store, name string, data []byte, chunk int,
 		}
 		m.Chunks = append(m.Chunks, ref)
 	}
-	err = s.Commit(ctx, b, func(tx *cas.Tx) error {
-		if err := tx.PutManifest(ino, m); err != nil {
-			return err
-		}
-		if err := tx.PutNode(cas.Node{Ino: ino, Mode: 0o100644, Size: m.Size()}); err != nil {
-			return err
-		}
-		if err := tx.Link(cas.RootIno, name, ino); err != nil {
-			return err
-		}
-		return tx.Uploads().CountCommit()
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	commitManifest(t, s, b, name, m)
 	return m
 }
 
