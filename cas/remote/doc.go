@@ -105,7 +105,11 @@
 //  4. Round (writer). Walk the namespace in one read transaction. A path
 //     is this store's own change when its local version differs from the
 //     state the store last agreed with (mine), from the merged state, and
-//     from the local version a round could not replace (a file open here).
+//     from the local version a round could not replace (a file open here);
+//     mine first takes the versions the merge holds that this session
+//     published itself (a round whose entry was put but whose answer was
+//     lost left them out of mine), so a change is always stamped after the
+//     version the store had, and a removal after a lost answer is seen.
 //     next = merge(read, mine, own changes). If there are own changes: put
 //     every chunk of their files not recorded as uploaded (put-if-absent;
 //     a delta after its base, see below), then next as a snapshot, then a "state" entry naming it at the

@@ -473,6 +473,82 @@ func TestLostLogAnswer(t *testing.T) {
 	}
 }
 
+// TestRenameAfterLostAnswer: a round publishes dst (stamped by its commit
+// time) but its answer is lost, so the store's agreed state (mine) never
+// takes it; then an older file is renamed over dst. The rename is a change
+// of the version the store had, so it must win over the store's own lost
+// publication whatever the renamed file's ctime: before the fix its stamp
+// was the source's older ctime, the store's own earlier dst beat it, the
+// round reported it superseded and put the old bytes back under dst.
+func TestRenameAfterLostAnswer(t *testing.T) {
+	ctx := context.Background()
+	remote := &flakyRemote{Backend: mem.New(backend.Properties{DurableOnPut: true})}
+	s, r := testStore(t, remote)
+	join(t, s, r)
+	commitNamed(t, s, "src", pseudoRandom(1000, 60))
+	commitNamed(t, s, "dst", pseudoRandom(2000, 61))
+	now := time.Now().UnixNano()
+	setCtime := func(name string, ctime int64) {
+		t.Helper()
+		if err := s.Update(func(tx *cas.Tx) error {
+			ino, _ := tx.Lookup(cas.RootIno, name)
+			n, _, err := tx.Node(ino)
+			if err != nil {
+				return err
+			}
+			n.Ctime = ctime
+			return tx.PutNode(n)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setCtime("src", now-int64(time.Hour)) // an old file
+	setCtime("dst", now)
+	remote.loseLogs.Store(1)
+	if err := r.UploadRound(ctx, false); !errors.Is(err, errDown) {
+		t.Fatalf("a round whose log answer was lost: %v", err)
+	}
+	if err := s.Update(func(tx *cas.Tx) error { // rename src dst
+		dst, _ := tx.Lookup(cas.RootIno, "dst")
+		src, _ := tx.Lookup(cas.RootIno, "src")
+		if err := tx.Unlink(cas.RootIno, "dst"); err != nil {
+			return err
+		}
+		if err := tx.DeleteNode(dst); err != nil {
+			return err
+		}
+		if err := tx.Unlink(cas.RootIno, "src"); err != nil {
+			return err
+		}
+		if err := tx.Link(cas.RootIno, "dst", src); err != nil {
+			return err
+		}
+		return tx.Uploads().CountCommit()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.UploadRound(ctx, true); err != nil {
+		t.Fatalf("the round after the rename: %v (the rename must win over the store's own earlier dst)", err)
+	}
+	pub := readPublished(t, remote)
+	if e, ok := pub["dst"]; !ok || e.m == nil || e.m.Size() != 1000 {
+		t.Fatalf("published dst: %+v, want the renamed 1000-byte file", e)
+	}
+	if _, ok := pub["src"]; ok {
+		t.Fatalf("src is still published after the rename")
+	}
+	if err := s.View(func(tx *cas.Tx) error {
+		ino, ok := tx.Lookup(cas.RootIno, "dst")
+		n, _, err := tx.Node(ino)
+		if err == nil && (!ok || n.Size != 1000) {
+			err = fmt.Errorf("the store's dst is %d bytes after the round, want the renamed 1000", n.Size)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestRemoteSnapshotKeepsHoles: a sparse file's holes reach a fresh store
 // through the bucket's snapshot: same size, same holes, and only its data
 // chunks uploaded.

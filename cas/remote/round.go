@@ -184,6 +184,7 @@ func (r *Tier) round(ctx context.Context, sess *Session, force bool) error {
 		return err
 	}
 	me := sess.ID()
+	r.foldPublished(w.state, me)
 	own := r.ownChanges(local, w.state, me)
 	next := w.state.clone()
 	next.merge(r.mine)
@@ -278,6 +279,24 @@ func (r *Tier) fencedErr(sess *Session, err error) error {
 		r.mu.Unlock()
 	}
 	return err
+}
+
+// foldPublished takes into mine the versions world holds that session me
+// published itself: the store had each of them, but mine lacks those of a
+// round whose answer was lost (its entry was put, the round failed). Without
+// them a later change to such a path would be stamped as a change of an
+// older version (a rename's ctime is its file's) and lose to the store's
+// own earlier one, and a removal would not be seen as a change at all: the
+// next apply would bring the old version back.
+func (r *Tier) foldPublished(world state, me string) {
+	for p, e := range world {
+		if m, ok := r.mine[p]; e.Origin == me && (!ok || m.Stamp.Less(e.Stamp)) {
+			if r.mine == nil {
+				r.mine = state{}
+			}
+			r.mine[p] = e
+		}
+	}
 }
 
 // ownChanges returns the store's changes since mine, each stamped: a path
