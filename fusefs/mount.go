@@ -90,9 +90,9 @@ func Mount(f *FS, mountpoint string, opts MountOptions) (*fuse.Server, error) {
 	if opts.Debug {
 		fsOpts.Logger = log.New(os.Stderr, "fuse: ", log.Lmicroseconds)
 	}
-	// fs.Mount, with renames tracked (renameTracker) and page-cache writes
-	// marked (pageWrites).
-	raw := pageWrites{renameTracker{fs.NewNodeFS(f.Root(), fsOpts), f}}
+	// fs.Mount, with renames tracked (renameTracker), page-cache writes
+	// marked (pageWrites) and changes run to their end (uninterrupted).
+	raw := uninterrupted{pageWrites{renameTracker{fs.NewNodeFS(f.Root(), fsOpts), f}}}
 	srv, err := fuse.NewServer(raw, mountpoint, &fsOpts.MountOptions)
 	if err != nil {
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
@@ -150,6 +150,47 @@ func (p pageWrites) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte)
 		in.Caller.Pid = 0
 	}
 	return p.RawFileSystem.Write(cancel, in, data)
+}
+
+// uninterrupted runs the requests that change a file's data or commit it
+// (WRITE, SETATTR, FALLOCATE, COPY_FILE_RANGE, FLUSH, FSYNC) to their end
+// whatever the kernel's INTERRUPT says: they get no cancel channel. The
+// kernel interrupts a request for any signal its caller takes, not only a
+// fatal one (a timer, SIGCHLD, the Go runtime's SIGURG), and a change given
+// up half way is worse than a late one: a write that spills a stream to its
+// spool must not stop in the middle (the staged content would be lost), and
+// the EINTR it would return is retried by Go and Python at once, to be
+// interrupted again (a writer spinning at 100% CPU, seen in CI). ext4's
+// writes, truncates and fsyncs are not interrupted either. Reads keep their
+// cancel channel: a reader that gives up on a slow remote fetch gets EINTR.
+type uninterrupted struct{ fuse.RawFileSystem }
+
+func (u uninterrupted) Write(_ <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
+	return u.RawFileSystem.Write(nil, in, data)
+}
+
+func (u uninterrupted) Writev(_ <-chan struct{}, in *fuse.WriteIn, data [][]byte) (uint32, fuse.Status) {
+	return u.RawFileSystem.Writev(nil, in, data)
+}
+
+func (u uninterrupted) SetAttr(_ <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
+	return u.RawFileSystem.SetAttr(nil, in, out)
+}
+
+func (u uninterrupted) Fallocate(_ <-chan struct{}, in *fuse.FallocateIn) fuse.Status {
+	return u.RawFileSystem.Fallocate(nil, in)
+}
+
+func (u uninterrupted) CopyFileRange(_ <-chan struct{}, in *fuse.CopyFileRangeIn) (uint32, fuse.Status) {
+	return u.RawFileSystem.CopyFileRange(nil, in)
+}
+
+func (u uninterrupted) Flush(_ <-chan struct{}, in *fuse.FlushIn) fuse.Status {
+	return u.RawFileSystem.Flush(nil, in)
+}
+
+func (u uninterrupted) Fsync(_ <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
+	return u.RawFileSystem.Fsync(nil, in)
 }
 
 // setReadAhead writes the mount's BDI read_ahead_kb.

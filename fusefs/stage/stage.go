@@ -237,6 +237,9 @@ func (f *File) Spill(ctx context.Context) error {
 	if s == nil {
 		return nil
 	}
+	// A spill given up half way loses the staged content: it runs to its
+	// end whoever's request started it (a READ interrupted by a signal).
+	ctx = context.WithoutCancel(ctx)
 	s.halt()
 	defer func() {
 		s.cancel()
