@@ -237,6 +237,11 @@ func (n *fileNode) loadManifestLocked() error {
 	if err != nil {
 		return err
 	}
+	if m.Size() == 0 && n.committedSize != 0 && n.unlinked.Load() {
+		// A refresh removed or replaced the file (ApplyRemote) after the
+		// kernel's last lookup: ESTALE makes it look the name up again.
+		return fmt.Errorf("file %d: removed from the catalog by a refresh: %w", n.attr.Ino, syscall.ESTALE)
+	}
 	// Nothing is staged without a manifest: committedSize is the node
 	// record's, or that of the manifest last dropped. A mismatch is refused
 	// every time (the manifest is not installed), never served cut or padded

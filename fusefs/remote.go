@@ -20,7 +20,9 @@ import (
 // changed, and the kernel is told to forget their entries (its entry and
 // attribute timeouts are long), so the next lookup reads the catalog. An
 // open file that a refresh replaced or removed keeps reading the version it
-// opened, as after a local rename over it.
+// opened, as after a local rename over it. An OPEN that reaches a node
+// the refresh detached before the kernel forgot its entry gets ESTALE
+// (loadManifestLocked), on which the kernel looks the name up again.
 func (f *FS) ApplyRemote(ctx context.Context, paths []string, change func(busy func(path string) bool) ([]string, error)) error {
 	var notes []func()
 	defer func() {

@@ -1,0 +1,65 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"os"
+	"syscall"
+	"testing"
+
+	"github.com/ckptfs/ckptfs/cas"
+)
+
+// TestOpenAfterRemoteRemoval: a refresh (ApplyRemote) removes or replaces a
+// file whose entry the kernel still caches until the refresh's notification
+// reaches it; an OPEN in that window comes to the detached node, whose
+// catalog record is gone. It must answer ESTALE, on which the kernel looks
+// the name up again and opens what the catalog holds now, not EIO (before:
+// the missing manifest read as a damaged catalog; a writer's open with
+// O_TRUNC failed so in TestRemoteRandomFaults, seed 29).
+func TestOpenAfterRemoteRemoval(t *testing.T) {
+	m := newMount(t)
+	p := m.path("runs/a.bin")
+	if err := os.WriteFile(p, randBytes(5, 70000), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Fatal(err)
+	}
+	in := m.fsys.treeNode("runs/a.bin")
+	if in == nil {
+		t.Fatal("runs/a.bin is not in the tree after a stat")
+	}
+	n, ok := in.Operations().(*fileNode)
+	if !ok {
+		t.Fatalf("runs/a.bin is a %T", in.Operations())
+	}
+	n.mu.Lock()
+	n.manifest = nil // not open: a node holds no manifest once closed
+	n.mu.Unlock()
+	ctx := context.Background()
+	err := m.fsys.ApplyRemote(ctx, []string{"runs/a.bin"}, func(busy func(string) bool) ([]string, error) {
+		if busy("runs/a.bin") {
+			t.Fatal("runs/a.bin is busy though closed")
+		}
+		return []string{"runs/a.bin"}, m.cas.Update(func(tx *cas.Tx) error {
+			dir, _ := lookupPath(tx, "runs")
+			ino, _ := tx.Lookup(dir, "a.bin")
+			if err := tx.Unlink(dir, "a.bin"); err != nil {
+				return err
+			}
+			return tx.DeleteNode(ino)
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, flags := range []uint32{syscall.O_RDONLY, syscall.O_WRONLY | syscall.O_TRUNC} {
+		if _, _, errno := n.Open(ctx, flags); !errors.Is(errno, syscall.ESTALE) {
+			t.Errorf("open(%#x) of the node a refresh removed: %v, want ESTALE", flags, errno)
+		}
+	}
+	if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stat after the refresh: %v, want ENOENT", err)
+	}
+}
