@@ -431,6 +431,7 @@ func TestBackgroundUsageErrors(t *testing.T) {
 		{[]string{"--delta-keyframe", "0"}, "--delta-keyframe must be 1"},
 		{[]string{"--inline-encoders", "-3"}, "--inline-encoders must be -1"},
 		{[]string{"--cache-size", "0"}, "--cache-size must be more than 0"},
+		{[]string{"--node-limit", "-2"}, "--node-limit must be -1"},
 	} {
 		args := append(append([]string{"mount", "--background", "--log", logFile}, tc.args...), filepath.Join(dir, "s"), filepath.Join(dir, "m"))
 		code, _, errOut := runCLI(args...)

@@ -42,6 +42,7 @@ type mountConfig struct {
 	flagArgs      []string // the flags as given, for a daemon started in the background
 
 	cacheSize  int64 // 0: the default share of the memory budget
+	nodeLimit  int   // 0: from the memory budget; -1: never prune
 	readAhead  int
 	debug      bool
 	commitMode string // sync, async or remote
@@ -65,6 +66,7 @@ func parseMount(c command, args []string, stderr io.Writer) (*mountConfig, error
 	fl := newFlags(c, stderr)
 	var cacheSize byteSize
 	fl.Var(&cacheSize, "cache-size", "memory for decoded chunks (e.g. 256MiB, 1GiB; default: a quarter of the memory the daemon may use (cgroup limit or RAM), at most 256MiB)")
+	nodeLimit := fl.Int("node-limit", 0, "files and directories the kernel may keep looked up before the daemon asks it to forget the oldest (0: from the memory budget, 8192 to 16384; -1: never)")
 	readAhead := fl.Int("readahead-kb", fusefs.DefaultReadAheadKB, "kernel readahead of the mount in KiB (0: kernel default)")
 	debug := fl.Bool("debug", false, "log every FUSE request to stderr")
 	commitMode := fl.String("commit", "sync", "sync: close returns once the file is committed; async: once its bytes are staged (fsync waits for the commit); remote: once it is also uploaded to --remote")
@@ -120,13 +122,17 @@ func parseMount(c command, args []string, stderr io.Writer) (*mountConfig, error
 		fmt.Fprintf(stderr, "ckptfs mount: --cache-size must be more than 0\n")
 		return nil, errUsage
 	}
+	if *nodeLimit < -1 {
+		fmt.Fprintf(stderr, "ckptfs mount: --node-limit must be -1 (never prune), 0 (from the memory budget) or a count, not %d\n", *nodeLimit)
+		return nil, errUsage
+	}
 	if *keyframe < 1 {
 		fmt.Fprintf(stderr, "ckptfs mount: --delta-keyframe must be 1 (no deltas) or more, not %d\n", *keyframe)
 		return nil, errUsage
 	}
 	return &mountConfig{
 		storeDir: pos[0], mnt: pos[1], flagArgs: flagArgs,
-		cacheSize: int64(cacheSize), readAhead: *readAhead, debug: *debug, commitMode: *commitMode,
+		cacheSize: int64(cacheSize), nodeLimit: *nodeLimit, readAhead: *readAhead, debug: *debug, commitMode: *commitMode,
 		remoteURL: *remoteURL, remoteTimeout: *remoteTimeout, readOnly: *readOnly, localCache: int64(localCache), encoders: *encoders,
 		keyframe: *keyframe, allowOther: *allowOther, metricsAddr: *metricsAddr, background: *background,
 		logFile: *logFile, nonEmpty: *nonEmpty,
@@ -143,9 +149,9 @@ func serveMount(ctx context.Context, cfg *mountConfig, stdout, stderr io.Writer)
 		fsOpts = append(fsOpts, fusefs.WithAsyncCommit())
 	}
 	ready := readyNotifier() // started by mount.fuse.ckptfs or mount --background
-	mem := planMemory(cfg.cacheSize, cgroupFS{root: "/"}.memoryBudget(physicalMemory()))
+	mem := planMemory(cfg.cacheSize, cfg.nodeLimit, cgroupFS{root: "/"}.memoryBudget(physicalMemory()))
 	setMemoryLimit(mem.goLimit)
-	fsOpts = append(fsOpts, fusefs.WithWriteMemory(mem.write))
+	fsOpts = append(fsOpts, fusefs.WithWriteMemory(mem.write), fusefs.WithNodeLimit(mem.nodes))
 	cores := setProcs()
 
 	mnt, err := checkMountpoint(cfg.mnt, cfg.nonEmpty)

@@ -30,6 +30,20 @@ import (
 // (fusefs.WithWriteMemory) is a quarter of the budget too, at most
 // fusefs.DefaultWriteMemory: under 128 MiB one 24 MiB stream window, further
 // writers spool to disk instead of pushing the heap past the Go limit.
+//
+// The nodes the kernel may keep looked up (fusefs.WithNodeLimit; about 2 KiB
+// of RSS each) get a sixteenth of the budget, between
+// fusefs.DefaultNodeLimit and maxNodeLimit: 8,192 (16 MiB) under a 256 MiB
+// cgroup or less, 16,384 from 512 MiB up. More lets a walk over more files
+// than that go without looking the forgotten ones up again; the cap keeps
+// the daemon's memory independent of the number of files in the store
+// (16,384 nodes are about 32 MiB). --node-limit sets it (-1: never prune).
+
+// maxNodeLimit is the largest node limit taken from the memory budget.
+const maxNodeLimit = 2 * fusefs.DefaultNodeLimit
+
+// nodeBytes is about what a looked-up node costs the daemon (fusefs/nodes.go).
+const nodeBytes = 2 << 10
 
 // minCacheSize is the smallest default cache: a few chunks per reader.
 const minCacheSize = 16 << 20
@@ -177,14 +191,22 @@ func physicalMemory() int64 {
 type memoryPlan struct {
 	cache, goLimit int64
 	write          int64 // memory of streams (fusefs.WithWriteMemory)
+	nodes          int   // node limit (fusefs.WithNodeLimit)
 	budget         memBudget
 	fromBudget     bool // the cache size came from the budget, not --cache-size
 }
 
-// planMemory sizes the cache (unless the user gave one, cacheSize > 0) and
-// the Go memory limit from the budget.
-func planMemory(cacheSize int64, b memBudget) memoryPlan {
-	p := memoryPlan{cache: cacheSize, budget: b}
+// planMemory sizes the cache (unless the user gave one, cacheSize > 0), the
+// node limit (unless the user gave one, nodeLimit != 0) and the Go memory
+// limit from the budget.
+func planMemory(cacheSize int64, nodeLimit int, b memBudget) memoryPlan {
+	p := memoryPlan{cache: cacheSize, nodes: nodeLimit, budget: b}
+	if p.nodes == 0 {
+		p.nodes = fusefs.DefaultNodeLimit
+		if b.bytes > 0 {
+			p.nodes = int(min(max(b.bytes/16/nodeBytes, fusefs.DefaultNodeLimit), maxNodeLimit))
+		}
+	}
 	if p.cache <= 0 {
 		p.fromBudget = true
 		p.cache = cas.DefaultCacheSize
@@ -206,8 +228,8 @@ func (p memoryPlan) String() string {
 	if p.fromBudget {
 		how = "a quarter of the memory budget, at most " + fmtMiB(cas.DefaultCacheSize)
 	}
-	s := fmt.Sprintf("chunk cache %s (%s); memory budget %s (%s); Go memory limit %s; write memory %s",
-		fmtMiB(p.cache), how, fmtMiB(p.budget.bytes), p.budget.source, fmtMiB(p.goLimit), fmtMiB(p.write))
+	s := fmt.Sprintf("chunk cache %s (%s); memory budget %s (%s); Go memory limit %s; write memory %s; node limit %d",
+		fmtMiB(p.cache), how, fmtMiB(p.budget.bytes), p.budget.source, fmtMiB(p.goLimit), fmtMiB(p.write), p.nodes)
 	if !p.fromBudget && p.cache+memoryOverhead > p.goLimit {
 		s += fmt.Sprintf("; warning: the cache and the daemon's other %s do not fit the budget", fmtMiB(memoryOverhead))
 	}

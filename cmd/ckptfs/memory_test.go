@@ -91,19 +91,21 @@ func TestPlanMemory(t *testing.T) {
 		cacheFlag, budget    int64
 		wantCache, wantLimit int64
 		wantWrite            int64
+		nodeFlag, wantNodes  int
 	}{
-		{"128 MiB cgroup", 0, 128 << 20, 32 << 20, 96 << 20, 32 << 20},
-		{"tiny cgroup: the cache floor", 0, 32 << 20, minCacheSize, 24 << 20, 8 << 20},
-		{"big machine: the default cache", 0, 24 << 30, cas.DefaultCacheSize, cas.DefaultCacheSize + memoryOverhead, fusefs.DefaultWriteMemory},
-		{"flag wins over the budget", 64 << 20, 24 << 30, 64 << 20, 64<<20 + memoryOverhead, fusefs.DefaultWriteMemory},
-		{"flag under a cgroup: the Go limit stays inside it", 256 << 20, 128 << 20, 256 << 20, 96 << 20, 32 << 20},
+		{"128 MiB cgroup", 0, 128 << 20, 32 << 20, 96 << 20, 32 << 20, 0, fusefs.DefaultNodeLimit},
+		{"tiny cgroup: the cache floor", 0, 32 << 20, minCacheSize, 24 << 20, 8 << 20, 0, fusefs.DefaultNodeLimit},
+		{"1 GiB cgroup: more nodes", 0, 1 << 30, cas.DefaultCacheSize, cas.DefaultCacheSize + memoryOverhead, fusefs.DefaultWriteMemory, 0, maxNodeLimit},
+		{"big machine: the default cache, the node cap", 0, 24 << 30, cas.DefaultCacheSize, cas.DefaultCacheSize + memoryOverhead, fusefs.DefaultWriteMemory, 0, maxNodeLimit},
+		{"flag wins over the budget", 64 << 20, 24 << 30, 64 << 20, 64<<20 + memoryOverhead, fusefs.DefaultWriteMemory, 50000, 50000},
+		{"flag under a cgroup: the Go limit stays inside it", 256 << 20, 128 << 20, 256 << 20, 96 << 20, 32 << 20, -1, -1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := planMemory(tt.cacheFlag, memBudget{tt.budget, "test"})
-			if p.cache != tt.wantCache || p.goLimit != tt.wantLimit || p.write != tt.wantWrite {
-				t.Fatalf("cache %d, Go limit %d, write memory %d; want %d, %d, %d",
-					p.cache, p.goLimit, p.write, tt.wantCache, tt.wantLimit, tt.wantWrite)
+			p := planMemory(tt.cacheFlag, tt.nodeFlag, memBudget{tt.budget, "test"})
+			if p.cache != tt.wantCache || p.goLimit != tt.wantLimit || p.write != tt.wantWrite || p.nodes != tt.wantNodes {
+				t.Fatalf("cache %d, Go limit %d, write memory %d, nodes %d; want %d, %d, %d, %d",
+					p.cache, p.goLimit, p.write, p.nodes, tt.wantCache, tt.wantLimit, tt.wantWrite, tt.wantNodes)
 			}
 		})
 	}
