@@ -287,8 +287,10 @@ func TestRemoteRandomFaults(t *testing.T) {
 				}
 				// A collection also stops, deleting no more, when its lease
 				// or a request's deadline runs out (a loaded machine, a
-				// short test lease): the next one goes on.
-				stopped := collectionStopped(out)
+				// short test lease): the next one goes on. Under load the
+				// collector's own session can be fenced (its renewals late
+				// for a whole 3 s lease): it rejoins, and the next goes on.
+				stopped := collectionStopped(out) || strings.Contains(out, "lost the remote")
 				if try == 10 || !strings.Contains(out, "may still publish") && !stopped {
 					t.Fatalf("%s: gc with every other writer unmounted, %d leases on: exit %d: %s", w.name, try, code, out)
 				}
