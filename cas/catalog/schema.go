@@ -112,5 +112,6 @@ var (
 	keyCommitGen      = []byte("commit_gen")
 	keyUploadedGen    = []byte("remote_uploaded_gen")
 	keyRemoteBase     = []byte("remote_base")
+	keyRemotePending  = []byte("remote_pending")
 	bucketRemoteChunk = []byte("remote_chunks")
 )

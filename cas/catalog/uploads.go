@@ -1,6 +1,9 @@
 package catalog
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"strings"
+)
 
 // Uploads writes and reads the rows of the remote tier (cas/remote):
 // the commit generation (counted by every commit), the generation uploaded
@@ -92,4 +95,22 @@ func (u Uploads) SetBase(name string, mirror bool) error {
 		flag = 'm'
 	}
 	return u.t.b(bucketMeta).Put(keyRemoteBase, append([]byte{flag}, name...))
+}
+
+// Pending returns the snapshot a round is publishing, or published without
+// learning so (its log entry's answer lost), and the session publishing it:
+// "" when every round that put an entry also confirmed it (SetBase).
+func (u Uploads) Pending() (snapshot, session string) {
+	v := u.t.b(bucketMeta).Get(keyRemotePending)
+	snapshot, session, _ = strings.Cut(string(v), "\x00")
+	return snapshot, session
+}
+
+// SetPending records that session is about to publish snapshot (before the
+// log entry naming it is put); an empty snapshot clears the record.
+func (u Uploads) SetPending(snapshot, session string) error {
+	if snapshot == "" {
+		return u.t.b(bucketMeta).Delete(keyRemotePending)
+	}
+	return u.t.b(bucketMeta).Put(keyRemotePending, []byte(snapshot+"\x00"+session))
 }

@@ -106,10 +106,15 @@
 //     is this store's own change when its local version differs from the
 //     state the store last agreed with (mine), from the merged state, and
 //     from the local version a round could not replace (a file open here);
-//     mine first takes the versions the merge holds that this session
+//     mine first takes the versions the merge holds that this store
 //     published itself (a round whose entry was put but whose answer was
-//     lost left them out of mine), so a change is always stamped after the
-//     version the store had, and a removal after a lost answer is seen.
+//     lost left them out of mine): this session's, and those of the
+//     store's pending snapshot, which a round records in the catalog
+//     before it puts an entry and clears once a round has merged the world
+//     (so a session fenced, or a daemon killed, after a lost answer leaves
+//     the next session of the store the record). Invariant: a change is
+//     always stamped after the version the store had, and a removal after
+//     a lost answer is seen as one.
 //     next = merge(read, mine, own changes). If there are own changes: put
 //     every chunk of their files not recorded as uploaded (put-if-absent;
 //     a delta after its base, see below), then next as a snapshot, then a "state" entry naming it at the

@@ -549,6 +549,57 @@ func TestRenameAfterLostAnswer(t *testing.T) {
 	}
 }
 
+// TestRemovalAfterLostAnswerAndRejoin: a round publishes f but its answer
+// is lost; f is removed here; the session ends (fenced, or the daemon
+// killed) before a round succeeds, and a new session of the same store
+// joins. Its base (the last snapshot a round confirmed) lacks f, the
+// bucket has f from the old session: the removal is a change of a version
+// the store had, so the new session publishes it, and f must not come
+// back (before, the join saw no change of its own and applied f again).
+func TestRemovalAfterLostAnswerAndRejoin(t *testing.T) {
+	ctx := context.Background()
+	remote := &flakyRemote{Backend: mem.New(backend.Properties{DurableOnPut: true})}
+	s, r := testStore(t, remote)
+	sa := join(t, s, r)
+	commitNamed(t, s, "keep", pseudoRandom(1000, 70))
+	if err := r.UploadRound(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	commitNamed(t, s, "f", pseudoRandom(1000, 71))
+	remote.loseLogs.Store(1)
+	if err := r.UploadRound(ctx, false); !errors.Is(err, errDown) {
+		t.Fatalf("a round whose log answer was lost: %v", err)
+	}
+	if _, ok := readPublished(t, remote)["f"]; !ok {
+		t.Fatal("the lost answer's entry did not publish f")
+	}
+	if err := s.Update(func(tx *cas.Tx) error { // rm f
+		ino, _ := tx.Lookup(cas.RootIno, "f")
+		if err := tx.Unlink(cas.RootIno, "f"); err != nil {
+			return err
+		}
+		if err := tx.DeleteNode(ino); err != nil {
+			return err
+		}
+		return tx.Uploads().CountCommit()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	sa.Close(ctx)
+	join(t, s, r) // a new session, its first round
+	if _, ok := readPublished(t, remote)["f"]; ok {
+		t.Error("f is published again after its removal")
+	}
+	if err := s.View(func(tx *cas.Tx) error {
+		if _, ok := tx.Lookup(cas.RootIno, "f"); ok {
+			return errors.New("f is back in the store after the join")
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
+	}
+}
+
 // TestRemoteSnapshotKeepsHoles: a sparse file's holes reach a fresh store
 // through the bucket's snapshot: same size, same holes, and only its data
 // chunks uploaded.

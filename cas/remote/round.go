@@ -184,7 +184,9 @@ func (r *Tier) round(ctx context.Context, sess *Session, force bool) error {
 		return err
 	}
 	me := sess.ID()
-	r.foldPublished(w.state, me)
+	if err := r.foldPublished(ctx, w.state, me); err != nil {
+		return err
+	}
 	own := r.ownChanges(local, w.state, me)
 	next := w.state.clone()
 	next.merge(r.mine)
@@ -217,6 +219,9 @@ func (r *Tier) round(ctx context.Context, sess *Session, force bool) error {
 		}
 	}
 	err = r.store.Update(func(tx *cas.Tx) error {
+		if err := tx.Uploads().SetPending("", ""); err != nil { // mine holds the world now
+			return err
+		}
 		if err := tx.Uploads().SetUploaded(gen); err != nil || name == "" {
 			return err
 		}
@@ -281,22 +286,54 @@ func (r *Tier) fencedErr(sess *Session, err error) error {
 	return err
 }
 
-// foldPublished takes into mine the versions world holds that session me
+// foldPublished takes into mine the versions world holds that this store
 // published itself: the store had each of them, but mine lacks those of a
 // round whose answer was lost (its entry was put, the round failed). Without
 // them a later change to such a path would be stamped as a change of an
 // older version (a rename's ctime is its file's) and lose to the store's
 // own earlier one, and a removal would not be seen as a change at all: the
-// next apply would bring the old version back.
-func (r *Tier) foldPublished(world state, me string) {
-	for p, e := range world {
-		if m, ok := r.mine[p]; e.Origin == me && (!ok || m.Stamp.Less(e.Stamp)) {
+// next apply would bring the old version back. They are the world's
+// versions of session me, and those of the store's pending snapshot (the
+// last one a round put an entry for without confirming it, recorded
+// before the put: catalog Uploads.Pending) that the world holds as they are
+// there, whichever session published it, this one or one before it (a
+// session fenced, a daemon killed, before its next round). Never every
+// version of an earlier session of this store: a copy of the store shares
+// that session's name but not what it published after the copy.
+func (r *Tier) foldPublished(ctx context.Context, world state, me string) error {
+	take := func(p string, e entry) {
+		if m, ok := r.mine[p]; !ok || m.Stamp.Less(e.Stamp) {
 			if r.mine == nil {
 				r.mine = state{}
 			}
 			r.mine[p] = e
 		}
 	}
+	for p, e := range world {
+		if e.Origin == me {
+			take(p, e)
+		}
+	}
+	var name, session string
+	if err := r.store.View(func(tx *cas.Tx) error {
+		name, session = tx.Uploads().Pending()
+		return nil
+	}); err != nil || name == "" {
+		return err
+	}
+	st, err := r.snapshotState(ctx, name)
+	if errors.Is(err, backend.ErrNotExist) {
+		return nil // never put: nothing of it was published
+	}
+	if err != nil {
+		return fmt.Errorf("read the snapshot this store last published unconfirmed: %w", err)
+	}
+	for p, e := range st {
+		if w, ok := world[p]; ok && e.Origin == session && w.Origin == session && w.Stamp == e.Stamp {
+			take(p, w)
+		}
+	}
+	return nil
 }
 
 // ownChanges returns the store's changes since mine, each stamped: a path
@@ -379,6 +416,12 @@ func (r *Tier) publishOwn(ctx context.Context, sess *Session, own, next state, g
 	}
 	name, err := r.putSnapshot(ctx, next, sess.ID(), gen)
 	if err != nil {
+		return "", err
+	}
+	// Recorded before the entry is put: if its answer is lost, the next
+	// round (of this session or, after a fence or a crash, of the next)
+	// knows what the store may have published (foldPublished).
+	if err := r.store.Update(func(tx *cas.Tx) error { return tx.Uploads().SetPending(name, sess.ID()) }); err != nil {
 		return "", err
 	}
 	if err := sess.appendEntry(ctx, logEntry{Kind: kindState, Snapshot: name, Gen: gen}); err != nil {
