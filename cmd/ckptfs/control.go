@@ -38,7 +38,7 @@ const socketName = "daemon.sock"
 const progressEvery = 100 * time.Millisecond
 
 type controlRequest struct {
-	Op       string        `json:"op"` // "gc", "fsck", "du", "earliest" or "sync"
+	Op       string        `json:"op"` // "gc", "fsck", "du", "earliest", "tree" or "sync"
 	Grace    time.Duration `json:"grace"`
 	DryRun   bool          `json:"dry_run"`
 	ReadData bool          `json:"read_data"`
@@ -48,6 +48,14 @@ type controlRequest struct {
 	// Chunks are the chunk IDs "earliest" asks about: for each, the
 	// earliest ctime (ns) of a file outside Groups[0] that uses it.
 	Chunks []string `json:"chunks,omitempty"`
+	// Dirs are the directories "tree" lists (inode numbers), Depth
+	// levels down (0: all); with WantChunks each file's chunks and tensors,
+	// and the content of the files of the first level named in Content
+	// (runtree.go).
+	Dirs       []uint64 `json:"dirs,omitempty"`
+	Depth      int      `json:"depth,omitempty"`
+	WantChunks bool     `json:"want_chunks,omitempty"`
+	Content    []string `json:"content,omitempty"`
 }
 
 type controlReply struct {
@@ -117,6 +125,10 @@ func handleControl(ctx context.Context, conn net.Conn, store *cas.Store, fsys *f
 	case "earliest":
 		var r map[string]int64
 		r, err = earliestUse(store, req.Groups, req.Chunks)
+		result = r
+	case "tree":
+		var r treeResult
+		r, err = answerTree(ctx, store, fsys.UncommittedFiles(), req)
 		result = r
 	case "sync":
 		var r syncResult

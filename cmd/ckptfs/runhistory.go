@@ -61,16 +61,27 @@ func listSteps(runDir string) (steps []stepDir, skipped []string, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	var dirs []string
 	for _, e := range ents {
-		if !e.IsDir() {
-			continue
+		if e.IsDir() {
+			dirs = append(dirs, e.Name())
 		}
-		n, err := strconv.ParseInt(trailingNumber.FindString(e.Name()), 10, 64)
+	}
+	steps, skipped = classifySteps(abs, dirs)
+	return steps, skipped, nil
+}
+
+// classifySteps sorts the child directories of run directory abs (names in
+// name order) into steps, in step order, and the names without a step
+// number.
+func classifySteps(abs string, dirs []string) (steps []stepDir, skipped []string) {
+	for _, name := range dirs {
+		n, err := strconv.ParseInt(trailingNumber.FindString(name), 10, 64)
 		if err != nil { // no trailing digits, or too many
-			skipped = append(skipped, e.Name())
+			skipped = append(skipped, name)
 			continue
 		}
-		steps = append(steps, stepDir{Step: n, Name: e.Name(), Path: filepath.Join(abs, e.Name())})
+		steps = append(steps, stepDir{Step: n, Name: name, Path: filepath.Join(abs, name)})
 	}
 	sort.Slice(steps, func(i, j int) bool {
 		if steps[i].Step != steps[j].Step {
@@ -78,7 +89,7 @@ func listSteps(runDir string) (steps []stepDir, skipped []string, err error) {
 		}
 		return steps[i].Name < steps[j].Name
 	})
-	return steps, skipped, nil
+	return steps, skipped
 }
 
 // stepRow is what log prints for one step.
@@ -127,7 +138,23 @@ func loadSteps(ctx context.Context, cmd, runDir string, stderr io.Writer) (*runH
 }
 
 // loadHistory reads every step of runDir: files, chunks, tensors, metrics.
+// In a mount whose daemon answers the tree op, a few requests to it do
+// (runbatch.go); elsewhere, step by step through the file system.
 func loadHistory(ctx context.Context, runDir string) (*runHistory, error) {
+	if rm, ok := openRunMount(ctx, runDir); ok {
+		h, rows, ok, err := rm.loadHistory(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return finishHistory(ctx, h, rows)
+		}
+	}
+	return loadHistoryWalk(ctx, runDir)
+}
+
+// loadHistoryWalk is loadHistory step by step through the file system.
+func loadHistoryWalk(ctx context.Context, runDir string) (*runHistory, error) {
 	steps, skipped, err := listSteps(runDir)
 	if err != nil {
 		return nil, err
@@ -146,10 +173,16 @@ func loadHistory(ctx context.Context, runDir string) (*runHistory, error) {
 		h.Warnings = append(h.Warnings, warns...)
 		rows = append(rows, row)
 	}
+	return finishHistory(ctx, h, rows)
+}
+
+// finishHistory adds rows, the loaded steps in order, to h: what each step
+// changed and added to the store.
+func finishHistory(ctx context.Context, h *runHistory, rows []loadedStep) (*runHistory, error) {
 	// In a mount, a chunk that a file outside the run committed before the
 	// step is not new to the store either: a copy of another run adds
 	// nothing. The daemon knows every file's chunks and commit time.
-	earlier, err := earliestOutside(ctx, abs, rows)
+	earlier, err := earliestOutside(ctx, h.RunDir, rows)
 	if err != nil {
 		return nil, err
 	}
@@ -223,11 +256,15 @@ type loadedStep struct {
 // spreads over the cores itself.
 const viewWorkers = 4
 
-func loadStep(ctx context.Context, sd stepDir) (loadedStep, []string, error) {
-	row := loadedStep{
+func newLoadedStep(sd stepDir) loadedStep {
+	return loadedStep{
 		stepRow: stepRow{Step: sd.Step, Name: sd.Name, Path: sd.Path, tensors: map[string]string{}},
 		chunks:  map[string]uint32{},
 	}
+}
+
+func loadStep(ctx context.Context, sd stepDir) (loadedStep, []string, error) {
+	row := newLoadedStep(sd)
 	var warns []string
 	m, mw, err := readStepMetrics(sd)
 	if err != nil {
@@ -270,6 +307,13 @@ func loadStep(ctx context.Context, sd stepDir) (loadedStep, []string, error) {
 	if err := g.Wait(); err != nil {
 		return row, nil, err
 	}
+	row.addFiles(sd, views, sizes)
+	return row, warns, nil
+}
+
+// addFiles counts the step's files: views[i] (nil for a file with no
+// committed content yet) of sizes[i] bytes.
+func (row *loadedStep) addFiles(sd stepDir, views []*fileView, sizes []int64) {
 	// Tensor names may repeat across a step's files (a model and an optimizer
 	// file); such a name's key combines every file's hash.
 	perName := map[string][]string{}
@@ -304,7 +348,6 @@ func loadStep(ctx context.Context, sd stepDir) (loadedStep, []string, error) {
 		row.tensors[name] = tensorKey(keys)
 	}
 	row.Tensors = len(row.tensors)
-	return row, warns, nil
 }
 
 // tensorKey is a tensor name's content key in a step: its hash when one file
