@@ -8,9 +8,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"text/tabwriter"
 
+	"github.com/ckptfs/ckptfs/cas"
 	"github.com/ckptfs/ckptfs/gc"
 )
 
@@ -26,6 +28,7 @@ func runDu(ctx context.Context, c command, args []string, stdout, stderr io.Writ
 	}
 	var root string
 	var rootDev uint64
+	dirs := make([]uint64, len(paths)) // directories the daemon expands
 	groups := make([][]uint64, len(paths))
 	for i, p := range paths {
 		r, dev, err := mountRootFor(p)
@@ -37,6 +40,11 @@ func runDu(ctx context.Context, c command, args []string, stdout, stderr io.Writ
 		} else if r != root {
 			return fmt.Errorf("%s and %s are in different mounts (%s, %s): run du once per mount", paths[0], p, root, r)
 		}
+		var st syscall.Stat_t
+		if err := syscall.Lstat(p, &st); err == nil && st.Mode&syscall.S_IFMT == syscall.S_IFDIR && st.Dev == rootDev {
+			dirs[i] = catalogIno(p, root, st.Ino)
+			continue
+		}
 		if groups[i], err = inodesUnder(p, root, rootDev); err != nil {
 			return err
 		}
@@ -45,12 +53,30 @@ func runDu(ctx context.Context, c command, args []string, stdout, stderr io.Writ
 	if err != nil {
 		return err
 	}
-	var res duResult
-	if err := callDaemon(ctx, t.socket, controlRequest{Op: "du", Groups: groups}, func(gc.Progress) {}, &res); err != nil {
+	// The daemon finds a directory's files in the catalog: a walk through
+	// the mount costs FUSE requests per directory and file (a run of 10⁴
+	// steps: seconds). A daemon that does not know GroupDirs ignores them:
+	// then walk.
+	req := controlRequest{Op: "du", Groups: groups}
+	if slices.ContainsFunc(dirs, func(d uint64) bool { return d != 0 }) {
+		req.GroupDirs = dirs
+	}
+	res, err := duAsk(ctx, t.socket, req, len(paths))
+	if err != nil {
 		return err
 	}
-	if len(res.Groups) != len(paths) {
-		return fmt.Errorf("the daemon answered %d groups for %d paths", len(res.Groups), len(paths))
+	if req.GroupDirs != nil && !res.DirsExpanded {
+		for i, p := range paths {
+			if dirs[i] == 0 {
+				continue
+			}
+			if groups[i], err = inodesUnder(p, root, rootDev); err != nil {
+				return err
+			}
+		}
+		if res, err = duAsk(ctx, t.socket, controlRequest{Op: "du", Groups: groups}, len(paths)); err != nil {
+			return err
+		}
 	}
 	type pathUsage struct {
 		Path string `json:"path"`
@@ -100,6 +126,27 @@ func runDu(ctx context.Context, c command, args []string, stdout, stderr io.Writ
 		kept(res.Total, "total")
 	}
 	return nil
+}
+
+// catalogIno is the catalog's inode number of p in the mount at root, whose
+// stat said ino: the same but for the root, which the kernel numbers itself.
+func catalogIno(p, root string, ino uint64) uint64 {
+	if abs, err := filepath.Abs(p); err == nil && abs == root {
+		return cas.RootIno
+	}
+	return ino
+}
+
+// duAsk sends a du request for n paths.
+func duAsk(ctx context.Context, socket string, req controlRequest, n int) (duResult, error) {
+	var res duResult
+	if err := callDaemon(ctx, socket, req, func(gc.Progress) {}, &res); err != nil {
+		return res, err
+	}
+	if len(res.Groups) != n {
+		return res, fmt.Errorf("the daemon answered %d groups for %d paths", len(res.Groups), n)
+	}
+	return res, nil
 }
 
 // mountRootFor returns the root of the ckptfs mount holding p (p itself, or

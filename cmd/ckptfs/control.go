@@ -45,6 +45,11 @@ type controlRequest struct {
 	// Groups are du's sets of files, by inode number (what stat says in the
 	// mount); the result is a duResult.
 	Groups [][]uint64 `json:"groups,omitempty"`
+	// GroupDirs, for du: where GroupDirs[i] is not 0, group i is (also)
+	// every regular file below that directory, which the daemon finds in
+	// the catalog; its result says so (duResult.DirsExpanded), an older
+	// daemon's does not.
+	GroupDirs []uint64 `json:"group_dirs,omitempty"`
 	// Chunks are the chunk IDs "earliest" asks about: for each, the
 	// earliest ctime (ns) of a file outside Groups[0] that uses it.
 	Chunks []string `json:"chunks,omitempty"`
@@ -136,7 +141,12 @@ func handleControl(ctx context.Context, conn net.Conn, store *cas.Store, fsys *f
 		result = r
 	case "du":
 		var r duResult
-		r, err = diskUsage(store, fsys.LiveManifests(), req.Groups)
+		groups := req.Groups
+		if groups, err = expandGroups(store, groups, req.GroupDirs); err != nil {
+			break
+		}
+		r, err = diskUsage(store, fsys.LiveManifests(), groups)
+		r.DirsExpanded = len(req.GroupDirs) > 0
 		result = r
 	default:
 		err = fmt.Errorf("unknown operation %q", req.Op)

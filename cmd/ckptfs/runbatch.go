@@ -56,7 +56,7 @@ func openRunMount(ctx context.Context, runDir string) (*mountedRun, bool) {
 	if err != nil || t.socket == "" {
 		return nil, false
 	}
-	return &mountedRun{abs: abs, ino: st.Ino, socket: t.socket}, true
+	return &mountedRun{abs: abs, ino: catalogIno(abs, root, st.Ino), socket: t.socket}, true
 }
 
 // tree asks the daemon; ok is false when it does not know the op.
