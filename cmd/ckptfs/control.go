@@ -156,12 +156,14 @@ func handleControl(ctx context.Context, conn net.Conn, store *cas.Store, fsys *f
 		enc.Encode(controlReply{Error: err.Error()})
 		return
 	}
-	b, err := json.Marshal(result)
-	if err != nil {
+	// Encoded in place, not through controlReply's RawMessage, which would
+	// scan the answer (megabytes for a run's tree) once more. Encode writes
+	// nothing when it fails.
+	if err := enc.Encode(struct {
+		Result any `json:"result"`
+	}{result}); err != nil {
 		enc.Encode(controlReply{Error: err.Error()})
-		return
 	}
-	enc.Encode(controlReply{Result: b})
 }
 
 // throttle passes on to send the first and the last progress of each phase,
@@ -326,7 +328,15 @@ func callDaemon(ctx context.Context, socket string, req controlRequest, onProgre
 	werr := json.NewEncoder(conn).Encode(req)
 	dec := json.NewDecoder(conn)
 	for {
-		var rep controlReply
+		// The result is decoded into out in place (a non-nil pointer in an
+		// interface), not kept as a RawMessage and decoded again: a run's
+		// tree is megabytes.
+		var rep struct {
+			Progress *gc.Progress `json:"progress,omitempty"`
+			Result   any          `json:"result,omitempty"`
+			Error    string       `json:"error,omitempty"`
+		}
+		rep.Result = out
 		if err := dec.Decode(&rep); err != nil {
 			if werr != nil {
 				return fmt.Errorf("send to the daemon: %w", werr)
@@ -342,7 +352,7 @@ func callDaemon(ctx context.Context, socket string, req controlRequest, onProgre
 		case rep.Error != "":
 			return errors.New(rep.Error)
 		default:
-			return json.Unmarshal(rep.Result, out)
+			return nil
 		}
 	}
 }
