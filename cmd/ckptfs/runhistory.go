@@ -287,13 +287,14 @@ func loadStep(ctx context.Context, sd stepDir) (loadedStep, []string, error) {
 		return row, nil, err
 	}
 	views := make([]*fileView, len(files))
+	roots := newMountRoots()
 	sizes := make([]int64, len(files))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(viewWorkers)
 	var mu sync.Mutex
 	for i, p := range files {
 		g.Go(func() error {
-			v, size, err := loadStepFile(gctx, p)
+			v, size, err := loadStepFile(gctx, p, roots)
 			if errors.Is(err, errNoManifest) {
 				mu.Lock()
 				warns = append(warns, fmt.Sprintf("%s: no committed content yet (being written?); counted without its chunks", p))
@@ -382,7 +383,7 @@ var errNoManifest = errors.New("no committed content")
 
 // loadStepFile loads one file's view; an empty file needs none. A file in a
 // mount with no committed manifest yet gives errNoManifest and its size.
-func loadStepFile(ctx context.Context, p string) (*fileView, int64, error) {
+func loadStepFile(ctx context.Context, p string, roots *mountRoots) (*fileView, int64, error) {
 	var st syscall.Stat_t
 	if err := syscall.Stat(p, &st); err != nil {
 		return nil, 0, fmt.Errorf("%s: %w", p, err)
@@ -391,13 +392,13 @@ func loadStepFile(ctx context.Context, p string) (*fileView, int64, error) {
 	if st.Size == 0 {
 		return &fileView{Path: p, Ctime: ctime}, 0, nil
 	}
-	if root, ok := mountRootOf(p, st.Dev); ok {
+	if root, ok := roots.of(p, st.Dev); ok {
 		_, err := os.Stat(filepath.Join(root, ".ckptfs", "manifests", strconv.FormatUint(st.Ino, 10)))
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, st.Size, errNoManifest
 		}
 	}
-	v, err := loadFileView(ctx, p)
+	v, err := loadFileViewIn(ctx, p, roots)
 	if err != nil {
 		return nil, 0, err
 	}
