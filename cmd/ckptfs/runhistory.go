@@ -14,6 +14,16 @@ package main
 // followed). In a mount their chunks and tensor index come from the
 // manifests (no data is read); elsewhere the files are chunked as a commit
 // would (fileview.go), so the numbers say what storing them would cost.
+//
+// In a mount, log, best and report ask the daemon (the control op "tree",
+// runtree.go and runbatch.go) for the run's steps, 256 at a time, each batch
+// one catalog read: every file's figures and each step's metrics files,
+// with no FUSE request per file. Cost at 10⁴ tiny steps, this 2-core
+// machine loaded: about 0.3 s of client CPU and 0.2 s of the daemon's for
+// log (14-22 s, 1.5-2.3 ms a step, by the walk); du asks the daemon to
+// find a directory's files in the catalog (GroupDirs). The walk through the
+// mount below is the path for a daemon that does not know the op, and the
+// reference the tree's answers are tested against (runbatch_test.go).
 
 import (
 	"context"
