@@ -16,9 +16,10 @@ import (
 	"github.com/ckptfs/ckptfs/gc"
 )
 
-// du walks each PATH in the mount for its files' inode numbers and asks the
-// daemon, which has every manifest, what they cost and what deleting them
-// would free (du.go).
+// du asks the daemon, which has every manifest, what the files of each PATH
+// in the mount cost and what deleting them would free (du.go): the daemon
+// finds a directory's files in the catalog; a file's inode number, or those
+// of a directory when the daemon is older, come from a walk of the mount.
 func runDu(ctx context.Context, c command, args []string, stdout, stderr io.Writer) error {
 	fl := newFlags(c, stderr)
 	asJSON := fl.Bool("json", false, "print JSON")
@@ -26,28 +27,9 @@ func runDu(ctx context.Context, c command, args []string, stdout, stderr io.Writ
 	if err != nil {
 		return err
 	}
-	var root string
-	var rootDev uint64
-	dirs := make([]uint64, len(paths)) // directories the daemon expands
-	groups := make([][]uint64, len(paths))
-	for i, p := range paths {
-		r, dev, err := mountRootFor(p)
-		if err != nil {
-			return err
-		}
-		if root == "" {
-			root, rootDev = r, dev
-		} else if r != root {
-			return fmt.Errorf("%s and %s are in different mounts (%s, %s): run du once per mount", paths[0], p, root, r)
-		}
-		var st syscall.Stat_t
-		if err := syscall.Lstat(p, &st); err == nil && st.Mode&syscall.S_IFMT == syscall.S_IFDIR && st.Dev == rootDev {
-			dirs[i] = catalogIno(p, root, st.Ino)
-			continue
-		}
-		if groups[i], err = inodesUnder(p, root, rootDev); err != nil {
-			return err
-		}
+	root, rootDev, groups, dirs, err := duPaths(paths)
+	if err != nil {
+		return err
 	}
 	t, err := resolveTarget(root)
 	if err != nil {
@@ -135,6 +117,35 @@ func catalogIno(p, root string, ino uint64) uint64 {
 		return cas.RootIno
 	}
 	return ino
+}
+
+// duPaths finds the mount of paths (one for all) and, for each, its
+// directory's catalog inode number for the daemon to expand, or else (a file,
+// or a directory of another file system mounted inside) the inode numbers
+// of its files.
+func duPaths(paths []string) (root string, rootDev uint64, groups [][]uint64, dirs []uint64, err error) {
+	dirs = make([]uint64, len(paths))
+	groups = make([][]uint64, len(paths))
+	for i, p := range paths {
+		r, dev, err := mountRootFor(p)
+		if err != nil {
+			return "", 0, nil, nil, err
+		}
+		if root == "" {
+			root, rootDev = r, dev
+		} else if r != root {
+			return "", 0, nil, nil, fmt.Errorf("%s and %s are in different mounts (%s, %s): run du once per mount", paths[0], p, root, r)
+		}
+		var st syscall.Stat_t
+		if err := syscall.Lstat(p, &st); err == nil && st.Mode&syscall.S_IFMT == syscall.S_IFDIR && st.Dev == rootDev {
+			dirs[i] = catalogIno(p, root, st.Ino)
+			continue
+		}
+		if groups[i], err = inodesUnder(p, root, rootDev); err != nil {
+			return "", 0, nil, nil, err
+		}
+	}
+	return root, rootDev, groups, dirs, nil
 }
 
 // duAsk sends a du request for n paths.
