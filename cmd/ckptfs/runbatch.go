@@ -25,10 +25,24 @@ import (
 	"github.com/ckptfs/ckptfs/gc"
 )
 
-// treeBatch is how many step directories one tree request asks for: it
-// bounds the daemon's answer (and its catalog transaction) for steps of
-// many files and chunks.
-const treeBatch = 256
+// A tree request asks for a batch of step directories, sized so that its
+// answer holds about treeItems files, chunks and tensors (a few MB of
+// JSON): the first asks for treeFirst steps, each next one for as many as
+// the last answer's items per step fit, between treeMin and treeMax. Tiny
+// steps go 1,024 at a time; steps of 10⁴ chunks each, one by one, so that
+// neither the daemon nor the client holds more than one bounded answer.
+const (
+	treeItems = 1 << 17
+	treeFirst = 16
+	treeMin   = 1
+	treeMax   = 1024
+)
+
+// nextTreeBatch sizes the batch after an answer of items for steps steps.
+func nextTreeBatch(items, steps int) int {
+	perStep := max(1, (items+steps-1)/steps)
+	return max(treeMin, min(treeMax, treeItems/perStep))
+}
 
 // mountedRun is a run directory in a mount.
 type mountedRun struct {
@@ -107,9 +121,9 @@ func (rm *mountedRun) forEachStep(ctx context.Context, steps []stepDir, inos []u
 	if !withChunks {
 		req.Depth = 1
 	}
-	for lo := 0; lo < len(steps); lo += treeBatch {
-		hi := min(lo+treeBatch, len(steps))
-		req.Dirs = inos[lo:hi]
+	batch := treeFirst
+	for lo := 0; lo < len(steps); lo += len(req.Dirs) {
+		req.Dirs = inos[lo:min(lo+batch, len(steps))]
 		res, ok, err := rm.tree(ctx, req)
 		if err == nil && !ok && lo > 0 { // fn had steps: no walk after it
 			err = fmt.Errorf("ask the daemon for %s: it no longer answers tree requests", rm.abs)
@@ -117,14 +131,19 @@ func (rm *mountedRun) forEachStep(ctx context.Context, steps []stepDir, inos []u
 		if err != nil || !ok {
 			return false, err
 		}
+		items := 0
 		for i, d := range res.Dirs {
 			if !d.Found { // removed since the listing: as the walk would fail
 				return false, fmt.Errorf("%s: %w", steps[lo+i].Path, fs.ErrNotExist)
+			}
+			for _, e := range d.Entries {
+				items += 1 + len(e.Chunks) + len(e.Tensors)
 			}
 			if err := fn(steps[lo+i], d); err != nil {
 				return false, err
 			}
 		}
+		batch = nextTreeBatch(items, len(res.Dirs))
 	}
 	return true, nil
 }

@@ -332,3 +332,23 @@ func firstDiff(a, b string) string {
 	lo := max(0, i-300)
 	return fmt.Sprintf("walk:   …%s…\ndaemon: …%s…", a[lo:min(len(a), i+300)], b[lo:min(len(b), i+300)])
 }
+
+// TestNextTreeBatch: tree requests hold about treeItems items, whatever the
+// steps' size, between treeMin and treeMax steps.
+func TestNextTreeBatch(t *testing.T) {
+	for _, c := range []struct {
+		name         string
+		items, steps int
+		want         int
+	}{
+		{"tiny steps", 6 * 16, 16, treeMax},
+		{"empty answer", 0, 16, treeMax},
+		{"10⁴ chunks a step", 10_001 * 16, 16, treeItems / 10_001},
+		{"10⁶ chunks a step", 1_000_001, 1, treeMin},
+		{"per step rounded up", 257, 2, treeItems / 129},
+	} {
+		if got := nextTreeBatch(c.items, c.steps); got != c.want {
+			t.Errorf("%s: nextTreeBatch(%d, %d) = %d, want %d", c.name, c.items, c.steps, got, c.want)
+		}
+	}
+}

@@ -16,8 +16,8 @@ package main
 // would (fileview.go), so the numbers say what storing them would cost.
 //
 // In a mount, log, best and report ask the daemon (the control op "tree",
-// runtree.go and runbatch.go) for the run's steps, 256 at a time, each batch
-// one catalog read: every file's figures and each step's metrics files,
+// runtree.go and runbatch.go) for the run's steps, up to 1,024 at a time
+// (fewer for steps of many chunks), each batch one catalog read: every file's figures and each step's metrics files,
 // with no FUSE request per file. Cost at 10⁴ tiny steps, this 2-core
 // machine loaded: about 0.3 s of client CPU and 0.2 s of the daemon's for
 // log (14-22 s, 1.5-2.3 ms a step, by the walk); du asks the daemon to
