@@ -15,7 +15,9 @@
 // list of the nodes the kernel knows and the set of the files pinned in
 // memory, which prune.go and pins.go keep; prefetch.go read ahead; bases.go
 // delta hints; background.go re-encoding; ctl.go and manifests.go the .ckptfs
-// directory; mount.go the mount; remote.go imports from a remote tier.
+// directory; uncommitted.go the files not committed yet, for callers that
+// read the namespace from the catalog (the CLI's run history); mount.go the
+// mount; remote.go imports from a remote tier.
 // internal/lockorder checks the lock order below.
 //
 // # Namespace

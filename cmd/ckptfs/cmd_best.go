@@ -27,24 +27,10 @@ func runBest(ctx context.Context, c command, args []string, stdout, stderr io.Wr
 		fl.Usage()
 		return errUsage
 	}
-	steps, skipped, err := listSteps(pos[0])
-	if err != nil {
-		return err
-	}
-	if len(steps) == 0 {
-		return errNoSteps(pos[0], skipped)
-	}
 	var best *stepDir
 	var bestValue float64
 	have := map[string]bool{}
-	for i, sd := range steps {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		m, warns, err := readStepMetrics(sd)
-		if err != nil {
-			return err
-		}
+	n, skipped, err := forEachStepMetrics(ctx, pos[0], func(sd stepDir, m map[string]float64, warns []string) error {
 		for _, w := range warns {
 			fmt.Fprintf(stderr, "ckptfs best: warning: %s\n", w)
 		}
@@ -53,12 +39,19 @@ func runBest(ctx context.Context, c command, args []string, stdout, stderr io.Wr
 		}
 		v, ok := m[*metric]
 		if !ok || math.IsNaN(v) {
-			continue
+			return nil
 		}
 		// Ties go to the earliest step.
 		if best == nil || (*mode == "min" && v < bestValue) || (*mode == "max" && v > bestValue) {
-			best, bestValue = &steps[i], v
+			best, bestValue = &sd, v
 		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return errNoSteps(pos[0], skipped)
 	}
 	if best == nil {
 		if len(have) == 0 {
@@ -80,4 +73,46 @@ func runBest(ctx context.Context, c command, args []string, stdout, stderr io.Wr
 	}
 	_, err = fmt.Fprintln(stdout, best.Path)
 	return err
+}
+
+// forEachStepMetrics calls fn with each step of runDir, in order, and its
+// metrics and their warnings: through the daemon in a mount that answers the
+// tree op (runbatch.go), else step by step through the file system. It
+// returns the number of steps and the directories that are not steps.
+func forEachStepMetrics(ctx context.Context, runDir string, fn func(sd stepDir, m map[string]float64, warns []string) error) (int, []string, error) {
+	if rm, ok := openRunMount(ctx, runDir); ok {
+		steps, inos, skipped, ok, err := rm.steps(ctx)
+		if err != nil {
+			return 0, nil, err
+		}
+		if ok {
+			ok, err = rm.forEachStep(ctx, steps, inos, false, func(sd stepDir, d treeDir) error {
+				m, warns, err := stepMetricsFromTree(sd, d)
+				if err != nil {
+					return err
+				}
+				return fn(sd, m, warns)
+			})
+			if err != nil || ok {
+				return len(steps), skipped, err
+			}
+		}
+	}
+	steps, skipped, err := listSteps(runDir)
+	if err != nil {
+		return 0, nil, err
+	}
+	for _, sd := range steps {
+		if err := ctx.Err(); err != nil {
+			return 0, nil, err
+		}
+		m, warns, err := readStepMetrics(sd)
+		if err != nil {
+			return 0, nil, err
+		}
+		if err := fn(sd, m, warns); err != nil {
+			return 0, nil, err
+		}
+	}
+	return len(steps), skipped, nil
 }

@@ -113,6 +113,7 @@ func loadDiffView(ctx context.Context, path string) (*fileView, error) {
 	}
 	v := &fileView{Path: path, Index: &fusefs.FileIndex{Format: "directory"}}
 	seen := map[string]bool{}
+	roots := newMountRoots() // a step of 1,000 ranks' files: one look-up
 	err = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -123,7 +124,7 @@ func loadDiffView(ctx context.Context, path string) (*fileView, error) {
 		if !d.Type().IsRegular() {
 			return nil
 		}
-		fv, err := loadFileView(ctx, p)
+		fv, err := loadFileViewIn(ctx, p, roots)
 		if err != nil {
 			return err
 		}

@@ -38,16 +38,29 @@ const socketName = "daemon.sock"
 const progressEvery = 100 * time.Millisecond
 
 type controlRequest struct {
-	Op       string        `json:"op"` // "gc", "fsck", "du", "earliest" or "sync"
+	Op       string        `json:"op"` // "gc", "fsck", "du", "earliest", "tree" or "sync"
 	Grace    time.Duration `json:"grace"`
 	DryRun   bool          `json:"dry_run"`
 	ReadData bool          `json:"read_data"`
 	// Groups are du's sets of files, by inode number (what stat says in the
 	// mount); the result is a duResult.
 	Groups [][]uint64 `json:"groups,omitempty"`
+	// GroupDirs, for du: where GroupDirs[i] is not 0, group i is (also)
+	// every regular file below that directory, which the daemon finds in
+	// the catalog; its result says so (duResult.DirsExpanded), an older
+	// daemon's does not.
+	GroupDirs []uint64 `json:"group_dirs,omitempty"`
 	// Chunks are the chunk IDs "earliest" asks about: for each, the
 	// earliest ctime (ns) of a file outside Groups[0] that uses it.
 	Chunks []string `json:"chunks,omitempty"`
+	// Dirs are the directories "tree" lists (inode numbers), Depth
+	// levels down (0: all); with WantChunks each file's chunks and tensors,
+	// and the content of the files of the first level named in Content
+	// (runtree.go).
+	Dirs       []uint64 `json:"dirs,omitempty"`
+	Depth      int      `json:"depth,omitempty"`
+	WantChunks bool     `json:"want_chunks,omitempty"`
+	Content    []string `json:"content,omitempty"`
 }
 
 type controlReply struct {
@@ -118,13 +131,22 @@ func handleControl(ctx context.Context, conn net.Conn, store *cas.Store, fsys *f
 		var r map[string]int64
 		r, err = earliestUse(store, req.Groups, req.Chunks)
 		result = r
+	case "tree":
+		var r treeResult
+		r, err = answerTree(ctx, store, fsys.UncommittedFiles(), req)
+		result = r
 	case "sync":
 		var r syncResult
 		r, err = syncWatched(ctx, rc.tier, rc.sync, progress)
 		result = r
 	case "du":
 		var r duResult
-		r, err = diskUsage(store, fsys.LiveManifests(), req.Groups)
+		groups := req.Groups
+		if groups, err = expandGroups(store, groups, req.GroupDirs); err != nil {
+			break
+		}
+		r, err = diskUsage(store, fsys.LiveManifests(), groups)
+		r.DirsExpanded = len(req.GroupDirs) > 0
 		result = r
 	default:
 		err = fmt.Errorf("unknown operation %q", req.Op)
@@ -134,12 +156,14 @@ func handleControl(ctx context.Context, conn net.Conn, store *cas.Store, fsys *f
 		enc.Encode(controlReply{Error: err.Error()})
 		return
 	}
-	b, err := json.Marshal(result)
-	if err != nil {
+	// Encoded in place, not through controlReply's RawMessage, which would
+	// scan the answer (megabytes for a run's tree) once more. Encode writes
+	// nothing when it fails.
+	if err := enc.Encode(struct {
+		Result any `json:"result"`
+	}{result}); err != nil {
 		enc.Encode(controlReply{Error: err.Error()})
-		return
 	}
-	enc.Encode(controlReply{Result: b})
 }
 
 // throttle passes on to send the first and the last progress of each phase,
@@ -304,7 +328,15 @@ func callDaemon(ctx context.Context, socket string, req controlRequest, onProgre
 	werr := json.NewEncoder(conn).Encode(req)
 	dec := json.NewDecoder(conn)
 	for {
-		var rep controlReply
+		// The result is decoded into out in place (a non-nil pointer in an
+		// interface), not kept as a RawMessage and decoded again: a run's
+		// tree is megabytes.
+		var rep struct {
+			Progress *gc.Progress `json:"progress,omitempty"`
+			Result   any          `json:"result,omitempty"`
+			Error    string       `json:"error,omitempty"`
+		}
+		rep.Result = out
 		if err := dec.Decode(&rep); err != nil {
 			if werr != nil {
 				return fmt.Errorf("send to the daemon: %w", werr)
@@ -320,7 +352,7 @@ func callDaemon(ctx context.Context, socket string, req controlRequest, onProgre
 		case rep.Error != "":
 			return errors.New(rep.Error)
 		default:
-			return json.Unmarshal(rep.Result, out)
+			return nil
 		}
 	}
 }

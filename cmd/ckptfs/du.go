@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/binary"
+	"fmt"
 
 	"github.com/ckptfs/ckptfs/cas"
 	"github.com/zeebo/blake3"
@@ -43,6 +44,57 @@ type duUsage struct {
 type duResult struct {
 	Groups []duUsage `json:"groups"`
 	Total  duUsage   `json:"total"`
+	// DirsExpanded says that the daemon read the request's GroupDirs.
+	DirsExpanded bool `json:"dirs_expanded,omitempty"`
+}
+
+// expandGroups adds to each group i with dirs[i] not 0 the regular files
+// below directory dirs[i] in the catalog, at any depth: what du's walk of
+// that directory through the mount finds, less the files not committed yet,
+// which have no manifest to count. One catalog read.
+func expandGroups(store *cas.Store, groups [][]uint64, dirs []uint64) ([][]uint64, error) {
+	if len(dirs) == 0 {
+		return groups, nil
+	}
+	out := make([][]uint64, max(len(groups), len(dirs)))
+	copy(out, groups)
+	var below func(tx *cas.Tx, dir uint64, inos []uint64) ([]uint64, error)
+	below = func(tx *cas.Tx, dir uint64, inos []uint64) ([]uint64, error) {
+		err := tx.Children(dir, func(name string, ino uint64) error {
+			n, ok, err := tx.Node(ino)
+			switch {
+			case err != nil:
+				return err
+			case !ok:
+				return fmt.Errorf("directory %d entry %q names missing node %d", dir, name, ino)
+			case n.IsDir():
+				inos, err = below(tx, ino, inos)
+				return err
+			case n.IsRegular():
+				inos = append(inos, ino)
+			}
+			return nil
+		})
+		return inos, err
+	}
+	err := store.View(func(tx *cas.Tx) error {
+		for i, dir := range dirs {
+			if dir == 0 {
+				continue
+			}
+			if n, ok, err := tx.Node(dir); err != nil {
+				return err
+			} else if !ok || !n.IsDir() {
+				return fmt.Errorf("inode %d is not a directory (removed since du looked?)", dir)
+			}
+			var err error
+			if out[i], err = below(tx, dir, out[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return out, err
 }
 
 // duSet accumulates one set of files.

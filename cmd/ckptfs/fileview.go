@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 
 	"github.com/ckptfs/ckptfs/cas"
@@ -32,6 +33,12 @@ type fileView struct {
 }
 
 func loadFileView(ctx context.Context, path string) (*fileView, error) {
+	return loadFileViewIn(ctx, path, nil)
+}
+
+// loadFileViewIn is loadFileView with the mount roots of a walk over many
+// files (nil: none).
+func loadFileViewIn(ctx context.Context, path string, roots *mountRoots) (*fileView, error) {
 	var st syscall.Stat_t
 	if err := syscall.Stat(path, &st); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
@@ -39,7 +46,7 @@ func loadFileView(ctx context.Context, path string) (*fileView, error) {
 	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
 		return nil, fmt.Errorf("%s is not a regular file", path)
 	}
-	if root, ok := mountRootOf(path, st.Dev); ok {
+	if root, ok := roots.of(path, st.Dev); ok {
 		data, err := os.ReadFile(filepath.Join(root, ".ckptfs", "manifests", strconv.FormatUint(st.Ino, 10)))
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("%s has no committed content in the store (still being written, or a .ckptfs file)", path)
@@ -88,6 +95,53 @@ func mountRootOf(path string, dev uint64) (string, bool) {
 			return "", false
 		}
 	}
+}
+
+// mountRoots remembers mountRootOf's answers by directory and device, for a
+// walk over many files: the answer depends on nothing else, and each costs
+// a stat of every ancestor's .ckptfs/stats.json (whose size the daemon
+// computes for every stat). A nil *mountRoots asks every time. Safe for
+// concurrent use.
+type mountRoots struct {
+	mu   sync.Mutex
+	seen map[mountRootKey]mountRootAnswer
+}
+
+type mountRootKey struct {
+	dir string
+	dev uint64
+}
+
+type mountRootAnswer struct {
+	root string
+	ok   bool
+}
+
+func newMountRoots() *mountRoots {
+	return &mountRoots{seen: map[mountRootKey]mountRootAnswer{}}
+}
+
+// of is mountRootOf(path, dev), remembered.
+func (m *mountRoots) of(path string, dev uint64) (string, bool) {
+	if m == nil {
+		return mountRootOf(path, dev)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", false
+	}
+	k := mountRootKey{filepath.Dir(abs), dev}
+	m.mu.Lock()
+	a, ok := m.seen[k]
+	m.mu.Unlock()
+	if ok {
+		return a.root, a.ok
+	}
+	a.root, a.ok = mountRootOf(abs, dev)
+	m.mu.Lock()
+	m.seen[k] = a
+	m.mu.Unlock()
+	return a.root, a.ok
 }
 
 // whyNotParsed says why a file has no tensor index: formats.Parse's reason

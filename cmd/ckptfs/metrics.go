@@ -36,9 +36,15 @@ const (
 // readStepMetrics returns sd's metrics (never nil) and warnings about files
 // that could not be parsed (a half-written metrics file must not stop log).
 func readStepMetrics(sd stepDir) (map[string]float64, []string, error) {
+	return stepMetricsFrom(sd, func(name string) ([]byte, error) { return os.ReadFile(filepath.Join(sd.Path, name)) })
+}
+
+// stepMetricsFrom is readStepMetrics with the step's files read by read,
+// which returns an error wrapping fs.ErrNotExist for a file that is absent.
+func stepMetricsFrom(sd stepDir, read func(name string) ([]byte, error)) (map[string]float64, []string, error) {
 	out := map[string]float64{}
 	var warns []string
-	data, err := os.ReadFile(filepath.Join(sd.Path, trainerStateFile))
+	data, err := read(trainerStateFile)
 	switch {
 	case err == nil:
 		if err := trainerStateMetrics(data, sd.Step, out); err != nil {
@@ -47,7 +53,7 @@ func readStepMetrics(sd stepDir) (map[string]float64, []string, error) {
 	case !errors.Is(err, fs.ErrNotExist):
 		return nil, nil, err
 	}
-	data, err = os.ReadFile(filepath.Join(sd.Path, metricsFile))
+	data, err = read(metricsFile)
 	switch {
 	case err == nil:
 		var m map[string]any

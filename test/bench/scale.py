@@ -10,7 +10,8 @@ a plain directory on the same disk, side by side in one run.
   memory    the daemon's VmRSS and RssAnon after the walks
   run       S tiny checkpoints (a safetensors file and metrics.json per step),
             one step at a time: commit latency of the first and last 100 steps,
-            then `ckptfs log`, `best` and `report` on the run: s and µs per step
+            then `ckptfs log`, `best`, `report` and `du` on the run: s and µs
+            per step (--run-only: this phase alone, while iterating)
 
 Needs root (mount, drop_caches). Output: KEY VALUE lines (sorted) on stdout
 and in --out. Scratch under --dir (default /tmp/scale-bench-XXXX), removed."""
@@ -165,7 +166,7 @@ def safetensors(step):
 
 def run_history(binary, run, steps, out):
     """Saves steps tiny checkpoints in run, one at a time, then times log,
-    best and report."""
+    best, report and du."""
     lat = []
     for s in range(steps):
         d = run / f"step-{s:06d}"
@@ -179,7 +180,8 @@ def run_history(binary, run, steps, out):
     out["run.step_last100_ms"] = 1e3 * sum(lat[-k:]) / k
     for name, args in (("log", ["log", "--json", str(run)]),
                        ("best", ["best", "--metric", "loss", "--mode", "min", str(run)]),
-                       ("report", ["report", "-o", os.devnull, str(run)])):
+                       ("report", ["report", "-o", os.devnull, str(run)]),
+                       ("du", ["du", str(run)])):
         t, r = timed(lambda: subprocess.run([str(binary), *args], capture_output=True, text=True))
         if r.returncode != 0:
             raise SystemExit(f"ckptfs {name}: {r.stderr}")
@@ -197,6 +199,7 @@ def main():
     ap.add_argument("--dir", default=None, help="scratch directory (default: a new one under /tmp)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--creates-only", action="store_true", help="stop after the creates (while iterating)")
+    ap.add_argument("--run-only", action="store_true", help="only the run of --steps checkpoints (while iterating)")
     a = ap.parse_args()
     n1 = a.n1 or max(1, a.n // 10)
     base = Path(a.dir) if a.dir else Path(tempfile.mkdtemp(prefix="scale-bench-", dir="/tmp"))
@@ -207,6 +210,12 @@ def main():
     out = {"n": a.n, "n1": n1, "writers": a.writers, "steps": a.steps}
     try:
         d.start()
+        if a.run_only:
+            progress(f"a run of {a.steps} steps", out)
+            run = mnt / "run"
+            run.mkdir()
+            run_history(d.binary, run, a.steps, out)
+            raise StopIteration
         for w, n in ((1, n1), (a.writers, a.n)):
             progress(f"create {n} files with {w} writers", out)
             tp = create(paths(plain / f"w{w}", n), w, True)
