@@ -238,6 +238,20 @@
 // run that holds two whole tensors; the run's test tolerates the two READs'
 // reordering, which exact succession did not (the stream window never opened).
 //
+// # Prefetch batches
+//
+// A prefetch worker takes up to 1 MiB of chunks from the head of the queue
+// at once and loads them with cas.Store.AcquireChunks: one catalog
+// transaction locates them all, chunks near each other in a pack (a file of
+// FastCDC's ~32 KiB chunks) are read with one pread, and each is verified
+// (CRC, BLAKE3) and decoded on the worker, off the reader's path. A batch of
+// a tensor file's 1 MiB chunks is one chunk, loaded as before. The
+// alternative, resolving each chunk's place once per manifest load and
+// keeping it with the manifest, was not taken: with one transaction per
+// batch the catalog's cost per chunk is gone from the profile, and a place
+// kept in memory goes stale when the re-encoder rewrites a chunk's index row
+// (its stored length and codec) while the file is open.
+//
 // # Background re-encoding
 //
 // Commits encode new chunks only while the store has an inline encoder free
