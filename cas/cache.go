@@ -23,7 +23,7 @@ type cache struct {
 	entries map[ID]*list.Element
 	loading map[ID]*load
 
-	free    [][]byte // recycled buffers of cap bufSize
+	free    [cacheClasses][][]byte // recycled buffers by class: cap bufSize>>class
 	bufSize int
 }
 
@@ -62,31 +62,54 @@ func (k *Chunk) Release() {
 	k.e = nil
 }
 
-// cacheFreeKeep bounds the recycled buffers kept (beside the budget).
+// cacheFreeKeep bounds the recycled buffers kept of each class (beside the
+// budget).
 const cacheFreeKeep = 16
+
+// cacheClasses is how many buffer sizes are recycled: bufSize, its half, and
+// so on down to bufSize/32 (32 KiB for 1 MiB chunks, FastCDC's average).
+const cacheClasses = 6
 
 func newCache(budget int64, bufSize int) *cache {
 	return &cache{budget: budget, lru: list.New(), entries: map[ID]*list.Element{}, loading: map[ID]*load{}, bufSize: bufSize}
 }
 
-// buffer returns a buffer of n bytes for a load, recycled when it can be.
-// Recycled buffers are bufSize (a whole chunk) and their pages are in
-// memory: only a load of more than half of that takes one, so that a small
-// chunk (a tensor's edge, a header) never holds a megabyte the budget would
-// count as a few kilobytes.
-func (c *cache) buffer(n int) []byte {
-	if n > c.bufSize/2 && n <= c.bufSize {
-		c.mu.Lock()
-		if k := len(c.free); k > 0 {
-			b := c.free[k-1]
-			c.free = c.free[:k-1]
-			c.mu.Unlock()
-			return b[:n]
+// class returns the class of a buffer for n bytes: the smallest of bufSize,
+// bufSize/2, ... bufSize/32 that holds n, if n fills more than half of it
+// (so a buffer never holds twice what the budget counts it for, as a small
+// chunk, a tensor's edge or a header, in a megabyte would); ok is false
+// otherwise.
+func (c *cache) class(n int) (k int, ok bool) {
+	for k = 0; k < cacheClasses; k++ {
+		size := c.bufSize >> k
+		if n > size {
+			return 0, false
 		}
-		c.mu.Unlock()
-		return make([]byte, n, c.bufSize)
+		if n > size/2 {
+			return k, true
+		}
 	}
-	return make([]byte, n)
+	return 0, false
+}
+
+// buffer returns a buffer of n bytes for a load, recycled when it can be.
+// Recycled buffers are a class's size (class) and their pages are in
+// memory: a cold read of ~32 KiB chunks spent 15 % of the daemon's time
+// allocating and clearing fresh ones.
+func (c *cache) buffer(n int) []byte {
+	k, ok := c.class(n)
+	if !ok {
+		return make([]byte, n)
+	}
+	c.mu.Lock()
+	if m := len(c.free[k]); m > 0 {
+		b := c.free[k][m-1]
+		c.free[k] = c.free[k][:m-1]
+		c.mu.Unlock()
+		return b[:n]
+	}
+	c.mu.Unlock()
+	return make([]byte, n, c.bufSize>>k)
 }
 
 // held is the memory an entry's buffer holds, which the budget counts: its
@@ -206,8 +229,8 @@ func (c *cache) maybeRecycleLocked(e *cacheEntry) {
 	if !e.evicted || e.holders > 0 || e.shared || e.data == nil {
 		return
 	}
-	if cap(e.data) == c.bufSize && len(c.free) < cacheFreeKeep {
-		c.free = append(c.free, e.data[:0])
+	if k, ok := c.class(cap(e.data)); ok && cap(e.data) == c.bufSize>>k && len(c.free[k]) < cacheFreeKeep {
+		c.free[k] = append(c.free[k], e.data[:0])
 	}
 	e.data = nil
 }
