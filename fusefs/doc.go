@@ -248,9 +248,21 @@
 // a tensor file's 1 MiB chunks is one chunk, loaded as before. The
 // alternative, resolving each chunk's place once per manifest load and
 // keeping it with the manifest, was not taken: with one transaction per
-// batch the catalog's cost per chunk is gone from the profile, and a place
+// batch the catalog's share of the daemon's CPU fell from 11 % to 5 %
+// (what is left: the chunks a batch leaves to AcquireChunk), and a place
 // kept in memory goes stale when the re-encoder rewrites a chunk's index row
 // (its stored length and codec) while the file is open.
+//
+// Measured on the 2-core machine, shared (load average 17-24), a cold read
+// of 1 GiB of random bytes (~29,200 chunks in packs), daemon restarted and
+// page cache dropped, before and after alternating, three of each: the
+// daemon's CPU 4.13, 3.55, 4.02 s -> 2.26, 2.24, 1.94 s (about 138 -> 77 µs
+// a chunk). The profile before: catalog transaction, open and pread per
+// chunk (34 %), a goroutine per load (7 %), fresh buffers (10 %); after:
+// BLAKE3, CRC and the copy out of the span (44 %), the FUSE replies'
+// writev (25 %), the packs' O_DIRECT reads (10 %), the catalog (5 %). A
+// bf16 tensor file's 1 MiB chunks cost the same as before (2.2-2.4 ms of
+// CPU each: decoding and BLAKE3).
 //
 // # Background re-encoding
 //
