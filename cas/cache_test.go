@@ -10,10 +10,23 @@ import (
 
 // TestCacheRecyclesOnlyReleasedBuffers: an evicted chunk's buffer is reused
 // for later loads only once every holder released it, and never when it was
-// handed out as a plain slice.
+// handed out as a plain slice; whole chunks' buffers and a smaller class's
+// (a ~32 KiB chunk of FastCDC's in a cache of 1 MiB chunks) alike.
 func TestCacheRecyclesOnlyReleasedBuffers(t *testing.T) {
-	const size = 64
-	c := newCache(2*size, size) // room for two chunks
+	tests := []struct {
+		name              string
+		bufSize, size, in int // in: the cap of a chunk's buffer
+	}{
+		{"whole chunk", 64, 64, 64},
+		{"small class", 1 << 20, 20 << 10, 32 << 10},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { testCacheRecycles(t, tt.bufSize, tt.size, tt.in) })
+	}
+}
+
+func testCacheRecycles(t *testing.T, bufSize, size, in int) {
+	c := newCache(int64(2*in), bufSize) // room for two chunks
 	fill := func(b byte) func(context.Context, func(int) []byte) ([]byte, error) {
 		return func(_ context.Context, alloc func(int) []byte) ([]byte, error) {
 			buf := alloc(size)
@@ -49,7 +62,7 @@ func TestCacheRecyclesOnlyReleasedBuffers(t *testing.T) {
 	}
 	heldData := held.data
 	(&Chunk{Data: held.data, c: c, e: held}).Release()
-	if len(c.free) == 0 {
+	if k, _ := c.class(size); len(c.free[k]) == 0 {
 		t.Fatal("released evicted buffer was not kept for reuse")
 	}
 	e, err := c.acquire(context.Background(), id(100), fill(100))

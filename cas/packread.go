@@ -1,22 +1,43 @@
 package cas
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"sort"
 )
 
-// maxRunSpan bounds the bytes one read of AcquireChunks covers.
-const maxRunSpan = 16 << 20
+const (
+	// maxRunSpan bounds the bytes one read of AcquireChunks covers.
+	maxRunSpan = 16 << 20
+	// maxRunGap is the most bytes of other objects one read of
+	// AcquireChunks reads between two of the chunks asked for: a commit
+	// packs a file's chunks in the order its writers put them (several at
+	// once), not in file order, so a file's consecutive chunks lie near each
+	// other in a pack but seldom back to back: runs of exactly adjacent
+	// chunks were one or two chunks long in a cold read of random bytes.
+	maxRunGap = 256 << 10
+)
 
 // AcquireChunks is AcquireChunk for several chunks, usually consecutive
-// chunks of a file (a prefetcher's run): the objects of chunks that lie
-// back to back in one pack, as a commit packs a file's small chunks, are
-// read with one read of their span; each is then verified and decoded as
-// AcquireChunk would, and enters the cache. Chunks cached already, and
-// chunks of their own, are acquired one by one. The caller releases every
-// chunk returned; on an error none is held.
+// chunks of a file (a prefetcher's batch), returned in the order of refs:
+// the catalog rows of all are read in one transaction, and the objects of
+// chunks that lie near each other in one pack (as a commit packs a file's
+// small chunks, in about the order it cut them) are read with one read of
+// their span (gaps of up to maxRunGap included); each is then verified and
+// decoded as AcquireChunk would, and enters the cache. Chunks cached (or
+// loading) already, and chunks of their own, are acquired one by one. The
+// caller releases every chunk returned; on an error none is held.
 func (s *Store) AcquireChunks(ctx context.Context, refs []ChunkRef) ([]*Chunk, error) {
+	if len(refs) == 1 { // no run: AcquireChunk locates it itself
+		k, err := s.AcquireChunk(ctx, refs[0])
+		if err != nil {
+			return nil, err
+		}
+		return []*Chunk{k}, nil
+	}
 	locs := make([]packLoc, len(refs)) // zero pack: not packed, or cached
+	var packed []int                   // indexes of refs with a pack location
 	if err := s.View(func(tx *Tx) error {
 		for i, ref := range refs {
 			if s.cache.has(ref.ID) {
@@ -28,68 +49,130 @@ func (s *Store) AcquireChunks(ctx context.Context, refs []ChunkRef) ([]*Chunk, e
 			}
 			if ok && info.Packed() {
 				locs[i] = packLoc{info.Pack, int64(info.Offset), int64(info.StoredLen)}
+				packed = append(packed, i)
 			}
 		}
 		return nil
 	}); err != nil {
 		return nil, fmt.Errorf("locate chunks: %w", err)
 	}
-	out := make([]*Chunk, 0, len(refs))
+	// Packed chunks by place: pack, then offset.
+	sort.Slice(packed, func(a, b int) bool {
+		la, lb := locs[packed[a]], locs[packed[b]]
+		if c := bytes.Compare(la.pack[:], lb.pack[:]); c != 0 {
+			return c < 0
+		}
+		return la.off < lb.off
+	})
+	out := make([]*Chunk, len(refs))
 	fail := func(err error) ([]*Chunk, error) {
 		for _, k := range out {
 			k.Release()
 		}
 		return nil, err
 	}
-	for i := 0; i < len(refs); {
-		j := runEnd(locs, i)
+	for i := 0; i < len(packed); {
+		j := runEnd(locs, packed, i)
 		if j-i < 2 {
-			k, err := s.AcquireChunk(ctx, refs[i])
-			if err != nil {
-				return fail(err)
-			}
-			out = append(out, k)
 			i++
-			continue
+			continue // acquired below
 		}
-		ks, err := s.acquireRun(ctx, refs[i:j], locs[i:j])
-		out = append(out, ks...)
+		run := packed[i:j]
+		rrefs, rlocs := make([]ChunkRef, len(run)), make([]packLoc, len(run))
+		for k, x := range run {
+			rrefs[k], rlocs[k] = refs[x], locs[x]
+		}
+		ks, err := s.acquireRun(ctx, rrefs, rlocs)
 		if err != nil {
 			return fail(err)
 		}
+		for k, x := range run {
+			out[x] = ks[k]
+		}
 		i = j
+	}
+	for i, ref := range refs {
+		if out[i] != nil {
+			continue
+		}
+		k, err := s.AcquireChunk(ctx, ref)
+		if err != nil {
+			return fail(err)
+		}
+		out[i] = k
 	}
 	return out, nil
 }
 
-// runEnd returns the end of the run of chunks from i on that lie back to
-// back in one pack, within maxRunSpan.
-func runEnd(locs []packLoc, i int) int {
-	if locs[i].pack == (ID{}) {
-		return i + 1
-	}
+// runEnd returns the end of the run of chunks from packed[i] on (packed:
+// indexes of locs, sorted by place) that lie in one pack, each within
+// maxRunGap of the one before, all within maxRunSpan. A chunk listed twice
+// ends a run (a run holds each object once).
+func runEnd(locs []packLoc, packed []int, i int) int {
+	first := locs[packed[i]]
+	end := first.off + first.n
 	j := i + 1
-	for j < len(locs) && locs[j].pack == locs[i].pack &&
-		locs[j].off == locs[j-1].off+locs[j-1].n &&
-		locs[j].off+locs[j].n-locs[i].off <= maxRunSpan {
-		j++
+	for ; j < len(packed); j++ {
+		l := locs[packed[j]]
+		if l.pack != first.pack || l.off < end || l.off-end > maxRunGap || l.off+l.n-first.off > maxRunSpan {
+			break
+		}
+		end = l.off + l.n
 	}
 	return j
 }
 
-// acquireRun reads the span of a run of packed chunks at once and acquires
-// each chunk from it.
+// acquireRun reads the span of a run of packed chunks (sorted by offset) at
+// once and acquires each chunk from it. The chunks not cached are claimed
+// first (cache.claim), so that a reader asking for one while the span is
+// read waits for this load instead of reading the chunk again, and are
+// loaded on this goroutine, one after another, before any chunk that
+// another caller is loading is waited for. If the span cannot be read, each
+// claimed chunk is loaded as AcquireChunk loads it (a missing pack may be
+// found in a remote tier).
 func (s *Store) acquireRun(ctx context.Context, refs []ChunkRef, locs []packLoc) ([]*Chunk, error) {
-	first, last := locs[0], locs[len(locs)-1]
-	span, err := s.packs.getRange(ctx, packLoc{first.pack, first.off, last.off + last.n - first.off}, nil)
-	if err != nil {
-		return nil, fmt.Errorf("chunk %v: %w", refs[0].ID, err)
-	}
-	out := make([]*Chunk, 0, len(refs))
+	ids := make([]ID, len(refs))
 	for i, ref := range refs {
-		obj := span[locs[i].off-first.off : locs[i].off-first.off+locs[i].n]
-		e, err := s.cache.acquire(ctx, ref.ID, func(ctx context.Context, alloc func(int) []byte) ([]byte, error) {
-			raw, baseErr, err := s.rd.decodeChunk(ctx, ref.ID, obj, alloc)
+		ids[i] = ref.ID
+	}
+	claimed := s.cache.claim(ids)
+	first, last := locs[0], locs[len(locs)-1]
+	// The span goes into a recycled buffer, as loadChunk's objects do: read
+	// into fresh memory, the pread faulted in every page of it, which cost
+	// more than the copy (decoding never aliases the object).
+	buf, _ := s.rd.objBufs.Get().(*[]byte)
+	if buf == nil {
+		buf = new([]byte)
+	}
+	defer s.rd.objBufs.Put(buf)
+	span, spanErr := s.packs.getRange(ctx, packLoc{first.pack, first.off, last.off + last.n - first.off}, *buf)
+	if spanErr == nil && cap(span) > cap(*buf) {
+		*buf = span
+	}
+	out := make([]*Chunk, len(refs))
+	var firstErr error
+	keep := func(i int, e *cacheEntry, err error) {
+		if err == nil && len(e.data) != int(refs[i].Len) {
+			err = fmt.Errorf("chunk %v: %w: %d bytes, manifest says %d", refs[i].ID, ErrCorrupt, len(e.data), refs[i].Len)
+		}
+		if e != nil {
+			out[i] = &Chunk{Data: e.data, c: s.cache, e: e}
+		}
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	for i, l := range claimed { // every claim finished, whatever fails
+		if l == nil {
+			continue
+		}
+		id := refs[i].ID
+		e, err := s.cache.finish(ctx, id, l, func(ctx context.Context, alloc func(int) []byte) ([]byte, error) {
+			if spanErr != nil {
+				return s.rd.loadChunk(ctx, id, alloc)
+			}
+			obj := span[locs[i].off-first.off : locs[i].off-first.off+locs[i].n]
+			raw, baseErr, err := s.rd.decodeChunk(ctx, id, obj, alloc)
 			if baseErr != nil {
 				return nil, baseErr
 			}
@@ -98,14 +181,22 @@ func (s *Store) acquireRun(ctx context.Context, refs []ChunkRef, locs []packLoc)
 			}
 			return raw, err
 		})
-		if err != nil {
-			return out, err
+		keep(i, e, err)
+	}
+	for i, l := range claimed {
+		if l == nil && firstErr == nil {
+			k, err := s.AcquireChunk(ctx, refs[i])
+			out[i] = k
+			if err != nil {
+				firstErr = err
+			}
 		}
-		k := &Chunk{Data: e.data, c: s.cache, e: e}
-		out = append(out, k)
-		if len(e.data) != int(ref.Len) {
-			return out, fmt.Errorf("chunk %v: %w: %d bytes, manifest says %d", ref.ID, ErrCorrupt, len(e.data), ref.Len)
+	}
+	if firstErr != nil {
+		for _, k := range out {
+			k.Release()
 		}
+		return nil, firstErr
 	}
 	return out, nil
 }

@@ -173,8 +173,12 @@ func (rs *readState) note(off, end int64) {
 }
 
 // load loads the queued chunks into store's cache, first queued first, until
-// the queue is empty.
+// the queue is empty. A worker takes a batch at a time from the queue's head:
+// up to prefetchBatch bytes of chunks, which AcquireChunks locates in one
+// catalog transaction and, where they lie back to back in a pack (a file of
+// small chunks), reads with one read (see doc.go, "Prefetch batches").
 func (rs *readState) load(store *cas.Store) {
+	var batch []cas.ChunkRef
 	for {
 		rs.mu.Lock()
 		if len(rs.queue) == 0 {
@@ -183,14 +187,36 @@ func (rs *readState) load(store *cas.Store) {
 			rs.mu.Unlock()
 			return
 		}
-		c := rs.queue[0]
-		rs.queue = rs.queue[1:]
+		batch = append(batch[:0], rs.queue[:batchLen(rs.queue)]...)
+		rs.queue = rs.queue[len(batch):]
 		rs.mu.Unlock()
-		// A failure (a corrupt chunk) shows when the reader gets there.
-		if k, err := store.AcquireChunk(context.Background(), c); err == nil {
-			k.Release()
+		// A failure (a corrupt chunk) shows when the reader gets there:
+		// the chunks of the batch after it are then not loaded here.
+		// context.Background, never done: the loads run on this goroutine.
+		if ks, err := store.AcquireChunks(context.Background(), batch); err == nil {
+			for _, k := range ks {
+				k.Release()
+			}
 		}
 	}
+}
+
+// prefetchBatch bounds the bytes of chunks one prefetch worker takes from
+// the queue at once: a MiB is 32 of FastCDC's ~32 KiB chunks (one read and
+// one catalog transaction instead of 32 of each), one chunk of a tensor
+// file's (1 MiB), and small beside the window, so that the workers still
+// share a stream's chunks.
+const prefetchBatch = 1 << 20
+
+// batchLen is how many chunks at q's head make one batch: at least one, up
+// to prefetchBatch bytes.
+func batchLen(q []cas.ChunkRef) int {
+	n, size := 1, int64(q[0].Len)
+	for n < len(q) && size+int64(q[n].Len) <= prefetchBatch {
+		size += int64(q[n].Len)
+		n++
+	}
+	return n
 }
 
 // prefetchWorkers is how many chunks of one file load at once: one per core

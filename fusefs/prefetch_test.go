@@ -1,6 +1,15 @@
 package fusefs
 
-import "testing"
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"syscall"
+	"testing"
+
+	"github.com/ckptfs/ckptfs/cas"
+)
 
 // TestReadRuns checks the sequential-read detector against READ orders
 // traced from real readers (doc.go, Reads): the kernel's two READs in
@@ -43,5 +52,92 @@ func TestReadRuns(t *testing.T) {
 				t.Errorf("run read %d bytes [%d, %d), want %d", rs.read, rs.start, rs.frontier, tt.wantRead)
 			}
 		})
+	}
+}
+
+// TestBatchLen: a prefetch worker's batch is at least one chunk and at most
+// prefetchBatch bytes of chunks from the queue's head.
+func TestBatchLen(t *testing.T) {
+	q := func(lens ...uint32) []cas.ChunkRef {
+		out := make([]cas.ChunkRef, len(lens))
+		for i, n := range lens {
+			out[i].Len = n
+		}
+		return out
+	}
+	const K = 1 << 10
+	tests := []struct {
+		name  string
+		queue []cas.ChunkRef
+		want  int
+	}{
+		{"one chunk", q(32 * K), 1},
+		{"small chunks up to a MiB", q(256*K, 256*K, 256*K, 256*K, 1), 4},
+		{"a whole-MiB chunk alone", q(prefetchBatch, 32*K), 1},
+		{"a chunk over the batch", q(2*prefetchBatch, 32*K), 1},
+		{"short queue", q(32*K, 32*K, 32*K), 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := batchLen(tt.queue); got != tt.want {
+				t.Errorf("batchLen = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestColdStreamOfSmallChunks: a cold sequential read of a file of
+// content-defined chunks (in packs), long enough for the prefetcher's
+// batches, returns the file's bytes; with a damaged chunk in the middle, the
+// reads before it return the right bytes, the damaged range EIO, and the
+// reads well past it the right bytes again: a batch that holds the damaged
+// chunk fails no other chunk.
+func TestColdStreamOfSmallChunks(t *testing.T) {
+	m := newMount(t)
+	const size = 24 << 20
+	data, victimData := randBytes(21, size), randBytes(22, size)
+	mustWrite(t, m.path("runs/whole"), data)
+	mustWrite(t, m.path("runs/victim"), victimData)
+	refs, _, err := IndexFile(context.Background(), bytes.NewReader(victimData), size, cas.DefaultChunkSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var start int64
+	var victim cas.ChunkRef
+	for _, r := range refs {
+		if start+int64(r.Len) > size/2 {
+			victim = r
+			break
+		}
+		start += int64(r.Len)
+	}
+	end := start + int64(victim.Len)
+	m.unmount()
+	if !flipChunkByte(t, m.store, victim.ID) {
+		t.Fatal("the victim chunk is not in a pack")
+	}
+	m.mount()
+	mustEqualFile(t, m.path("runs/whole"), data)
+
+	f, err := os.Open(m.path("runs/victim"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 256<<10)
+	off := int64(0)
+	for ; off+int64(len(buf)) <= start; off += int64(len(buf)) {
+		if _, err := f.ReadAt(buf, off); err != nil || !bytes.Equal(buf, victimData[off:off+int64(len(buf))]) {
+			t.Fatalf("read at %d, before the damaged chunk at %d: %v", off, start, err)
+		}
+	}
+	if _, err := f.ReadAt(buf[:1], start+1); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("read of the damaged chunk: %v, want EIO", err)
+	}
+	// Page-aligned, a readahead window past the damaged chunk.
+	for off = (end + 1<<20) &^ 4095; off+int64(len(buf)) <= size; off += int64(len(buf)) {
+		if _, err := f.ReadAt(buf, off); err != nil || !bytes.Equal(buf, victimData[off:off+int64(len(buf))]) {
+			t.Fatalf("read at %d, after the damaged chunk at [%d, %d): %v", off, start, end, err)
+		}
 	}
 }

@@ -374,9 +374,11 @@ func (b *Backend) Get(ctx context.Context, h backend.Handle, buf []byte) ([]byte
 	return obj, nil
 }
 
-// GetRange implements backend.RangeGetter: one pread of the range, through
-// the page cache (not O_DIRECT, unlike Get: a pack is read in many small
-// ranges in order, which the kernel's readahead turns into large reads).
+// GetRange implements backend.RangeGetter: one pread of the range. A range
+// shorter than DirectRangeMin goes through the page cache (unlike Get: a
+// pack read one chunk at a time, in order, gains from the kernel's
+// readahead); a longer one, a run of a pack's chunks read at once, uses
+// O_DIRECT where the filesystem allows, as Get does.
 func (b *Backend) GetRange(ctx context.Context, h backend.Handle, off, n int64, buf []byte) ([]byte, error) {
 	if err := check(ctx, h); err != nil {
 		return nil, err
@@ -384,28 +386,77 @@ func (b *Backend) GetRange(ctx context.Context, h backend.Handle, off, n int64, 
 	if _, failed := b.syncErrs.Load(h); failed {
 		return nil, fmt.Errorf("get %v: %w (its sync failed)", h, backend.ErrNotExist)
 	}
-	f, err := OpenRetry(ctx, func() (*os.File, error) { return os.Open(b.path(h)) })
+	if off < 0 || n < 0 {
+		return nil, fmt.Errorf("get %v [%d, +%d): bad range", h, off, n)
+	}
+	obj, err := readRangeInto(ctx, b.path(h), off, n, buf, n >= DirectRangeMin, &b.noDirect)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("get %v: %w", h, backend.ErrNotExist)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("get %v: %w", h, err)
+		return nil, fmt.Errorf("get %v [%d, +%d): %w", h, off, n, err)
+	}
+	return obj, nil
+}
+
+// DirectRangeMin is the shortest range GetRange reads with O_DIRECT.
+const DirectRangeMin = 256 << 10
+
+// readRangeInto reads n bytes at off of the file at path into buf, or a new
+// buffer if buf is too small, with O_DIRECT if tryDirect and the filesystem
+// allows (noDirect as readFileInto's): the range is widened to whole pages and the slice returned
+// starts inside buf's backing array, where the range's first byte landed.
+//
+// A pack's range read through the page cache cost the daemon a copy and the
+// page cache's bookkeeping for every byte, on top of the same for the FUSE
+// file's pages: a quarter of its CPU in a cold read of ~32 KiB chunks.
+func readRangeInto(ctx context.Context, path string, off, n int64, buf []byte, tryDirect bool, noDirect *atomic.Bool) ([]byte, error) {
+	direct := tryDirect && !noDirect.Load()
+	var f *os.File
+	var err error
+	if direct {
+		f, err = OpenRetry(ctx, func() (*os.File, error) { return os.OpenFile(path, os.O_RDONLY|syscall.O_DIRECT, 0) })
+		if errors.Is(err, syscall.EINVAL) {
+			if st, serr := os.Stat(path); serr == nil && st.Mode().IsRegular() {
+				noDirect.Store(true) // a regular file: the filesystem's refusal
+			}
+			direct = false
+		}
+	}
+	if !direct {
+		f, err = OpenRetry(ctx, func() (*os.File, error) { return os.Open(path) })
+	}
+	if err != nil {
+		return nil, err
 	}
 	defer f.Close()
-	if off < 0 || n < 0 {
-		return nil, fmt.Errorf("get %v [%d, +%d): bad range", h, off, n)
+	if !direct {
+		if int64(cap(buf)) < n {
+			buf = make([]byte, n)
+		}
+		buf = buf[:n]
+		if _, err := f.ReadAt(buf, off); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+		return buf, nil
 	}
-	if int64(cap(buf)) < n {
-		buf = make([]byte, n)
+	start := off &^ (directAlign - 1)
+	end := (off + n + directAlign - 1) &^ (directAlign - 1)
+	buf = alignedBuf(buf, int(end-start))[:end-start]
+	k, err := f.ReadAt(buf, start)
+	if errors.Is(err, io.EOF) && int64(k) >= off+n-start {
+		err = nil // the range ends in the file's last page
 	}
-	buf = buf[:n]
-	if _, err := f.ReadAt(buf, off); err != nil {
+	if err != nil {
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
 		}
-		return nil, fmt.Errorf("get %v [%d, +%d): %w", h, off, n, err)
+		return nil, err
 	}
-	return buf, nil
+	return buf[off-start : off-start+n], nil
 }
 
 // Stat implements backend.Backend.
