@@ -241,7 +241,9 @@ func (r *Tier) deleteChunks(ctx context.Context, sess *Session, ids []cas.ID, si
 			return fmt.Errorf("collect the remote: %w", err)
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("collect the remote %s: the collection's lease ran out after %d deletes: run gc again", r.be.Location(), res.Freed)
+			span := sess.opts.Lease - sess.opts.Lease/4
+			return fmt.Errorf("collect the remote %s: the collection's lease ran out after %d deletes (%v after it took locks/gc; it may delete for %v): run gc again",
+				r.be.Location(), res.Freed, time.Since(deadline.Add(-span)).Round(time.Millisecond), span)
 		}
 		dctx, cancel := context.WithDeadline(ctx, deadline)
 		err := r.be.Delete(dctx, chunkHandle(id))

@@ -29,7 +29,9 @@ func (r *Tier) UploadPending() (bool, error) {
 // (chunks first, then a snapshot, then an entry of the session's log), and
 // applies the merged namespace to the store. nil means a fresh reader sees
 // this store's namespace, except for paths a later change of another
-// session won (ErrSuperseded, after the round did everything else). A
+// session won (ErrSuperseded, after the round did everything else), or
+// for files held back because they name chunks in a collection's trash
+// (ErrTrashed, likewise; doc.go step 8: they publish after its purge). A
 // fenced session's round fails once with ErrFenced; the next one rejoins
 // as a new session; a forced round (sync) reports a fence since the last
 // forced round even when a background round rejoined meanwhile.

@@ -236,53 +236,79 @@ func TestCollectBesideLiveWriters(t *testing.T) {
 	}
 }
 
+// listHook runs onList, once, when the chunks are listed next (a
+// collection's purge lists them after its read of the logs).
+type listHook struct {
+	*mem.Backend
+	onList func()
+}
+
+func (h *listHook) List(ctx context.Context, k backend.Kind, fn func(backend.Info) error) error {
+	if f := h.onList; f != nil && k == backend.Chunk {
+		h.onList = nil
+		f()
+	}
+	return h.Backend.List(ctx, k, fn)
+}
+
 // TestResaveTrashedChunk: a writer that saves, between the trash and the
 // purge, a file whose chunks are in the trash holds it back (its round
 // fails with ErrTrashed, and the file is not published), and publishes it
 // after the purge: the chunks survive when the collector's own store names
-// them, or are uploaded again when another store collected. Either way a
-// fresh reader reads the file byte-exact.
+// them, or are uploaded again when another store collected. With another
+// collector the writer's round runs inside the purge (after its read of the
+// logs, before its deletes): published then, the file would lose its
+// chunks. Either way a fresh reader reads the file byte-exact.
 func TestResaveTrashedChunk(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		collector int // 0: the writer that saves again; 1: another
 		freed     bool
 	}{
-		{"collected by another writer", 1, true},
+		{"collected by another writer, saved during the purge", 1, true},
 		{"collected by the saving writer", 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			fx := newTrashFixture(t, mem.New(backend.Properties{DurableOnPut: true, AtomicPut: true}), 2, SessionOptions{Logf: t.Logf}, false)
+			remote := &listHook{Backend: mem.New(backend.Properties{DurableOnPut: true, AtomicPut: true})}
+			fx := newTrashFixture(t, remote, 2, SessionOptions{Logf: t.Logf}, false)
 			gc := fx.tiers[tc.collector]
 			res, err := gc.Collect(ctx, time.Now(), nil, false)
 			if err != nil || res.Trashed != len(fx.fChunks) {
 				t.Fatalf("trash: %+v, %v; want %d chunks trashed", res, err, len(fx.fChunks))
 			}
+			fx.roundAll(t)                          // both acknowledge
 			commitNamed(t, fx.stores[0], "g", fx.f) // the same bytes again
-			err = fx.tiers[0].UploadRound(ctx, true)
-			if !errors.Is(err, ErrTrashed) || !strings.Contains(err.Error(), "g") {
-				t.Fatalf("a round saving trashed chunks: %v, want ErrTrashed naming g", err)
+			var held error
+			round := func() {
+				held = fx.tiers[0].UploadRound(ctx, true)
+				if _, ok := readPublished(t, fx.remote)["g"]; ok {
+					t.Error("g, whose chunks are in the trash, is published before the purge")
+				}
 			}
-			t.Logf("held: %v", err)
-			if _, ok := readPublished(t, fx.remote)["g"]; ok {
-				t.Fatal("g, whose chunks are in the trash, is published before the purge")
+			if tc.collector == 0 {
+				round()
+			} else {
+				remote.onList = round
 			}
-			if pending, _ := fx.tiers[0].UploadPending(); !pending {
-				t.Fatal("a held file left no commit pending")
-			}
-			fx.roundAll(t, 0) // the other acknowledges
 			fx.age()
 			res, err = gc.Collect(ctx, time.Now(), nil, false)
 			if err != nil {
 				t.Fatal(err)
 			}
+			if !errors.Is(held, ErrTrashed) || !strings.Contains(held.Error(), "g") {
+				t.Fatalf("a round saving trashed chunks: %v, want ErrTrashed naming g", held)
+			}
+			t.Logf("held: %v", held)
 			want := 0
 			if tc.freed {
 				want = len(fx.fChunks)
 			}
 			if res.Purged != 1 || res.Freed != want {
 				t.Fatalf("the purge: %+v, want 1 list purged and %d chunks freed", res, want)
+			}
+			if pending, _ := fx.tiers[0].UploadPending(); !pending {
+				t.Fatal("a held file left no commit pending")
 			}
 			if err := fx.tiers[0].UploadRound(ctx, true); err != nil {
 				t.Fatalf("the round after the purge: %v", err)
@@ -332,4 +358,50 @@ func TestPausedSessionBlocksPurge(t *testing.T) {
 	if e := lastEntry(t, gc, paused.ID()); e.Kind != kindFence {
 		t.Fatalf("the paused session's log ends with %q, want a fence", e.Kind)
 	}
+}
+
+// TestTrashedBaseNotUsed: a round that read a trash list puts a delta whose
+// base is in the list standalone (a purge may delete the base), so a fresh
+// store reads it from the bucket alone even with the base gone.
+func TestTrashedBaseNotUsed(t *testing.T) {
+	ctx := context.Background()
+	remote := mem.New(backend.Properties{DurableOnPut: true, AtomicPut: true})
+	a, ra := testStore(t, remote)
+	join(t, a, ra)
+	const chunk = 512 << 10
+	steps := bf16Steps(3, 1, 2, chunk/2, 2, 0.01)
+	ms, _ := saveSteps(t, a, steps, chunk)
+	trashed := map[cas.ID]string{}
+	for _, c := range ms["step0.f0"].Chunks {
+		trashed[c.ID] = "x"
+	}
+	need := map[cas.ID]uint32{}
+	deltas := 0
+	for _, c := range ms["step1.f0"].Chunks {
+		need[c.ID] = c.Len
+		obj, err := (&uploader{r: ra}).localObject(ctx, c.ID, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, ok := cas.DeltaBase(obj); ok && trashed[b] != "" {
+			deltas++
+		}
+	}
+	if deltas == 0 {
+		t.Fatal("no chunk of step 1 is a delta of step 0 here: the test proves nothing")
+	}
+	if err := ra.uploadChunks(ctx, need, trashed); err != nil {
+		t.Fatal(err)
+	}
+	if _, bases := bucketChunks(t, remote); len(bases) != 0 {
+		t.Fatalf("%d deltas in the bucket on trashed bases, want none (standalone)", len(bases))
+	}
+	var base []cas.ID
+	for id := range trashed {
+		base = append(base, id)
+	}
+	if n := inBucket(t, remote, base); n != 0 {
+		t.Fatalf("%d trashed bases put into the bucket", n)
+	}
+	readAll(t, mustFresh(t, remote), map[string]*cas.Manifest{"step1.f0": ms["step1.f0"]}, map[string][]byte{"step1.f0": steps[1][0]})
 }
