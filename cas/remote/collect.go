@@ -227,8 +227,9 @@ func (r *Tier) sweep(ctx context.Context, sess *Session, marked map[cas.ID]struc
 }
 
 // deleteChunks forgets the store's upload records of ids, then deletes
-// their objects (sizes: their bytes), each before deadline, counting them
-// in res.
+// their objects (sizes: their bytes), Connections at a time (at most 32),
+// each before deadline, counting them in res. The first failure stops the
+// rest (a chunk left is only space: a later gc deletes it).
 func (r *Tier) deleteChunks(ctx context.Context, sess *Session, ids []cas.ID, sizes map[cas.ID]int64, deadline time.Time, res *CollectResult) error {
 	if len(ids) == 0 {
 		return nil
@@ -236,25 +237,49 @@ func (r *Tier) deleteChunks(ctx context.Context, sess *Session, ids []cas.ID, si
 	if err := r.store.Update(func(tx *cas.Tx) error { return tx.Uploads().Forget(ids) }); err != nil {
 		return err
 	}
-	for _, id := range ids {
-		if err := sess.Err(); err != nil {
-			return fmt.Errorf("collect the remote: %w", err)
+	work := make(chan cas.ID)
+	var mu sync.Mutex // guards res
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		defer close(work)
+		for _, id := range ids {
+			select {
+			case work <- id:
+			case <-gctx.Done():
+				return nil // a worker's error says why
+			}
 		}
-		if time.Now().After(deadline) {
-			span := sess.opts.Lease - sess.opts.Lease/4
-			return fmt.Errorf("collect the remote %s: the collection's lease ran out after %d deletes (%v after it took locks/gc; it may delete for %v): run gc again",
-				r.be.Location(), res.Freed, time.Since(deadline.Add(-span)).Round(time.Millisecond), span)
-		}
-		dctx, cancel := context.WithDeadline(ctx, deadline)
-		err := r.be.Delete(dctx, chunkHandle(id))
-		cancel()
-		if err != nil && !errors.Is(err, backend.ErrNotExist) {
-			return fmt.Errorf("delete chunk %v from the remote: %w", id, err)
-		}
-		res.Freed++
-		res.FreedBytes += sizes[id]
+		return nil
+	})
+	for range min(max(1, r.be.Properties().Connections), 32) {
+		g.Go(func() error {
+			for id := range work {
+				if err := sess.Err(); err != nil {
+					return fmt.Errorf("collect the remote: %w", err)
+				}
+				if time.Now().After(deadline) {
+					span := sess.opts.Lease - sess.opts.Lease/4
+					mu.Lock()
+					n := res.Freed
+					mu.Unlock()
+					return fmt.Errorf("collect the remote %s: the collection's lease ran out after %d deletes (%v after it took locks/gc; it may delete for %v): run gc again",
+						r.be.Location(), n, time.Since(deadline.Add(-span)).Round(time.Millisecond), span)
+				}
+				dctx, cancel := context.WithDeadline(gctx, deadline)
+				err := r.be.Delete(dctx, chunkHandle(id))
+				cancel()
+				if err != nil && !errors.Is(err, backend.ErrNotExist) {
+					return fmt.Errorf("delete chunk %v from the remote: %w", id, err)
+				}
+				mu.Lock()
+				res.Freed++
+				res.FreedBytes += sizes[id]
+				mu.Unlock()
+			}
+			return nil
+		})
 	}
-	return nil
+	return g.Wait()
 }
 
 // bucketBases returns the bases that the chunk objects ids in the bucket
