@@ -347,6 +347,13 @@ func (r *Tier) collectBeside(ctx context.Context, sess *Session, w *world, other
 	if dryRun {
 		return res, nil
 	}
+	return r.purgeAndTrash(ctx, sess, res, due, doomed, fresh, deadline)
+}
+
+// purgeAndTrash carries out collectBeside's plan (res counts it): it
+// deletes the doomed chunks, then the due lists, then puts the fresh
+// candidates into a new list.
+func (r *Tier) purgeAndTrash(ctx context.Context, sess *Session, res CollectResult, due []*trashList, doomed map[cas.ID]int64, fresh []string, deadline time.Time) (CollectResult, error) {
 	ids := make([]cas.ID, 0, len(doomed))
 	for id := range doomed {
 		ids = append(ids, id)
@@ -365,6 +372,7 @@ func (r *Tier) collectBeside(ctx context.Context, sess *Session, w *world, other
 	if len(fresh) == 0 {
 		return res, nil
 	}
+	var err error
 	if res.TrashList, err = r.putTrash(ctx, sess, fresh, deadline); err != nil {
 		return res, err
 	}
