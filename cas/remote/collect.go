@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -16,31 +14,40 @@ import (
 	"github.com/ckptfs/ckptfs/cas/backend"
 )
 
-// CollectResult is what Collect found and removed.
+// CollectResult is what Collect found, removed, and put in the trash.
 type CollectResult struct {
 	Objects    int   `json:"remote_objects"`     // chunk objects in the remote
 	Young      int   `json:"remote_young"`       // unreferenced but younger than the cutoff: kept
 	Freed      int   `json:"remote_freed"`       // deleted (or, dry run, would be)
 	FreedBytes int64 `json:"remote_freed_bytes"` // their bytes
+	// Beside other live writers (doc.go, step 8):
+	Trashed      int    `json:"remote_trashed,omitempty"`       // unreferenced and old: put in a new trash list
+	TrashedBytes int64  `json:"remote_trashed_bytes,omitempty"` // their bytes
+	TrashList    string `json:"remote_trash_list,omitempty"`    // the new list's ID
+	Purged       int    `json:"remote_purged_lists,omitempty"`  // trash lists purged (their candidates in Freed)
+	Pending      int    `json:"remote_pending_lists,omitempty"` // trash lists younger than the grace period: left for a later gc
 }
 
-// Collect deletes from the remote every chunk object that nothing names
-// and that was last modified before before (the grace period: reading
-// mounts may still be on an older state), doc.go step 6: it takes the
-// collection's lock (locks/gc, create-only: a session joining meanwhile
-// waits for it), fences sessions silent for a lease, and refuses (ErrBusy)
-// while another writer session may still publish, since that session may
-// name any chunk the bucket holds in its next entry. The mark is every
-// version in the checkpoint and in every session's newest state, this
-// store's catalog (files committed and not published yet) and live (files
-// open or staged). A chunk's remote_chunks row is removed before its
-// object, so a later round uploads it again if a commit comes to need it.
-// Only a writer session may collect, and each delete carries the
-// collection lock's deadline. With dryRun it deletes nothing.
+// Collect collects the remote's chunk objects that nothing names and that
+// were last modified before before (the grace period: reading mounts may
+// still be on an older state), doc.go step 8. It takes the collection's
+// lock (locks/gc, create-only: a session joining meanwhile waits for it)
+// and fences sessions silent for a lease. With no other writer session
+// that may still publish, it deletes them at once (and drops every trash
+// list: moot). Beside live writers it runs in two phases
+// (collectBeside): it purges the trash lists older than the grace period
+// that every live session acknowledged (ErrNotAcked, deleting nothing,
+// when one has not), then puts what it finds now into a new trash list.
+// The mark is every version in the checkpoint and in every session's
+// newest state, this store's catalog (files committed and not published
+// yet) and live (files open or staged). A chunk's remote_chunks row is
+// removed before its object, so a later round uploads it again if a commit
+// comes to need it. Only a writer session may collect, and each delete
+// carries the collection lock's deadline. With dryRun it deletes and puts
+// nothing.
 func (r *Tier) Collect(ctx context.Context, before time.Time, live []*cas.Manifest, dryRun bool) (CollectResult, error) {
 	var res CollectResult
-	s := r.store
-	if s.ReadOnly() {
+	if r.store.ReadOnly() {
 		return res, errors.New("store is open read-only")
 	}
 	sess, err := r.session()
@@ -62,17 +69,31 @@ func (r *Tier) Collect(ctx context.Context, before time.Time, live []*cas.Manife
 		return res, fmt.Errorf("read the published files: %w", err) // never sweep on a partial mark
 	}
 	r.fenceSilent(ctx, w, sess)
-	var others []string
-	for id, si := range w.sessions {
-		if id != sess.ID() && si.live() {
-			others = append(others, id)
+	if !dryRun {
+		// This store's own session reads the lists here as its rounds do
+		// (under upMu: no round of it runs meanwhile).
+		if err := r.forgetTrashed(w); err != nil {
+			return res, err
 		}
 	}
-	if len(others) > 0 {
-		sort.Strings(others)
-		return res, fmt.Errorf("collect the remote %s: %w: session(s) %s may still publish; run gc when this mount is the only writer (a session silent for a whole lease is fenced, and no longer counts)",
-			r.be.Location(), ErrBusy, strings.Join(others, ", "))
+	if others := liveOthers(w, sess); len(others) > 0 {
+		return r.collectBeside(ctx, sess, w, others, live, before, deadline, dryRun)
 	}
+	marked, err := r.mark(ctx, w, w.snapshots, live)
+	if err != nil {
+		return res, err
+	}
+	if res, err = r.sweep(ctx, sess, marked, before, deadline, dryRun); err != nil || dryRun {
+		res.Purged = len(w.trash)
+		return res, err
+	}
+	res.Purged, err = r.deleteTrashLists(ctx, w)
+	return res, err
+}
+
+// mark returns every chunk that a version of the snapshots names, or a
+// version that wins in w, or mine, the store's catalog or live.
+func (r *Tier) mark(ctx context.Context, w *world, snapshots []string, live []*cas.Manifest) (map[cas.ID]struct{}, error) {
 	marked := map[cas.ID]struct{}{}
 	mark := func(m *cas.Manifest) {
 		if m == nil {
@@ -82,10 +103,13 @@ func (r *Tier) Collect(ctx context.Context, before time.Time, live []*cas.Manife
 			marked[c.ID] = struct{}{}
 		}
 	}
-	for _, name := range w.snapshots {
+	for _, e := range w.state {
+		mark(e.m)
+	}
+	for _, name := range snapshots {
 		st, err := r.snapshotState(ctx, name)
 		if err != nil {
-			return res, fmt.Errorf("read the published files: %w", err)
+			return nil, fmt.Errorf("read the published files: %w", err)
 		}
 		for _, e := range st {
 			mark(e.m)
@@ -94,15 +118,15 @@ func (r *Tier) Collect(ctx context.Context, before time.Time, live []*cas.Manife
 	for _, e := range r.mine {
 		mark(e.m)
 	}
-	if err := s.View(func(tx *cas.Tx) error {
+	if err := r.store.View(func(tx *cas.Tx) error {
 		return tx.ForEachManifest(func(_ uint64, m *cas.Manifest) error { mark(m); return nil })
 	}); err != nil {
-		return res, err
+		return nil, err
 	}
 	for _, m := range live {
 		mark(m)
 	}
-	return r.sweep(ctx, sess, marked, before, deadline, dryRun)
+	return marked, nil
 }
 
 // lockCollection puts locks/gc, create-only; a lock left by a collector
@@ -136,14 +160,8 @@ func (r *Tier) lockCollection(ctx context.Context, sess *Session) (time.Time, fu
 	}
 }
 
-// sweep deletes the chunk objects outside marked and older than before.
-func (r *Tier) sweep(ctx context.Context, sess *Session, marked map[cas.ID]struct{}, before, deadline time.Time, dryRun bool) (CollectResult, error) {
-	var res CollectResult
-	s := r.store
-	type doomed struct {
-		id   cas.ID
-		size int64
-	}
+// listChunks lists the remote's chunk objects.
+func (r *Tier) listChunks(ctx context.Context) ([]backend.Info, error) {
 	var objects []backend.Info
 	err := r.be.List(ctx, backend.Chunk, func(in backend.Info) error {
 		if in.Handle.Kind != backend.Chunk {
@@ -156,7 +174,17 @@ func (r *Tier) sweep(ctx context.Context, sess *Session, marked map[cas.ID]struc
 		return nil
 	})
 	if err != nil {
-		return res, fmt.Errorf("list the remote's chunks: %w", err)
+		return nil, fmt.Errorf("list the remote's chunks: %w", err)
+	}
+	return objects, nil
+}
+
+// sweep deletes the chunk objects outside marked and older than before.
+func (r *Tier) sweep(ctx context.Context, sess *Session, marked map[cas.ID]struct{}, before, deadline time.Time, dryRun bool) (CollectResult, error) {
+	var res CollectResult
+	objects, err := r.listChunks(ctx)
+	if err != nil {
+		return res, err
 	}
 	// What stays (marked, or young: a reader on an older state may read
 	// it) keeps the base it names.
@@ -174,7 +202,8 @@ func (r *Tier) sweep(ctx context.Context, sess *Session, marked map[cas.ID]struc
 	for _, b := range bases {
 		marked[b] = struct{}{}
 	}
-	var victims []doomed
+	victims := map[cas.ID]int64{}
+	var ids []cas.ID
 	for _, in := range objects {
 		id, _ := cas.ParseID(in.Handle.Name)
 		res.Objects++
@@ -185,41 +214,72 @@ func (r *Tier) sweep(ctx context.Context, sess *Session, marked map[cas.ID]struc
 			res.Young++
 			continue
 		}
-		victims = append(victims, doomed{id, in.Size})
-	}
-	for _, v := range victims {
+		victims[id] = in.Size
+		ids = append(ids, id)
 		res.Freed++
-		res.FreedBytes += v.size
+		res.FreedBytes += in.Size
 	}
 	if dryRun || len(victims) == 0 {
 		return res, nil
 	}
-	ids := make([]cas.ID, len(victims))
-	for i, v := range victims {
-		ids[i] = v.id
-	}
-	err = s.Update(func(tx *cas.Tx) error { return tx.Uploads().Forget(ids) })
-	if err != nil {
-		return CollectResult{Objects: res.Objects, Young: res.Young}, err
-	}
 	res.Freed, res.FreedBytes = 0, 0
-	for _, v := range victims {
-		if err := sess.Err(); err != nil {
-			return res, fmt.Errorf("collect the remote: %w", err)
-		}
-		if time.Now().After(deadline) {
-			return res, fmt.Errorf("collect the remote %s: the collection's lease ran out after %d deletes: run gc again", r.be.Location(), res.Freed)
-		}
-		dctx, cancel := context.WithDeadline(ctx, deadline)
-		err := r.be.Delete(dctx, chunkHandle(v.id))
-		cancel()
-		if err != nil {
-			return res, fmt.Errorf("delete chunk %v from the remote: %w", v.id, err)
-		}
-		res.Freed++
-		res.FreedBytes += v.size
+	return res, r.deleteChunks(ctx, sess, ids, victims, deadline, &res)
+}
+
+// deleteChunks forgets the store's upload records of ids, then deletes
+// their objects (sizes: their bytes), Connections at a time (at most 32),
+// each before deadline, counting them in res. The first failure stops the
+// rest (a chunk left is only space: a later gc deletes it).
+func (r *Tier) deleteChunks(ctx context.Context, sess *Session, ids []cas.ID, sizes map[cas.ID]int64, deadline time.Time, res *CollectResult) error {
+	if len(ids) == 0 {
+		return nil
 	}
-	return res, nil
+	if err := r.store.Update(func(tx *cas.Tx) error { return tx.Uploads().Forget(ids) }); err != nil {
+		return err
+	}
+	work := make(chan cas.ID)
+	var mu sync.Mutex // guards res
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		defer close(work)
+		for _, id := range ids {
+			select {
+			case work <- id:
+			case <-gctx.Done():
+				return nil // a worker's error says why
+			}
+		}
+		return nil
+	})
+	for range min(max(1, r.be.Properties().Connections), 32) {
+		g.Go(func() error {
+			for id := range work {
+				if err := sess.Err(); err != nil {
+					return fmt.Errorf("collect the remote: %w", err)
+				}
+				if time.Now().After(deadline) {
+					span := sess.opts.Lease - sess.opts.Lease/4
+					mu.Lock()
+					n := res.Freed
+					mu.Unlock()
+					return fmt.Errorf("collect the remote %s: the collection's lease ran out after %d deletes (%v after it took locks/gc; it may delete for %v): run gc again",
+						r.be.Location(), n, time.Since(deadline.Add(-span)).Round(time.Millisecond), span)
+				}
+				dctx, cancel := context.WithDeadline(gctx, deadline)
+				err := r.be.Delete(dctx, chunkHandle(id))
+				cancel()
+				if err != nil && !errors.Is(err, backend.ErrNotExist) {
+					return fmt.Errorf("delete chunk %v from the remote: %w", id, err)
+				}
+				mu.Lock()
+				res.Freed++
+				res.FreedBytes += sizes[id]
+				mu.Unlock()
+			}
+			return nil
+		})
+	}
+	return g.Wait()
 }
 
 // bucketBases returns the bases that the chunk objects ids in the bucket

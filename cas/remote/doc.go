@@ -17,7 +17,8 @@
 //     runs one (forced).
 //   - Tier.ApplyPublished, Tier.Refresh: a reader's round (no writes to the
 //     bucket).
-//   - Tier.Collect: the bucket's garbage collection, by a writer's gc.
+//   - Tier.Collect: the bucket's garbage collection, by a writer's gc:
+//     at once when no other writer is live, else in two phases (step 8).
 //   - Tier.VerifyObject: fsck of a chunk in the bucket.
 //
 // # Objects
@@ -43,6 +44,10 @@
 //	locks/checkpoint          the logs compacted: a snapshot of their merged state and, per
 //	                          session, the last entry it folds; replaced with If-Match only
 //	locks/gc                  a collection runs (create-only)
+//	locks/trash.<id>          a trash list (create-only, never changed): the chunk objects a
+//	                          collection beside live writers found unnamed and older than
+//	                          its grace cutoff, its session, host, pid and time; deleted
+//	                          by the collection that purges it
 //
 // The first format (one writer: locks/writer, locks/head, locks/log.<seq>)
 // is read as one more state, stamped zero, until a checkpoint replaces it.
@@ -129,7 +134,9 @@
 //     applied changes and published nothing puts next as a snapshot object,
 //     no entry), so a remount never takes what the store applied for a
 //     change of its own. A round with no own change checks instead that
-//     the session's next seq holds no fence. Invariant: every
+//     the session's next seq holds no fence (or publishes next, to
+//     acknowledge a trash list: step 8, which also says which own files
+//     a round holds back). Invariant: every
 //     chunk a snapshot names is in the bucket before the snapshot, and the
 //     snapshot before the entry naming it, so a reader that finds an entry
 //     can read every byte it names; a round that returns nil (or
@@ -158,21 +165,61 @@
 //  7. Readers take no lease and write nothing. At mount the store's
 //     namespace becomes the merged one (new, overwritten, removed, renamed
 //     paths); while mounted, the same every refresh interval.
-//  8. Collection, by a valid session only: put locks/gc (create-only), read
-//     and fence as in steps 3 and 5, and refuse (ErrBusy) while any other
-//     session may still publish (its log ends with neither a fence nor a
-//     close): such a session may name, in its next entry, any chunk it
-//     found in the bucket. Mark every version of the checkpoint's and every
-//     session's newest state, mine, the store's catalog and the open files;
-//     delete chunk objects outside the mark and older than the grace period,
-//     each delete before the collection's deadline (its lock's put + 3/4
-//     lease); the bases of the deltas that stay (marked or young) are
-//     marked too. Invariant: no chunk is deleted that a published state
-//     names, that a kept delta names as its base, or that a session that
-//     may still publish may name: live sessions make gc refuse, fenced and
-//     closed ones publish nothing more, and a session joining meanwhile
-//     waits for locks/gc and then re-lists (step 2). Readers on an older
-//     state keep the grace period.
+//  8. Collection, by a valid session only, the model kopia's and restic's
+//     two-phase maintenance: put locks/gc (create-only; it is the
+//     collection's lease: each delete carries its deadline, the lock's put
+//     + 3/4 lease), read and fence as in steps 3 and 5. With no other
+//     session that may still publish (its log ends with neither a fence
+//     nor a close), delete at once as one writer always did: mark every
+//     version of the checkpoint's and every session's newest state, mine,
+//     the store's catalog and the open files; delete chunk objects outside
+//     the mark and older than the grace period (the bases of the deltas
+//     that stay, marked or young, are marked too); drop every trash list
+//     (moot). Beside live sessions (which may name, in their next entry,
+//     any chunk they found in the bucket) it runs in two phases:
+//     (a) Purge, first: a trash list whose put is older than the grace
+//     period is purged once every live session's last entry acknowledges
+//     it (else ErrNotAcked, naming the sessions, and nothing is deleted:
+//     a writer acknowledges within a round; a paused one is fenced after
+//     a silent lease and no longer counts). Its candidates are deleted
+//     unless a version of the checkpoint or of another live session's
+//     newest state names them, or a winning version, mine, the catalog or
+//     the open files, or an object that stays names them as its base
+//     (every object but those deleted is read for its base); then the
+//     list. (b) Trash: the chunk objects older than the grace cutoff that
+//     no winning version names (nor mine, catalog, open files, a base of
+//     what stays), and that no list holds, go into a new trash list. A
+//     writer's round (step 4) that reads trash lists first forgets its
+//     records of their chunks as uploaded, then never names one anew: an
+//     own file that names one is held back (its path keeps its published
+//     version in the state; the round returns ErrTrashed, so sync fails
+//     naming the paths; the commit stays pending) and a delta whose base
+//     is one goes up standalone; its state entry lists the lists it read
+//     (trash_seen), and a round with no own change that reads a list its
+//     last entry did not list publishes its merged state to acknowledge
+//     it (so a live session's newest state is at most a round older than
+//     the ack, and a removed file stops being pinned by it). Once the
+//     list is purged the held files publish, their chunks uploaded again
+//     (put-if-absent: absent if purged, present if kept). Invariant: a
+//     session that acknowledged list X names no candidate of X that the
+//     world did not already name (a version copied from the world; its
+//     own files and new deltas' bases never), so the purge's read, after
+//     every ack, sees every state that can name a candidate: a version
+//     naming one that was not a winner at the trash's read can never win
+//     again (stamps only grow), one that won since was published by a
+//     session before its ack, so it is in the read. A joining session
+//     waits for locks/gc (step 2), is live from its lease on (an ack
+//     missing: the purge waits), and its first round reads the lists. The
+//     collector's own session reads the lists inside the collection (its
+//     rounds are serialised with it). Readers on an older state keep the
+//     grace period: no object younger than the cutoff is a candidate, and
+//     a list is purged only once it is older than the grace.
+//     What it costs: a file saved between a trash and its purge with a
+//     trashed chunk (the same bytes as a file removed before the grace,
+//     or a commit whose publication failed for longer than the grace)
+//     waits for the purge, a ckptfs gc after the grace; and its chunks
+//     must still be in the store (a lazily fetched copy evicted from the
+//     cache cannot be uploaded again).
 //
 // Write-back, not write-through: a commit stays local and bumps the commit
 // generation in its own transaction; after a crash the next mount's first
@@ -225,8 +272,9 @@
 //
 // # Not yet (issue #24)
 //
-// Collection while other writers are live (mark → trash → purge after
-// grace, with the trash listed in the log, so a session re-puts a chunk it
-// finds in the trash); dropping tombstones and snapshots no checkpoint or log names;
-// a per-path stamp taken at commit for removals (now it is the round's).
+// A file held back by a trash list could be rescued before the purge (a
+// rescue object the purge reads after marking the list as purging, a
+// Dekker-style handshake) instead of waiting for it; dropping tombstones
+// and snapshots no checkpoint or log names; a per-path stamp taken at
+// commit for removals (now it is the round's).
 package remote

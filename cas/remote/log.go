@@ -32,6 +32,10 @@ type logEntry struct {
 	Snapshot string    `json:"snapshot,omitempty"`
 	Gen      uint64    `json:"gen,omitempty"`
 	Time     time.Time `json:"time"`
+	// TrashSeen lists the trash lists (locks/trash.<id>) the round that
+	// wrote a state entry had read: from it on, the session names no
+	// candidate of theirs anew (doc.go, step 8).
+	TrashSeen []string `json:"trash_seen,omitempty"`
 }
 
 func (e *logEntry) terminal() bool { return e.Kind == kindFence || e.Kind == kindClose }

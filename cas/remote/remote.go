@@ -39,8 +39,9 @@ type Tier struct {
 	leases map[string]time.Duration // other sessions' lease lengths (read once)
 
 	cacheMu sync.Mutex
-	entries map[string]*logEntry // log entries read (immutable)
-	snaps   map[string]state     // snapshots the last world read used
+	entries map[string]*logEntry  // log entries read (immutable)
+	snaps   map[string]state      // snapshots the last world read used
+	trashes map[string]*trashList // trash lists read (immutable), those the last listing showed
 
 	mu      sync.Mutex
 	up      UploadProgress // under mu; PendingBytes is the tier's
@@ -81,7 +82,7 @@ func (r *Tier) session() (*Session, error) {
 // New returns the remote tier of store, whose objects are t.
 func New(store *cas.Store, t *tiered.Backend) *Tier {
 	return &Tier{store: store, tier: t, be: t.Remote(), stale: map[string]localVersion{}, leases: map[string]time.Duration{}, silent: map[string]silence{},
-		entries: map[string]*logEntry{}, snaps: map[string]state{}, applier: catalogApplier}
+		entries: map[string]*logEntry{}, snaps: map[string]state{}, trashes: map[string]*trashList{}, applier: catalogApplier}
 }
 
 // SetApplier makes rounds apply what others published through a (the
@@ -124,8 +125,8 @@ const uploadRecordBatch = 256
 // uploadChunks puts every chunk of need into the remote, Connections at a
 // time (at most 32), and records the ones that got there. A delta goes up
 // as it is, after its base (doc.go, "Deltas in the bucket").
-func (r *Tier) uploadChunks(ctx context.Context, need map[cas.ID]uint32) error {
-	u := &uploader{r: r, need: need, there: map[cas.ID]bool{}}
+func (r *Tier) uploadChunks(ctx context.Context, need map[cas.ID]uint32, trashed map[cas.ID]string) error {
+	u := &uploader{r: r, need: need, trashed: trashed, there: map[cas.ID]bool{}}
 	// A round comes right after a commit, before the background re-encoder
 	// has written the commit's planned deltas: write them first, or they
 	// go up standalone for good.
@@ -191,6 +192,9 @@ func (r *Tier) logf(format string, args ...any) {
 type uploader struct {
 	r    *Tier
 	need map[cas.ID]uint32 // chunk → raw length
+	// trashed: the chunks of the trash lists the round read; never a
+	// delta's base (doc.go, step 8)
+	trashed map[cas.ID]string
 
 	mu    sync.Mutex
 	done  []cas.ID        // in the bucket, not recorded yet
@@ -291,8 +295,12 @@ func (u *uploader) upload(ctx context.Context, id cas.ID, buf []byte) ([]byte, e
 }
 
 // uploadBase makes sure chunk base, a delta's base, is in the bucket before
-// the delta: false when its object here is a delta itself (not uploaded).
+// the delta: false when its object here is a delta itself, or it is in the
+// trash (not uploaded).
 func (u *uploader) uploadBase(ctx context.Context, base cas.ID) (bool, error) {
+	if _, ok := u.trashed[base]; ok {
+		return false, nil // a purge may delete it: the delta goes up standalone
+	}
 	if u.inBucket(base) {
 		return true, nil
 	}

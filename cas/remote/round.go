@@ -29,7 +29,9 @@ func (r *Tier) UploadPending() (bool, error) {
 // (chunks first, then a snapshot, then an entry of the session's log), and
 // applies the merged namespace to the store. nil means a fresh reader sees
 // this store's namespace, except for paths a later change of another
-// session won (ErrSuperseded, after the round did everything else). A
+// session won (ErrSuperseded, after the round did everything else), or
+// for files held back because they name chunks in a collection's trash
+// (ErrTrashed, likewise; doc.go step 8: they publish after its purge). A
 // fenced session's round fails once with ErrFenced; the next one rejoins
 // as a new session; a forced round (sync) reports a fence since the last
 // forced round even when a background round rejoined meanwhile.
@@ -108,7 +110,7 @@ func Join(ctx context.Context, r *Tier, storeID string, opts SessionOptions) (*S
 		err = r.round(ctx, s, true)
 	}
 	r.upMu.Unlock()
-	if err != nil && !errors.Is(err, ErrSuperseded) {
+	if err != nil && !errors.Is(err, ErrSuperseded) && !errors.Is(err, ErrTrashed) {
 		return nil, errors.Join(fmt.Errorf("merge the files published in %s: %w", r.be.Location(), err), s.Close(context.WithoutCancel(ctx)))
 	}
 	return s, nil
@@ -174,6 +176,9 @@ func (r *Tier) round(ctx context.Context, sess *Session, force bool) error {
 		return err
 	}
 	r.fenceSilent(ctx, w, sess)
+	if err := r.forgetTrashed(w); err != nil {
+		return err
+	}
 	var gen uint64
 	local := map[string]nsEntry{}
 	err = r.store.View(func(tx *cas.Tx) error {
@@ -188,6 +193,7 @@ func (r *Tier) round(ctx context.Context, sess *Session, force bool) error {
 		return err
 	}
 	own := r.ownChanges(local, w.state, me)
+	held := holdTrashed(own, w)
 	next := w.state.clone()
 	next.merge(r.mine)
 	next.merge(own)
@@ -198,15 +204,17 @@ func (r *Tier) round(ctx context.Context, sess *Session, force bool) error {
 		}
 	}
 	name := ""
-	if len(own) > 0 {
-		if name, err = r.publishOwn(ctx, sess, own, next, gen); err != nil {
+	// A trash list not acknowledged yet is acknowledged by a state entry
+	// even with no own change: it names the merged state (doc.go, step 8).
+	if len(own) > 0 || sess.needsAck(w.trashIDs()) {
+		if name, err = r.publishOwn(ctx, sess, own, next, gen, w); err != nil {
 			return r.fencedErr(sess, err)
 		}
 	} else if err := sess.confirm(ctx); err != nil {
 		return r.fencedErr(sess, err)
 	}
 	r.mine, r.adopt = next, false
-	applied, err := r.applyState(ctx, local, next)
+	applied, err := r.applyState(ctx, local, next, held)
 	if err != nil {
 		return fmt.Errorf("apply the files published in %s: %w", r.be.Location(), err)
 	}
@@ -222,8 +230,13 @@ func (r *Tier) round(ctx context.Context, sess *Session, force bool) error {
 		if err := tx.Uploads().SetPending("", ""); err != nil { // mine holds the world now
 			return err
 		}
-		if err := tx.Uploads().SetUploaded(gen); err != nil || name == "" {
-			return err
+		if len(held) == 0 { // else the commits wait for a later round
+			if err := tx.Uploads().SetUploaded(gen); err != nil {
+				return err
+			}
+		}
+		if name == "" {
+			return nil
 		}
 		return tx.Uploads().SetBase(name, false)
 	})
@@ -234,14 +247,18 @@ func (r *Tier) round(ctx context.Context, sess *Session, force bool) error {
 	if err := r.compact(ctx, w); err != nil {
 		sess.opts.Logf("compact the logs of %s: %v", r.be.Location(), err)
 	}
+	var errs []error
+	if len(held) > 0 {
+		errs = append(errs, r.heldErr(held, w))
+	}
 	if len(lost) > 0 {
 		sort.Strings(lost)
 		if len(lost) > 5 {
 			lost = append(lost[:5], fmt.Sprintf("and %d more", len(lost)-5))
 		}
-		return fmt.Errorf("%s: %w: %s", r.be.Location(), ErrSuperseded, strings.Join(lost, ", "))
+		errs = append(errs, fmt.Errorf("%s: %w: %s", r.be.Location(), ErrSuperseded, strings.Join(lost, ", ")))
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // notePending counts, as the tier's pending bytes, the chunks of the
@@ -387,7 +404,7 @@ func (r *Tier) ownChanges(local map[string]nsEntry, world state, me string) stat
 
 // publishOwn uploads the chunks of own's files that the bucket may lack,
 // then next as a snapshot, then the session's log entry naming it.
-func (r *Tier) publishOwn(ctx context.Context, sess *Session, own, next state, gen uint64) (string, error) {
+func (r *Tier) publishOwn(ctx context.Context, sess *Session, own, next state, gen uint64, w *world) (string, error) {
 	need := map[cas.ID]uint32{}
 	err := r.store.View(func(tx *cas.Tx) error {
 		up := tx.Uploads()
@@ -411,8 +428,10 @@ func (r *Tier) publishOwn(ctx context.Context, sess *Session, own, next state, g
 		pending += int64(n)
 	}
 	r.tier.SetPending(pending)
-	if err := r.uploadChunks(ctx, need); err != nil {
-		return "", err
+	if len(need) > 0 {
+		if err := r.uploadChunks(ctx, need, w.trashed); err != nil {
+			return "", err
+		}
 	}
 	name, err := r.putSnapshot(ctx, next, sess.ID(), gen)
 	if err != nil {
@@ -424,7 +443,7 @@ func (r *Tier) publishOwn(ctx context.Context, sess *Session, own, next state, g
 	if err := r.store.Update(func(tx *cas.Tx) error { return tx.Uploads().SetPending(name, sess.ID()) }); err != nil {
 		return "", err
 	}
-	if err := sess.appendEntry(ctx, logEntry{Kind: kindState, Snapshot: name, Gen: gen}); err != nil {
+	if err := sess.appendEntry(ctx, logEntry{Kind: kindState, Snapshot: name, Gen: gen, TrashSeen: w.trashIDs()}); err != nil {
 		return "", fmt.Errorf("publish snapshot: %w", err)
 	}
 	return name, nil
@@ -445,13 +464,17 @@ func (r *Tier) putSnapshot(ctx context.Context, st state, session string, gen ui
 }
 
 // applyState makes the local namespace (local, as walked) st's visible
-// one through the applier, and notes the paths it could not change. It
-// returns how many paths changed.
-func (r *Tier) applyState(ctx context.Context, local map[string]nsEntry, st state) (int, error) {
+// one through the applier, but for the paths held (their local version is
+// a change of this store's own, not published yet), and notes the paths it
+// could not change. It returns how many paths changed.
+func (r *Tier) applyState(ctx context.Context, local map[string]nsEntry, st state, held map[string]string) (int, error) {
 	vis := st.visible()
 	var changes []change
 	var paths []string
 	add := func(p string) {
+		if _, ok := held[p]; ok {
+			return
+		}
 		l, lok := local[p]
 		v, vok := vis[p]
 		if same(l, lok, v, vok) {
@@ -627,7 +650,7 @@ func (r *Tier) Refresh(ctx context.Context) (bool, int, error) {
 	if err != nil {
 		return false, 0, err
 	}
-	n, err := r.applyState(ctx, local, w.state)
+	n, err := r.applyState(ctx, local, w.state, nil)
 	if err != nil {
 		return w.published, n, err
 	}

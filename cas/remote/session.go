@@ -28,9 +28,9 @@ var ErrFenced = errors.New("this mount's writer session lost the remote")
 // version wins"): the mount now shows the winners.
 var ErrSuperseded = errors.New("superseded by a later change of another writer")
 
-// ErrBusy means a collection of the bucket cannot run now: another writer
-// session may publish.
-var ErrBusy = errors.New("another writer session is live on the remote")
+// ErrBusy means a collection of the bucket cannot run now: another
+// collection runs.
+var ErrBusy = errors.New("another collection of the remote runs")
 
 // conditional is the compare-and-swap a bucket offers (cas/backend/s3).
 type conditional interface {
@@ -76,6 +76,7 @@ type Session struct {
 	validUntil time.Time // monotonic: publish only before it
 	fenced     error     // non-nil for good once the session's log is fenced
 	seq        uint64    // the log entry this session appended last
+	acked      []string  // the trash lists its last entry acknowledged
 	reported   bool      // fenced, and a round has said so once
 }
 
@@ -290,9 +291,22 @@ func (s *Session) appendEntry(ctx context.Context, e logEntry) error {
 		e.Seq++ // an earlier round's entry, published after all
 	}
 	s.mu.Lock()
-	s.seq = e.Seq
+	s.seq, s.acked = e.Seq, e.TrashSeen
 	s.mu.Unlock()
 	return nil
+}
+
+// needsAck reports whether the trash lists ids (a world read's) include
+// one the session's last entry did not acknowledge.
+func (s *Session) needsAck(ids []string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range ids {
+		if !contains(s.acked, id) {
+			return true
+		}
+	}
+	return false
 }
 
 // confirm checks that the session's log has no fence after its last entry.

@@ -52,10 +52,13 @@ type world struct {
 	sessions  map[string]*sessionInfo
 	ckpt      *checkpoint // nil: none
 	ckptTag   string
-	folded    map[string]uint64 // per session, the entry whose state is in state
-	snapshots []string          // the snapshots merged (gc marks them all)
-	published bool              // anything at all was ever published
-	logs      int               // log entries listed
+	folded    map[string]uint64     // per session, the entry whose state is in state
+	snapshots []string              // the snapshots merged (gc marks them all)
+	newest    map[string]string     // per session, the snapshot of its newest state entry merged
+	published bool                  // anything at all was ever published
+	logs      int                   // log entries listed
+	trash     map[string]*trashList // the trash lists listed, by ID
+	trashed   map[cas.ID]string     // every chunk of a trash list: the list's ID
 }
 
 // snapshotState reads snapshot name as a state (cached: snapshots never
@@ -108,7 +111,9 @@ func (r *Tier) readWorld(ctx context.Context) (*world, error) {
 var errCompacted = errors.New("the logs were compacted while being read")
 
 func (r *Tier) readWorldOnce(ctx context.Context) (*world, error) {
-	w := &world{state: state{}, sessions: map[string]*sessionInfo{}, folded: map[string]uint64{}}
+	w := &world{state: state{}, sessions: map[string]*sessionInfo{}, folded: map[string]uint64{},
+		trash: map[string]*trashList{}, trashed: map[cas.ID]string{}, newest: map[string]string{}}
+	trash := map[string]time.Time{}
 	legacy, hasCkpt := false, false
 	si := func(id string) *sessionInfo {
 		if w.sessions[id] == nil {
@@ -130,6 +135,8 @@ func (r *Tier) readWorldOnce(ctx context.Context) (*world, error) {
 			s.lease, s.leaseMod = true, in.ModTime
 		case name == checkpointName:
 			hasCkpt = true
+		case strings.HasPrefix(name, trashPrefix):
+			trash[strings.TrimPrefix(name, trashPrefix)] = in.ModTime
 		case name == "head" || strings.HasPrefix(name, "log."):
 			legacy = true
 		}
@@ -150,6 +157,9 @@ func (r *Tier) readWorldOnce(ctx context.Context) (*world, error) {
 		if err := r.mergeSnapshot(ctx, w, name); err != nil {
 			return nil, err
 		}
+	}
+	if err := r.readTrashLists(ctx, w, trash); err != nil {
+		return nil, err
 	}
 	ids := make([]string, 0, len(w.sessions))
 	for id, s := range w.sessions {
@@ -250,6 +260,7 @@ func (r *Tier) readSession(ctx context.Context, w *world, s *sessionInfo) error 
 		}
 		if e.Kind == kindState {
 			w.folded[s.id] = seq
+			w.newest[s.id] = e.Snapshot
 			return r.mergeSnapshot(ctx, w, e.Snapshot)
 		}
 	}

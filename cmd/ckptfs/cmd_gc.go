@@ -72,6 +72,20 @@ func runGC(ctx context.Context, c command, args []string, stdout, stderr io.Writ
 	if r := res.CollectResult; r != (remote.CollectResult{}) {
 		fmt.Fprintf(stdout, "remote: %s %d of %d chunk objects, %s (%d unreferenced kept: younger than %v)\n",
 			verb, r.Freed, r.Objects, formatBytes(r.FreedBytes), r.Young, time.Duration(grace))
+		if r.Purged > 0 {
+			fmt.Fprintf(stdout, "remote: purged %d trash list(s) every live writer acknowledged (their chunks nothing names are in the count above)\n", r.Purged)
+		}
+		if r.Trashed > 0 {
+			trashed := "put"
+			if res.DryRun {
+				trashed = "would put"
+			}
+			fmt.Fprintf(stdout, "remote: %s %d chunk objects, %s, in trash list %s (other writers are live): a gc after the grace period, once each live writer acknowledged it, deletes those still unused\n",
+				trashed, r.Trashed, formatBytes(r.TrashedBytes), r.TrashList)
+		}
+		if r.Pending > 0 {
+			fmt.Fprintf(stdout, "remote: %d trash list(s) younger than %v wait for a later gc\n", r.Pending, time.Duration(grace))
+		}
 	}
 	if res.IndexRows > 0 || res.TempFiles > 0 {
 		fmt.Fprintf(stdout, "index rows without objects removed %d, temporary files removed %d\n", res.IndexRows, res.TempFiles)

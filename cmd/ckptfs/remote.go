@@ -196,6 +196,11 @@ func (u *uploader) run(ctx context.Context) {
 		case errors.Is(err, remote.ErrSuperseded):
 			wait = 0
 			u.logger.Printf("%v", err)
+		case errors.Is(err, remote.ErrTrashed):
+			// No backoff: rounds at the usual pace acknowledge the trash
+			// lists, and publish the files held back once it is purged.
+			wait = 0
+			u.logger.Printf("upload to %s: %v", u.tier.Location(), err)
 		case errors.Is(err, remote.ErrFenced):
 			wait = retryMin
 			u.logger.Printf("upload to %s: %v", u.tier.Location(), err)
