@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 )
 
 // Group commit: commits that arrive while a catalog transaction is being made
@@ -19,8 +20,10 @@ import (
 // flushes itself), and returns only after the transaction that holds its
 // rows has committed: durability at return is unchanged.
 //
-// The first commit to find no transaction in progress leads: it takes the
-// caller's lock, collects every commit queued so far (its own first), runs
+// The first commit to find no transaction in progress leads: it waits (up
+// to groupWindow) for the commits that said they are coming
+// (Batch.Committing) to queue, takes the caller's lock, collects every
+// commit queued so far (its own first), runs
 // their catalog changes in one transaction, applies their in-memory changes,
 // releases the lock, and tells each its result. Commits queued meanwhile wait
 // for the leader to end; then the oldest of them leads the next group.
@@ -47,11 +50,59 @@ type GroupItem struct {
 	Then func()
 }
 
+// groupWindow bounds how long a leader waits for the commits that said
+// they are coming (Batch.Committing) to join its group. Longer than the
+// work a small file's commit does between Committing and CommitGroup
+// (some µs, more on a loaded machine), far shorter than the pair of
+// fdatasyncs the group shares (~1 ms or more).
+const groupWindow = 2 * time.Millisecond
+
 // grouper queues the commits of a store (Store.group).
 type grouper struct {
-	mu      sync.Mutex
-	pending []*groupReq
-	busy    bool // a leader is running a group
+	mu        sync.Mutex
+	pending   []*groupReq
+	busy      bool // a leader is running a group
+	preparing int  // batches between Committing and CommitGroup
+}
+
+// Committing tells the store that b will be committed by CommitGroup soon
+// (the caller is finishing its file), so that a group being formed waits
+// for it (up to groupWindow) instead of committing without it and leaving
+// it the next transaction alone. The returned function withdraws it, for a
+// commit that gives up before CommitGroup; CommitGroup withdraws it too.
+// Both may be called more than once.
+func (b *Batch) Committing() (withdraw func()) {
+	g := &b.s.group
+	g.mu.Lock()
+	if !b.coming {
+		b.coming = true
+		g.preparing++
+	}
+	g.mu.Unlock()
+	return func() {
+		g.mu.Lock()
+		g.arrived(b)
+		g.mu.Unlock()
+	}
+}
+
+// arrived counts b out of the commits coming. g.mu held.
+func (g *grouper) arrived(b *Batch) {
+	if b.coming {
+		b.coming = false
+		g.preparing--
+	}
+}
+
+// awaitComing waits, up to groupWindow, until no commit that said it is
+// coming is still on its way. g.mu held (released while waiting).
+func (g *grouper) awaitComing() {
+	deadline := time.Now().Add(groupWindow)
+	for g.preparing > 0 && time.Now().Before(deadline) {
+		g.mu.Unlock()
+		time.Sleep(50 * time.Microsecond)
+		g.mu.Lock()
+	}
 }
 
 type groupReq struct {
@@ -81,6 +132,7 @@ func (s *Store) CommitGroup(ctx context.Context, b *Batch, lock sync.Locker, pre
 	r := &groupReq{b: b, prepare: prepare, done: make(chan struct{}), lead: make(chan struct{})}
 	g := &s.group
 	g.mu.Lock()
+	g.arrived(b)
 	g.pending = append(g.pending, r)
 	if g.busy {
 		g.mu.Unlock()
@@ -92,6 +144,7 @@ func (s *Store) CommitGroup(ctx context.Context, b *Batch, lock sync.Locker, pre
 		g.mu.Lock()
 	}
 	g.busy = true
+	g.awaitComing()
 	members := g.pending
 	g.pending = nil
 	g.mu.Unlock()

@@ -136,6 +136,8 @@ func (n *fileNode) commitDirty(ctx context.Context, origin *fileNode, originAttr
 		}
 	}
 	batch, ix := res.Batch, res.Index
+	// A group forming now waits for this commit (cas: group commit).
+	defer batch.Committing()()
 	m.Chunks, m.Holes = res.Chunks, res.Holes
 	if ix != nil && ix.TensorsOmitted > 0 {
 		n.fsys.log.Printf("%s: %d tensors exceed the index limit of %d: the file is stored whole, without a tensor index",

@@ -224,14 +224,15 @@ func (d *DB) migrate(tx *bolt.Tx) error {
 	return nil
 }
 
-// createNewBuckets creates the re-encode queue, the delta buckets and the
-// packs bucket in a catalog made before they existed (an older ckptfs
-// ignores them; the packs bucket holds rows only from format 6 on).
+// createNewBuckets creates the re-encode queue, the delta buckets, the
+// packs bucket and the inline bucket in a catalog made before they existed
+// (an older ckptfs ignores them; the packs bucket holds rows only from
+// format 6 on, the inline bucket from format 7 on).
 func (d *DB) createNewBuckets() error {
 	var ok bool
 	if err := d.db.View(func(tx *bolt.Tx) error {
 		ok = tx.Bucket(bucketReencode) != nil && tx.Bucket(bucketDeltaPlans) != nil && tx.Bucket(bucketHoles) != nil &&
-			tx.Bucket(bucketPacks) != nil
+			tx.Bucket(bucketPacks) != nil && tx.Bucket(bucketInline) != nil
 		return nil
 	}); err != nil {
 		return err
@@ -248,6 +249,9 @@ func (d *DB) createNewBuckets() error {
 		}
 		if _, err := tx.CreateBucketIfNotExists(bucketPacks); err != nil {
 			return fmt.Errorf("create packs bucket: %w", err)
+		}
+		if _, err := tx.CreateBucketIfNotExists(bucketInline); err != nil {
+			return fmt.Errorf("create inline bucket: %w", err)
 		}
 		return createDeltaBuckets(tx)
 	})
