@@ -28,6 +28,14 @@ import (
 // releases the lock, and tells each its result. Commits queued meanwhile wait
 // for the leader to end; then the oldest of them leads the next group.
 //
+// The caller's lock may let go during the flush: a lock that implements
+// FlushUnlocker is released (UnlockForFlush) once the group's rows are
+// written, and taken again (RelockAfterFlush) when the transaction has been
+// made durable, before any member's Apply. The caller then decides who may
+// take it meanwhile (fusefs: only what cannot see the members' in-memory
+// state before their Apply, such as a create), so that a commit's fdatasyncs
+// no longer stall every operation that needs the lock.
+//
 // A member whose changes fail (or a transaction that fails to commit) rolls
 // the whole transaction back; each member is then committed alone, in order,
 // still under the lock (the namespace they read is unchanged), so that one
@@ -56,6 +64,17 @@ type GroupItem struct {
 // (some µs, more on a loaded machine), far shorter than the pair of
 // fdatasyncs the group shares (~1 ms or more).
 const groupWindow = 2 * time.Millisecond
+
+// FlushUnlocker is a lock passed to CommitGroup that may be released while
+// a group's transaction is being made durable (see above).
+type FlushUnlocker interface {
+	sync.Locker
+	// UnlockForFlush releases the lock, held, before the commit's writes
+	// and fdatasyncs.
+	UnlockForFlush()
+	// RelockAfterFlush takes the lock again after them.
+	RelockAfterFlush()
+}
 
 // grouper queues the commits of a store (Store.group).
 type grouper struct {
@@ -180,12 +199,12 @@ func (s *Store) runGroup(lock sync.Locker, members []*groupReq) {
 	}
 	if len(txs) == 0 {
 		// Nothing to write (files unlinked while open): no transaction.
-	} else if err := s.Update(func(tx *Tx) error { return groupRows(tx, txs) }); err != nil {
+	} else if err := s.updateGroup(lock, txs); err != nil {
 		if len(txs) == 1 {
 			txs[0].err = err
 		} else {
 			for _, m := range txs {
-				m.err = s.Update(func(tx *Tx) error { return groupRows(tx, []*groupReq{m}) })
+				m.err = s.updateGroup(lock, []*groupReq{m})
 			}
 		}
 	}
@@ -199,6 +218,20 @@ func (s *Store) runGroup(lock sync.Locker, members []*groupReq) {
 			m.item.Then()
 		}
 	}
+}
+
+// updateGroup commits the rows of members in one transaction, lock held;
+// a FlushUnlocker lock is released while the transaction is made durable.
+func (s *Store) updateGroup(lock sync.Locker, members []*groupReq) error {
+	fn := func(tx *Tx) error { return groupRows(tx, members) }
+	fl, ok := lock.(FlushUnlocker)
+	if !ok {
+		return s.Update(fn)
+	}
+	return s.db.UpdateAround(fn, func() func() {
+		fl.UnlockForFlush()
+		return fl.RelockAfterFlush
+	})
 }
 
 // groupRows writes the rows of members (their batches' index rows, then

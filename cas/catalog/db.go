@@ -285,6 +285,31 @@ func (d *DB) Update(fn func(*Tx) error) (err error) {
 	return d.db.Update(func(tx *bolt.Tx) error { return fn(d.tx(tx)) })
 }
 
+// UpdateAround is Update for a caller that holds a lock its fn needs but
+// the commit does not: once fn has written the transaction's changes,
+// around is called, and the function it returns is called when the commit
+// (bbolt's writes and fdatasyncs) has ended, whether or not it succeeded.
+// The caller may release its lock in between, so that others wait only for
+// fn, not for the disk. Writers still run one at a time (bbolt's lock, held
+// until the commit ends); readers see the transaction only once it has
+// committed, as with Update.
+func (d *DB) UpdateAround(fn func(*Tx) error, around func() (after func())) (err error) {
+	defer recoverDamage(&err)
+	tx, err := d.db.Begin(true)
+	if err != nil {
+		return err
+	}
+	// After a Commit it returns ErrTxClosed, harmless; before, on an error
+	// or a panic of fn, it rolls back as Update does.
+	defer func() { _ = tx.Rollback() }()
+	if err := fn(d.tx(tx)); err != nil {
+		return err
+	}
+	after := around()
+	defer after()
+	return tx.Commit()
+}
+
 func (d *DB) tx(tx *bolt.Tx) *Tx {
 	return &Tx{raw{tx: tx, legacy: d.format < formatSealed}}
 }
