@@ -116,6 +116,9 @@ type FS struct {
 	// commitHook, when set (tests only), runs in a commit once its chunks
 	// are stored, before its catalog transaction (the file's mu held).
 	commitHook func()
+	// flushHook, when set (tests only), runs in a group commit's leader
+	// once it has released nsMu for the flush (groupLock.UnlockForFlush).
+	flushHook func()
 }
 
 // Option configures New.
@@ -393,6 +396,9 @@ func (l groupLock) Unlock() { l.f.nsMu.Unlock() }
 func (l groupLock) UnlockForFlush() {
 	l.f.flushing = true
 	l.f.nsMu.Unlock()
+	if hook := l.f.flushHook; hook != nil {
+		hook()
+	}
 }
 
 // RelockAfterFlush takes nsMu and ends the flush. The holders of nsMu
