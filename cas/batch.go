@@ -39,6 +39,7 @@ type Batch struct {
 	hints    map[ID]Hint      // what each chunk holds, as its Put said
 	suggest  map[ID]ID        // chunk → a chunk it is likely close to (SuggestBase)
 	inline   map[ID][]byte    // chunks stored inline: their objects (inline.go)
+	inlined  int              // raw bytes of the chunks put inline (reserveInline)
 	pinned   []ID             // chunks this batch keeps from the sweeper
 	released bool
 	coming   bool // counted in the store's commits coming (group.go; its mu)
@@ -136,7 +137,7 @@ func (b *Batch) PutHinted(ctx context.Context, data []byte, h Hint) (ChunkRef, e
 	if indexed {
 		return ref, nil
 	}
-	if b.s.inlines(len(data)) {
+	if b.s.inlines(len(data)) && b.reserveInline(len(data)) {
 		b.putInline(id, data, h)
 		return ref, nil
 	}

@@ -22,6 +22,20 @@ func (s *Store) inlines(n int) bool {
 	return !s.readOnly && s.inlineMax > 0 && n <= s.inlineMax
 }
 
+// reserveInline reports whether b may put n more raw bytes inline: a batch
+// (one file's commit) inlines at most Options.InlineMaxChunk bytes in all,
+// so a small file goes into the catalog whole, and a large one, whatever
+// its chunk size, adds at most that much to it (its first small chunks).
+func (b *Batch) reserveInline(n int) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.inlined+n > b.s.inlineMax {
+		return false
+	}
+	b.inlined += n
+	return true
+}
+
 // putInline keeps chunk id (data, not indexed) for its commit's
 // transaction, stored raw (codec 0): a small chunk gains little from a
 // codec, and the commit of a small file would pay for it. The chunk is

@@ -217,3 +217,32 @@ func TestInlineBeforeCommitAndSweep(t *testing.T) {
 		t.Fatal("the chunk of a batch released without a commit still reads")
 	}
 }
+
+// TestInlineBudgetPerBatch: a batch puts at most InlineMaxChunk raw bytes
+// inline in all, so a large file's chunks go to packs or objects however
+// small they are.
+func TestInlineBudgetPerBatch(t *testing.T) {
+	ctx := context.Background()
+	s := inlineStore(t, filepath.Join(t.TempDir(), "store"), DefaultInlineMaxChunk)
+	defer s.Close()
+	b := s.NewBatch()
+	var refs []ChunkRef
+	for i := range 4 {
+		ref, err := b.Put(ctx, pseudoRandom(6<<10, byte(20+i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs = append(refs, ref)
+	}
+	if err := s.Commit(ctx, b, func(*Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []bool{true, true, false, false} { // 6 + 6 ≤ 16 < 18
+		if got := chunkRow(t, s, refs[i].ID).Inline; got != want {
+			t.Fatalf("chunk %d of 6 KiB: inline %v, want %v", i, got, want)
+		}
+		if _, err := s.ReadChunk(ctx, refs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -75,10 +75,10 @@ type Options struct {
 	// DefaultPackMaxChunk). Negative: no packs (every chunk its own object,
 	// as before packs; existing packs are still read).
 	PackMaxChunk int
-	// InlineMaxChunk is the largest raw chunk a commit stores inline in
-	// the catalog rather than in a pack or an object file (inline.go;
-	// default DefaultInlineMaxChunk). Negative: nothing inline (existing
-	// inline chunks are still read).
+	// InlineMaxChunk is how many raw bytes of new chunks a commit (a
+	// batch) stores inline in the catalog rather than in packs or object
+	// files (inline.go; default DefaultInlineMaxChunk). Negative: nothing
+	// inline (existing inline chunks are still read).
 	InlineMaxChunk int
 	// Observer, if set, is told how long each chunk fetch (an object read
 	// and decoded on a cache miss) and each background re-encode took, for
