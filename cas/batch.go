@@ -38,8 +38,11 @@ type Batch struct {
 	queue    map[ID]Hint      // chunks stored raw, to re-encode later
 	hints    map[ID]Hint      // what each chunk holds, as its Put said
 	suggest  map[ID]ID        // chunk → a chunk it is likely close to (SuggestBase)
+	inline   map[ID][]byte    // chunks stored inline: their objects (inline.go)
+	inlined  int              // raw bytes of the chunks put inline (reserveInline)
 	pinned   []ID             // chunks this batch keeps from the sweeper
 	released bool
+	coming   bool // counted in the store's commits coming (group.go; its mu)
 
 	committed bool // a transaction that added its rows committed, or Keep
 	kept      bool // Keep: its packs stay readable through the registry
@@ -77,7 +80,7 @@ type flight struct {
 // NewBatch starts a batch.
 func (s *Store) NewBatch() *Batch {
 	return &Batch{s: s, added: map[ID]ChunkInfo{}, synced: map[ID]struct{}{}, wrote: map[ID]struct{}{},
-		queue: map[ID]Hint{}, hints: map[ID]Hint{}, suggest: map[ID]ID{},
+		queue: map[ID]Hint{}, hints: map[ID]Hint{}, suggest: map[ID]ID{}, inline: map[ID][]byte{},
 		inPack: map[ID]*packWriter{}, syncedPacks: map[*packWriter]struct{}{}}
 }
 
@@ -132,6 +135,10 @@ func (b *Batch) PutHinted(ctx context.Context, data []byte, h Hint) (ChunkRef, e
 		return ref, err
 	}
 	if indexed {
+		return ref, nil
+	}
+	if b.s.inlines(len(data)) && b.reserveInline(len(data)) {
+		b.putInline(id, data, h)
 		return ref, nil
 	}
 	if h == (Hint{}) && b.s.packs.packs(len(data)) {
@@ -281,14 +288,17 @@ func (b *Batch) Release() {
 	var unnamed []ID
 	if !b.committed {
 		unnamed = make([]ID, 0, len(b.added))
-		for id := range b.added {
-			if _, packed := b.inPack[id]; !packed {
+		for id, info := range b.added {
+			if _, packed := b.inPack[id]; !packed && !info.Inline {
 				unnamed = append(unnamed, id)
 			}
 		}
 	}
-	packed := make([]ID, 0, len(b.inPack))
+	packed := make([]ID, 0, len(b.inPack)+len(b.inline))
 	for id := range b.inPack {
+		packed = append(packed, id)
+	}
+	for id := range b.inline { // registered like packed chunks (inline.go)
 		packed = append(packed, id)
 	}
 	packs, packIDs := b.packs, make([]ID, 0, len(b.packs))
@@ -396,6 +406,12 @@ func commitBatch(t *Tx, b *Batch) error {
 		return err
 	}
 	for id, info := range b.added {
+		if info.Inline {
+			if _, err := t.Index().AddInline(id, info, b.inline[id]); err != nil {
+				return fmt.Errorf("index inline chunk %v: %w", id, err)
+			}
+			continue // never queued nor planned as a delta: it stays in the catalog
+		}
 		if w, packed := b.inPack[id]; packed {
 			info.Pack = w.id
 		}

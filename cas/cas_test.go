@@ -27,12 +27,16 @@ func testStoreHook(t *testing.T, hook func(path string) error) *Store {
 // openLocal is Open with the objects in the store directory (local.New) unless
 // opts says where they live.
 //
-// The tests written before packs (most of them, about objects of their
-// own) run without packs: opts.PackMaxChunk 0 means none here; the pack
-// tests (pack_test.go) set it.
+// The tests written before packs and inline chunks (most of them, about
+// objects of their own) run without either: opts.PackMaxChunk and
+// opts.InlineMaxChunk 0 mean none here; the pack tests (pack_test.go) and
+// the inline tests (inline_test.go) set them.
 func openLocal(dir string, opts Options) (*Store, error) {
 	if opts.PackMaxChunk == 0 {
 		opts.PackMaxChunk = -1
+	}
+	if opts.InlineMaxChunk == 0 {
+		opts.InlineMaxChunk = -1
 	}
 	if opts.Objects == nil {
 		opts.Objects = local.New(ObjectsDir(dir), local.Options{})

@@ -52,7 +52,9 @@
 // release the batch's pins, in that order whatever fails. Store.CommitGroup
 // does the same for commits that share one transaction with the concurrent
 // commits of the store (group.go: one pair of catalog fdatasyncs for all the
-// commits that queued while the previous transaction was being flushed).
+// commits that queued while the previous transaction was being flushed, or
+// that said they were coming; the caller's lock may be released during the
+// flush: FlushUnlocker).
 //
 // A store may also have a remote tier (an S3-compatible bucket). cas knows
 // only its read side, and only as a backend: Options.Objects is then a
@@ -350,6 +352,57 @@
 //     loaded: write 79 → 13 s, cold read 29.9 → 15.8 s. What is left of the
 //     read's cost is the daemon's CPU per chunk (FUSE requests, verification,
 //     copies) and how far it reads ahead, not the store's I/O.
+//
+// # Inline chunks (issue #27)
+//
+// A file of a few KiB (a rank's shard metadata, a config, a metrics file)
+// cost, besides its catalog transaction, a pack of its own: written,
+// fdatasync'd with its directory before the transaction (strace of 8
+// writers creating 4 KiB files: 2.2 fdatasyncs and an fsync per file).
+// inline.go and catalog/inline.go have the code. Decisions:
+//
+//   - Which chunks: new chunks, whatever their hint, while the batch (one
+//     file's commit) has put at most Options.InlineMaxChunk raw bytes
+//     inline (DefaultInlineMaxChunk, 16 KiB: four bbolt pages; a larger
+//     value costs every transaction that writes it, and the catalog's
+//     mapped size). So a small file goes into the catalog whole, and a
+//     large one adds at most 16 KiB to it (its first small chunks),
+//     whatever its chunk size: a batch puts chunks before it knows its
+//     file's size, so the budget is the batch's. A store with 16 KiB
+//     chunks would otherwise put all its bytes in the catalog (the first
+//     cut of this rule, per chunk, did: a test's catalog of 3.9 MiB of
+//     chunks grew from ~100 pages to ~1,000). Negative: none.
+//   - Form: the object an object file would hold (header, payload, CRC),
+//     raw (codec 0): a few KiB gain little from a codec and the commit
+//     would pay for it. It is never queued for re-encoding, nor planned
+//     as a delta (either would move it out of the catalog), but may be a
+//     delta's base. Its index row is record version 3 and its object is
+//     in the catalog's inline bucket (catalog/inline.go), both written by
+//     the transaction that indexes it, both deleted by the one that
+//     removes the row (Index.Delete): no file, no fsync, no orphan.
+//   - Verification: read through the same path as every object (one branch
+//     in getObject), so header, CRC and the BLAKE3 of the raw bytes are
+//     checked on every load; a mismatch is ErrCorrupt (EIO), never bytes.
+//     The bbolt record is sealed as well (catalog: record.go).
+//   - Dedup: a chunk is inlined only if the index does not have it, so a
+//     chunk that is an object (or packed) already is not inlined again;
+//     two batches inlining the same new chunk both keep it until commit,
+//     and the first transaction to index it stores it (Index.AddInline
+//     stores nothing for a chunk already indexed). Before its commit it
+//     reads from its batch, through the registry of live batches' packs.
+//   - Accounting: counters inline_chunks and inline_bytes (Stats); a sweep
+//     counts an inline chunk's object among the chunks and bytes it freed;
+//     gc marks and sweeps inline chunks like packed ones (by index row);
+//     fsck reads and verifies each (no file read to spare).
+//   - Remote tier: PackedObject returns an inline chunk's object, which the
+//     uploader puts in the bucket as an object of its own.
+//   - Format 7: the transaction that stores the first inline chunk moves
+//     the store to 7 (raise to at least 7), so an older ckptfs, which would
+//     look for the object file and report the chunk lost, refuses it.
+//     Older stores read as before and take inline chunks from then on.
+//   - Durability: an inline chunk is durable with the transaction that
+//     indexes it, the one that commits its file: a close that returned
+//     still means the file survives a power loss.
 //
 // # Catalog damage
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 )
 
 // Group commit: commits that arrive while a catalog transaction is being made
@@ -19,11 +20,21 @@ import (
 // flushes itself), and returns only after the transaction that holds its
 // rows has committed: durability at return is unchanged.
 //
-// The first commit to find no transaction in progress leads: it takes the
-// caller's lock, collects every commit queued so far (its own first), runs
+// The first commit to find no transaction in progress leads: it waits (up
+// to groupWindow) for the commits that said they are coming
+// (Batch.Committing) to queue, takes the caller's lock, collects every
+// commit queued so far (its own first), runs
 // their catalog changes in one transaction, applies their in-memory changes,
 // releases the lock, and tells each its result. Commits queued meanwhile wait
 // for the leader to end; then the oldest of them leads the next group.
+//
+// The caller's lock may let go during the flush: a lock that implements
+// FlushUnlocker is released (UnlockForFlush) once the group's rows are
+// written, and taken again (RelockAfterFlush) when the transaction has been
+// made durable, before any member's Apply. The caller then decides who may
+// take it meanwhile (fusefs: only what cannot see the members' in-memory
+// state before their Apply, such as a create), so that a commit's fdatasyncs
+// no longer stall every operation that needs the lock.
 //
 // A member whose changes fail (or a transaction that fails to commit) rolls
 // the whole transaction back; each member is then committed alone, in order,
@@ -47,11 +58,70 @@ type GroupItem struct {
 	Then func()
 }
 
+// groupWindow bounds how long a leader waits for the commits that said
+// they are coming (Batch.Committing) to join its group. Longer than the
+// work a small file's commit does between Committing and CommitGroup
+// (some µs, more on a loaded machine), far shorter than the pair of
+// fdatasyncs the group shares (~1 ms or more).
+const groupWindow = 2 * time.Millisecond
+
+// FlushUnlocker is a lock passed to CommitGroup that may be released while
+// a group's transaction is being made durable (see above).
+type FlushUnlocker interface {
+	sync.Locker
+	// UnlockForFlush releases the lock, held, before the commit's writes
+	// and fdatasyncs.
+	UnlockForFlush()
+	// RelockAfterFlush takes the lock again after them.
+	RelockAfterFlush()
+}
+
 // grouper queues the commits of a store (Store.group).
 type grouper struct {
-	mu      sync.Mutex
-	pending []*groupReq
-	busy    bool // a leader is running a group
+	mu        sync.Mutex
+	pending   []*groupReq
+	busy      bool // a leader is running a group
+	preparing int  // batches between Committing and CommitGroup
+}
+
+// Committing tells the store that b will be committed by CommitGroup soon
+// (the caller is finishing its file), so that a group being formed waits
+// for it (up to groupWindow) instead of committing without it and leaving
+// it the next transaction alone. The returned function withdraws it, for a
+// commit that gives up before CommitGroup; CommitGroup withdraws it too.
+// Both may be called more than once.
+func (b *Batch) Committing() (withdraw func()) {
+	g := &b.s.group
+	g.mu.Lock()
+	if !b.coming {
+		b.coming = true
+		g.preparing++
+	}
+	g.mu.Unlock()
+	return func() {
+		g.mu.Lock()
+		g.arrived(b)
+		g.mu.Unlock()
+	}
+}
+
+// arrived counts b out of the commits coming. g.mu held.
+func (g *grouper) arrived(b *Batch) {
+	if b.coming {
+		b.coming = false
+		g.preparing--
+	}
+}
+
+// awaitComing waits, up to groupWindow, until no commit that said it is
+// coming is still on its way. g.mu held (released while waiting).
+func (g *grouper) awaitComing() {
+	deadline := time.Now().Add(groupWindow)
+	for g.preparing > 0 && time.Now().Before(deadline) {
+		g.mu.Unlock()
+		time.Sleep(50 * time.Microsecond)
+		g.mu.Lock()
+	}
 }
 
 type groupReq struct {
@@ -81,6 +151,7 @@ func (s *Store) CommitGroup(ctx context.Context, b *Batch, lock sync.Locker, pre
 	r := &groupReq{b: b, prepare: prepare, done: make(chan struct{}), lead: make(chan struct{})}
 	g := &s.group
 	g.mu.Lock()
+	g.arrived(b)
 	g.pending = append(g.pending, r)
 	if g.busy {
 		g.mu.Unlock()
@@ -92,6 +163,7 @@ func (s *Store) CommitGroup(ctx context.Context, b *Batch, lock sync.Locker, pre
 		g.mu.Lock()
 	}
 	g.busy = true
+	g.awaitComing()
 	members := g.pending
 	g.pending = nil
 	g.mu.Unlock()
@@ -127,12 +199,12 @@ func (s *Store) runGroup(lock sync.Locker, members []*groupReq) {
 	}
 	if len(txs) == 0 {
 		// Nothing to write (files unlinked while open): no transaction.
-	} else if err := s.Update(func(tx *Tx) error { return groupRows(tx, txs) }); err != nil {
+	} else if err := s.updateGroup(lock, txs); err != nil {
 		if len(txs) == 1 {
 			txs[0].err = err
 		} else {
 			for _, m := range txs {
-				m.err = s.Update(func(tx *Tx) error { return groupRows(tx, []*groupReq{m}) })
+				m.err = s.updateGroup(lock, []*groupReq{m})
 			}
 		}
 	}
@@ -146,6 +218,20 @@ func (s *Store) runGroup(lock sync.Locker, members []*groupReq) {
 			m.item.Then()
 		}
 	}
+}
+
+// updateGroup commits the rows of members in one transaction, lock held;
+// a FlushUnlocker lock is released while the transaction is made durable.
+func (s *Store) updateGroup(lock sync.Locker, members []*groupReq) error {
+	fn := func(tx *Tx) error { return groupRows(tx, members) }
+	fl, ok := lock.(FlushUnlocker)
+	if !ok {
+		return s.Update(fn)
+	}
+	return s.db.UpdateAround(fn, func() func() {
+		fl.UnlockForFlush()
+		return fl.RelockAfterFlush
+	})
 }
 
 // groupRows writes the rows of members (their batches' index rows, then

@@ -33,12 +33,12 @@ func (c *countingBackend) GetRange(ctx context.Context, h backend.Handle, off, n
 	return c.Backend.GetRange(ctx, h, off, n, buf)
 }
 
-// packedStore opens a store in dir that packs chunks up to the default size,
-// its reads counted.
+// packedStore opens a store in dir that packs chunks up to the default size
+// (none inline), its reads counted.
 func packedStore(t *testing.T, dir string, hook func(string) error) (*Store, *countingBackend) {
 	t.Helper()
 	be := &countingBackend{Backend: local.New(ObjectsDir(dir), local.Options{SyncHook: hook})}
-	s, err := Open(dir, Options{Objects: be, PackMaxChunk: DefaultPackMaxChunk})
+	s, err := Open(dir, Options{Objects: be, PackMaxChunk: DefaultPackMaxChunk, InlineMaxChunk: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -371,8 +371,8 @@ func TestPacksInAnOlderStore(t *testing.T) {
 
 	s, _ = packedStore(t, dir, nil)
 	defer s.Close()
-	if f := s.Format(); f != FormatVersion {
-		t.Fatalf("format %d after the first pack, want %d", f, FormatVersion)
+	if f := s.Format(); f != 6 {
+		t.Fatalf("format %d after the first pack, want 6", f)
 	}
 	for _, c := range []struct {
 		ref  ChunkRef

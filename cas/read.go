@@ -158,6 +158,9 @@ func (r *reader) getObject(ctx context.Context, id ID, buf []byte) ([]byte, erro
 	}); err != nil {
 		return nil, fmt.Errorf("read chunk %v: %w", id, err)
 	}
+	if indexed && info.Inline {
+		return s.inlineObject(id, buf) // in the catalog (inline.go)
+	}
 	if indexed && info.Packed() {
 		obj, err := s.packs.getRange(ctx, packLoc{info.Pack, int64(info.Offset), int64(info.StoredLen)}, buf)
 		if err == nil {
@@ -181,9 +184,10 @@ func (r *reader) getObject(ctx context.Context, id ID, buf []byte) ([]byte, erro
 	return obj, nil
 }
 
-// PackedObject returns chunk id's object when the chunk lives in a pack
-// (packed is false otherwise): the remote tier uploads it as an object of
-// its own (cas/remote). The object is not verified.
+// PackedObject returns chunk id's object when the chunk lives in a pack or
+// inline in the catalog (packed is false when it has an object file of its
+// own): the remote tier uploads it as an object of its own (cas/remote).
+// The object is not verified.
 func (s *Store) PackedObject(ctx context.Context, id ID, buf []byte) (obj []byte, packed bool, err error) {
 	var info ChunkInfo
 	var indexed bool
@@ -193,6 +197,10 @@ func (s *Store) PackedObject(ctx context.Context, id ID, buf []byte) (obj []byte
 		return err
 	}); err != nil {
 		return nil, false, err
+	}
+	if indexed && info.Inline {
+		obj, err = s.inlineObject(id, buf)
+		return obj, true, err
 	}
 	if !indexed || !info.Packed() {
 		return nil, false, nil

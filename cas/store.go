@@ -75,6 +75,11 @@ type Options struct {
 	// DefaultPackMaxChunk). Negative: no packs (every chunk its own object,
 	// as before packs; existing packs are still read).
 	PackMaxChunk int
+	// InlineMaxChunk is how many raw bytes of new chunks a commit (a
+	// batch) stores inline in the catalog rather than in packs or object
+	// files (inline.go; default DefaultInlineMaxChunk). Negative: nothing
+	// inline (existing inline chunks are still read).
+	InlineMaxChunk int
 	// Observer, if set, is told how long each chunk fetch (an object read
 	// and decoded on a cache miss) and each background re-encode took, for
 	// metrics.
@@ -112,6 +117,8 @@ type Store struct {
 
 	packs   *packs // packs of live batches (pack.go)
 	packMax int    // Options.PackMaxChunk: 0 for no packs
+	// inlineMax is Options.InlineMaxChunk: 0 for nothing inline.
+	inlineMax int
 
 	re *reencoder // re-encoding (reencode.go)
 	// deltaKeyframe is Options.DeltaKeyframe.
@@ -231,6 +238,14 @@ func Open(dir string, opts Options) (*Store, error) {
 		s.packMax = DefaultPackMaxChunk
 	case opts.PackMaxChunk > 0:
 		s.packMax = min(opts.PackMaxChunk, DefaultPackMaxChunk*4)
+	}
+	switch {
+	case opts.InlineMaxChunk == 0:
+		s.inlineMax = DefaultInlineMaxChunk
+	case opts.InlineMaxChunk > 0:
+		// Bounded: an inline object is one bbolt value, written by every
+		// transaction that indexes it and mapped with the catalog.
+		s.inlineMax = min(opts.InlineMaxChunk, 4*DefaultInlineMaxChunk)
 	}
 	s.gc = &collector{s: s, pins: map[ID]int{}, deleting: map[ID]chan struct{}{}}
 	if s.coder, err = object.NewCoder(); err != nil {

@@ -165,10 +165,13 @@ func (s *Store) Sweep(ctx context.Context, candidates []ID) (SweepResult, error)
 	defer s.gc.endDeleting(chosen, done)
 
 	var doomed []ID
+	var inline []ID // inline chunks: their objects went with their rows
+	var inlineBytes int64
 	var packs []ID // packs that lost chunks
 	var packSizes []int64
 	err := s.Update(func(tx *Tx) error {
 		doomed, packs, packSizes = doomed[:0], packs[:0], packSizes[:0]
+		inline, inlineBytes = inline[:0], 0
 		res.RawBytes, res.BasesKept, res.Packed = 0, 0, 0
 		// Deltas first, so that a base whose deltas all go in this step
 		// goes too, and their objects are deleted before its object.
@@ -207,6 +210,12 @@ func (s *Store) Sweep(ctx context.Context, candidates []ID) (SweepResult, error)
 				}
 				res.RawBytes += int64(info.RawLen)
 			}
+			if indexed && info.Inline {
+				// Its object was in the catalog, and went with the row:
+				// no file to delete, nor queue or delta rows to drop.
+				inline, inlineBytes = append(inline, id), inlineBytes+int64(info.StoredLen)
+				continue
+			}
 			// A queued chunk leaves the queue with its index row
 			// (reencode.go), a delta with its delta rows (deltaplan.go).
 			if err := tx.Queue().Remove(id); err != nil {
@@ -225,6 +234,10 @@ func (s *Store) Sweep(ctx context.Context, candidates []ID) (SweepResult, error)
 	if err != nil {
 		return res, fmt.Errorf("sweep: %w", err)
 	}
+	for _, id := range inline {
+		s.cache.drop(id)
+	}
+	res.Chunks, res.StoredBytes = len(inline), inlineBytes
 	for _, id := range doomed {
 		if err := ctx.Err(); err != nil {
 			return res, err

@@ -136,6 +136,8 @@ func (n *fileNode) commitDirty(ctx context.Context, origin *fileNode, originAttr
 		}
 	}
 	batch, ix := res.Batch, res.Index
+	// A group forming now waits for this commit (cas: group commit).
+	defer batch.Committing()()
 	m.Chunks, m.Holes = res.Chunks, res.Holes
 	if ix != nil && ix.TensorsOmitted > 0 {
 		n.fsys.log.Printf("%s: %d tensors exceed the index limit of %d: the file is stored whole, without a tensor index",
@@ -170,7 +172,7 @@ func (n *fileNode) commitDirty(ctx context.Context, origin *fileNode, originAttr
 // that took its origin's place. n.mu held.
 func (n *fileNode) commitCatalog(ctx context.Context, batch *cas.Batch, m *cas.Manifest, rec cas.Node, origin *fileNode) (func(), error) {
 	var replaced func()
-	err := n.fsys.store.CommitGroup(ctx, batch, &n.fsys.nsMu, func() cas.GroupItem {
+	err := n.fsys.store.CommitGroup(ctx, batch, groupLock{n.fsys}, func() cas.GroupItem {
 		// nsMu held (by this commit or by the one leading its group).
 		if origin != nil {
 			// The fork takes the origin's mode and owner as they are now,
@@ -309,7 +311,7 @@ func (n *fileNode) replaceOrigin(origin *fileNode) func() {
 			if errno := dir.NotifyEntry(name); errno != 0 && errno != syscall.ENOENT {
 				n.fsys.log.Printf("invalidate entry %q: %v", name, errno)
 			}
-			n.fsys.nsMu.Lock()
+			n.fsys.lockNS()
 			moved := !n.unlinked.Load() && n.dir != nil && (n.dir != dir || n.name != name)
 			dir, name = n.dir, n.name
 			n.fsys.nsMu.Unlock()

@@ -474,3 +474,83 @@ func TestGroupCommitManyWriters(t *testing.T) {
 		}
 	}
 }
+
+// TestCreateDuringCommitFlush: while a group commit's transaction is made
+// durable (its leader has released nsMu), a create goes on; an unlink
+// issued meanwhile lands after the group; every close, create and unlink
+// holds after a remount.
+func TestCreateDuringCommitFlush(t *testing.T) {
+	var armed atomic.Bool
+	inFlush, release := make(chan struct{}), make(chan struct{})
+	hook := func(f *FS) {
+		f.flushHook = func() {
+			if !armed.CompareAndSwap(true, false) {
+				return
+			}
+			close(inFlush)
+			select {
+			case <-release:
+			case <-time.After(10 * time.Second):
+			}
+		}
+	}
+	m := &testMount{t: t, store: filepath.Join(t.TempDir(), "store"), dir: t.TempDir(), opts: []Option{hook}}
+	m.mount()
+	t.Cleanup(m.unmount)
+	mustWrite(t, m.path("old"), []byte("old")) // also reserves the inode numbers the create takes
+	armed.Store(true)
+	closed := make(chan error, 1)
+	go func() { closed <- os.WriteFile(m.path("a"), []byte("a"), 0o644) }()
+	select {
+	case <-inFlush:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the close of a reached no flush")
+	}
+	created := make(chan *os.File, 1)
+	createErr := make(chan error, 1)
+	go func() {
+		f, err := os.Create(m.path("b"))
+		if err != nil {
+			createErr <- err
+			return
+		}
+		created <- f
+	}()
+	var b *os.File
+	select {
+	case b = <-created:
+	case err := <-createErr:
+		close(release)
+		t.Fatal(err)
+	case <-time.After(5 * time.Second):
+		close(release)
+		t.Fatal("a create waited for another file's commit to be made durable")
+	}
+	// An unlink meanwhile waits (lockNS, and bbolt's writer lock: the
+	// group's transaction is open), and lands after the group.
+	unlinked := make(chan error, 1)
+	go func() { unlinked <- os.Remove(m.path("old")) }()
+	close(release)
+	for _, c := range []chan error{closed, unlinked} {
+		select {
+		case err := <-c:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a close or an unlink did not end once the flush did")
+		}
+	}
+	if _, err := b.Write([]byte("b")); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	m.remount()
+	mustEqualFile(t, m.path("a"), []byte("a"))
+	mustEqualFile(t, m.path("b"), []byte("b"))
+	if _, err := os.Stat(m.path("old")); !os.IsNotExist(err) {
+		t.Fatalf("unlinked file after a remount: %v", err)
+	}
+}

@@ -232,7 +232,7 @@ func (d *dirNode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOu
 	}
 	// The first time only: the count is read from the catalog under nsMu,
 	// so that no mkdir, rmdir or rename runs meanwhile.
-	d.fsys.nsMu.Lock()
+	d.fsys.lockNS()
 	defer d.fsys.nsMu.Unlock()
 	nlink, err := d.nlink()
 	if err != nil {
@@ -246,7 +246,7 @@ func (d *dirNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttr
 	if _, ok := in.GetSize(); ok {
 		return syscall.EISDIR
 	}
-	d.fsys.nsMu.Lock()
+	d.fsys.lockNS()
 	nlink, err := d.nlink()
 	d.fsys.nsMu.Unlock()
 	if err != nil {
@@ -258,7 +258,7 @@ func (d *dirNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttr
 // setattrNS applies a mode, owner or time change to a directory's or a
 // symlink's attributes (guarded by nsMu) and persists them.
 func (f *FS) setattrNS(attr *cas.Node, in *fuse.SetAttrIn, out *fuse.AttrOut, nlink uint32) syscall.Errno {
-	f.nsMu.Lock()
+	f.lockNS()
 	defer f.nsMu.Unlock()
 	rec := *attr
 	applySetattr(&rec, in, time.Now().UnixNano())
@@ -302,7 +302,7 @@ func (d *dirNode) addNode(ctx context.Context, name string, rec cas.Node) (*fs.I
 	if len(name) > maxNameLen {
 		return nil, syscall.ENAMETOOLONG
 	}
-	d.fsys.nsMu.Lock()
+	d.fsys.lockNS()
 	defer d.fsys.nsMu.Unlock()
 	if existing, err := d.child(name); err != nil {
 		return nil, d.fsys.toErrno("create", err)
@@ -351,7 +351,7 @@ func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 	if errno != 0 {
 		return nil, errno
 	}
-	d.fsys.nsMu.Lock()
+	d.fsys.lockNS()
 	fillAttr(&out.Attr, &ch.Operations().(*dirNode).attr, 2) // no subdirectory yet
 	d.fsys.nsMu.Unlock()
 	return ch, 0
@@ -362,7 +362,7 @@ func (d *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.En
 	if errno != 0 {
 		return nil, errno
 	}
-	d.fsys.nsMu.Lock()
+	d.fsys.lockNS()
 	fillAttr(&out.Attr, &ch.Operations().(*symlinkNode).attr, 1)
 	d.fsys.nsMu.Unlock()
 	return ch, 0
@@ -439,7 +439,7 @@ func (d *dirNode) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *f
 }
 
 func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
-	d.fsys.nsMu.Lock()
+	d.fsys.lockNS()
 	defer d.fsys.nsMu.Unlock()
 	child, err := d.child(name)
 	if err != nil {
@@ -474,7 +474,7 @@ func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 }
 
 func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
-	d.fsys.nsMu.Lock()
+	d.fsys.lockNS()
 	defer d.fsys.nsMu.Unlock()
 	child, err := d.child(name)
 	if err != nil {
@@ -579,7 +579,7 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 	if h := d.fsys.renameHook; h != nil {
 		defer h() // after nsMu is released, before go-fuse moves the inode
 	}
-	d.fsys.nsMu.Lock()
+	d.fsys.lockNS()
 	defer d.fsys.nsMu.Unlock()
 	src, err := d.child(name)
 	if err != nil {

@@ -176,7 +176,7 @@ func (n *fileNode) changeTarget(h fs.FileHandle, cached bool) *fileNode {
 		n.fsys.log.Printf("fork %q: %v; changing it in place", n.name, err)
 		return n
 	}
-	n.fsys.nsMu.Lock()
+	n.fsys.lockNS()
 	defer n.fsys.nsMu.Unlock()
 	if !n.persisted || n.links() > 1 || n.dir == nil {
 		// A file with several names (or one of whose names n does not
@@ -736,7 +736,7 @@ func (n *fileNode) setattrLocked(in *fuse.SetAttrIn, resize bool) error {
 		fork.mu.LockNested()
 		defer fork.mu.Unlock()
 	}
-	n.fsys.nsMu.Lock() // file.mu → nsMu, as in commit
+	n.fsys.lockNS() // file.mu → nsMu, as in commit
 	defer n.fsys.nsMu.Unlock()
 	if n.persisted {
 		return n.fsys.store.Update(func(tx *cas.Tx) error { return tx.PutNode(rec) })
@@ -752,7 +752,7 @@ func (n *fileNode) setattrLocked(in *fuse.SetAttrIn, resize bool) error {
 
 // nameNow returns n's name (nsMu not held).
 func (n *fileNode) nameNow() string {
-	n.fsys.nsMu.Lock()
+	n.fsys.lockNS()
 	defer n.fsys.nsMu.Unlock()
 	return n.name
 }

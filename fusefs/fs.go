@@ -58,6 +58,13 @@ type FS struct {
 	renames int
 	renamed *sync.Cond
 
+	// flushing is set (guarded by nsMu) while a group commit's transaction
+	// is being made durable with nsMu released (cas.FlushUnlocker: the
+	// members' rows are written, their Apply not run yet); flushed (on
+	// nsMu) is broadcast when it ends. lockNS waits it out; Create does not.
+	flushing bool
+	flushed  *sync.Cond
+
 	root *dirNode
 
 	// openFiles tracks files with open handles or uncommitted content, so that
@@ -109,6 +116,9 @@ type FS struct {
 	// commitHook, when set (tests only), runs in a commit once its chunks
 	// are stored, before its catalog transaction (the file's mu held).
 	commitHook func()
+	// flushHook, when set (tests only), runs in a group commit's leader
+	// once it has released nsMu for the flush (groupLock.UnlockForFlush).
+	flushHook func()
 }
 
 // Option configures New.
@@ -167,6 +177,7 @@ func New(store *cas.Store, logger *log.Logger, opts ...Option) (*FS, error) {
 		nodes:       nodeList{limit: DefaultNodeLimit, kick: make(chan struct{}, 1)},
 		pins:        pinSet{files: map[uint64]*fileNode{}}}
 	f.renamed = sync.NewCond(&f.nsMu)
+	f.flushed = sync.NewCond(&f.nsMu)
 	for _, o := range opts {
 		o(f)
 	}
@@ -352,3 +363,49 @@ func (f *FS) LiveManifests() []*cas.Manifest {
 
 // Stats returns the store's statistics.
 func (f *FS) Stats() (cas.Stats, error) { return f.store.Stats() }
+
+// lockNS takes nsMu, after any group commit being made durable has ended
+// (flushing): the holder may read or change what the commit's members'
+// Apply changes (a file's persisted state, its place in the tree) or
+// write the catalog from it. Every holder of nsMu takes it this way but
+// Create and a commit's reads of its own file's place (commitQuiet,
+// hintPlace), which see nothing a member's Apply changes: a new name's
+// node is in the tree from Create on, whatever the catalog says. So the
+// kernel's creates do not wait for the catalog's fdatasyncs (a commit of
+// small files is little else), and commits keep queueing during them.
+func (f *FS) lockNS() {
+	f.nsMu.Lock()
+	for f.flushing {
+		f.flushed.Wait()
+	}
+}
+
+// groupLock is the lock commits pass to cas.Store.CommitGroup: nsMu,
+// released while the group's transaction is made durable (flushing).
+type groupLock struct{ f *FS }
+
+var _ cas.FlushUnlocker = groupLock{}
+
+// Lock takes nsMu (the group's leader: no other group is being flushed).
+func (l groupLock) Lock() { l.f.nsMu.Lock() }
+
+// Unlock releases nsMu.
+func (l groupLock) Unlock() { l.f.nsMu.Unlock() }
+
+// UnlockForFlush marks the flush and releases nsMu.
+func (l groupLock) UnlockForFlush() {
+	l.f.flushing = true
+	l.f.nsMu.Unlock()
+	if hook := l.f.flushHook; hook != nil {
+		hook()
+	}
+}
+
+// RelockAfterFlush takes nsMu and ends the flush. The holders of nsMu
+// waiting in lockNS wake, and get it once the leader has applied its
+// members and released it.
+func (l groupLock) RelockAfterFlush() {
+	l.f.nsMu.Lock()
+	l.f.flushing = false
+	l.f.flushed.Broadcast()
+}

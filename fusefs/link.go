@@ -23,7 +23,7 @@ func (d *dirNode) Link(ctx context.Context, target fs.InodeEmbedder, name string
 	case *fileNode:
 		return d.linkFile(ctx, t, name, out)
 	case *symlinkNode, *specialNode:
-		d.fsys.nsMu.Lock()
+		d.fsys.lockNS()
 		defer d.fsys.nsMu.Unlock()
 		return d.addLink(target, name, out)
 	}
@@ -65,7 +65,7 @@ func (d *dirNode) linkFile(ctx context.Context, t *fileNode, name string, out *f
 			t = f
 			continue
 		}
-		d.fsys.nsMu.Lock()
+		d.fsys.lockNS()
 		persisted := t.persisted
 		d.fsys.nsMu.Unlock()
 		if !persisted && !t.unlinked.Load() {
@@ -78,7 +78,7 @@ func (d *dirNode) linkFile(ctx context.Context, t *fileNode, name string, out *f
 			t.mu.Unlock()
 			continue
 		}
-		d.fsys.nsMu.Lock()
+		d.fsys.lockNS()
 		var inode *fs.Inode
 		errno := syscall.ENOENT // no name left (unlinked, O_TMPFILE)
 		if t.persisted && !t.unlinked.Load() && t.origin == nil {

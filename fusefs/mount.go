@@ -119,11 +119,11 @@ type renameTracker struct {
 }
 
 func (r renameTracker) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newName string) fuse.Status {
-	r.f.nsMu.Lock()
+	r.f.lockNS()
 	r.f.renames++
 	r.f.nsMu.Unlock()
 	defer func() {
-		r.f.nsMu.Lock()
+		r.f.lockNS()
 		r.f.renames--
 		r.f.renamed.Broadcast()
 		r.f.nsMu.Unlock()

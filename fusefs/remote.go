@@ -30,7 +30,7 @@ func (f *FS) ApplyRemote(ctx context.Context, paths []string, change func(busy f
 			n()
 		}
 	}()
-	f.nsMu.Lock()
+	f.lockNS()
 	defer f.nsMu.Unlock()
 	busy, err := f.busyPaths(paths)
 	if err != nil {

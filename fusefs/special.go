@@ -61,7 +61,7 @@ func (d *dirNode) Mknod(ctx context.Context, name string, mode uint32, dev uint3
 	if errno != 0 {
 		return nil, errno
 	}
-	d.fsys.nsMu.Lock()
+	d.fsys.lockNS()
 	switch n := ch.Operations().(type) {
 	case *specialNode:
 		fillAttr(&out.Attr, &n.attr, 1)

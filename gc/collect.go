@@ -220,8 +220,9 @@ func findCandidates(ctx context.Context, s *cas.Store, opts Options, marked *idS
 	}
 	err = s.View(func(tx *cas.Tx) error {
 		return tx.ForEachChunk(func(id cas.ID, info cas.ChunkInfo) error {
-			if info.Packed() && !marked.has(id) {
-				// In a pack, not an object file: a chunk like any other.
+			if (info.Packed() || info.Inline) && !marked.has(id) {
+				// In a pack or the catalog, not an object file: a chunk
+				// like any other.
 				res.Unreferenced++
 				c.ids = append(c.ids, id)
 				c.bytes += int64(info.StoredLen)
@@ -253,7 +254,7 @@ func (c *candidates) dryRun(s *cas.Store, res *Result) error {
 			if err != nil {
 				return err
 			}
-			if ok && (c.seen.has(id) || info.Packed()) {
+			if ok && (c.seen.has(id) || info.Packed() || info.Inline) {
 				res.FreedRawBytes += int64(info.RawLen)
 			}
 		}

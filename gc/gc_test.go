@@ -15,10 +15,11 @@ import (
 	"github.com/ckptfs/ckptfs/cas/backend/local"
 )
 
-// newStore opens a store without packs: the tests written before packs
-// are about objects of their own (pack_test.go has the packed cases).
+// newStore opens a store without packs or inline chunks: the tests
+// written before them are about objects of their own (pack_test.go and
+// inline_test.go have those cases).
 func newStore(t *testing.T) *cas.Store {
-	return newStoreOpts(t, cas.Options{PackMaxChunk: -1})
+	return newStoreOpts(t, cas.Options{PackMaxChunk: -1, InlineMaxChunk: -1})
 }
 
 func newStoreOpts(t *testing.T, opts cas.Options) *cas.Store {

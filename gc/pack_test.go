@@ -12,7 +12,7 @@ import (
 
 func newPackedStore(t *testing.T) (*cas.Store, string) {
 	t.Helper()
-	s := newStoreOpts(t, cas.Options{PackMaxChunk: cas.DefaultPackMaxChunk})
+	s := newStoreOpts(t, cas.Options{PackMaxChunk: cas.DefaultPackMaxChunk, InlineMaxChunk: -1})
 	return s, filepath.Join(s.ObjectsLocation(), "packs")
 }
 

@@ -18,7 +18,7 @@ import (
 func newRawStore(t *testing.T) *cas.Store {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "store")
-	s, err := cas.Open(dir, cas.Options{CacheSize: 8 << 20, InlineEncoders: -1, PackMaxChunk: -1, Objects: local.New(cas.ObjectsDir(dir), local.Options{})})
+	s, err := cas.Open(dir, cas.Options{CacheSize: 8 << 20, InlineEncoders: -1, PackMaxChunk: -1, InlineMaxChunk: -1, Objects: local.New(cas.ObjectsDir(dir), local.Options{})})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -224,14 +224,15 @@ func (d *DB) migrate(tx *bolt.Tx) error {
 	return nil
 }
 
-// createNewBuckets creates the re-encode queue, the delta buckets and the
-// packs bucket in a catalog made before they existed (an older ckptfs
-// ignores them; the packs bucket holds rows only from format 6 on).
+// createNewBuckets creates the re-encode queue, the delta buckets, the
+// packs bucket and the inline bucket in a catalog made before they existed
+// (an older ckptfs ignores them; the packs bucket holds rows only from
+// format 6 on, the inline bucket from format 7 on).
 func (d *DB) createNewBuckets() error {
 	var ok bool
 	if err := d.db.View(func(tx *bolt.Tx) error {
 		ok = tx.Bucket(bucketReencode) != nil && tx.Bucket(bucketDeltaPlans) != nil && tx.Bucket(bucketHoles) != nil &&
-			tx.Bucket(bucketPacks) != nil
+			tx.Bucket(bucketPacks) != nil && tx.Bucket(bucketInline) != nil
 		return nil
 	}); err != nil {
 		return err
@@ -248,6 +249,9 @@ func (d *DB) createNewBuckets() error {
 		}
 		if _, err := tx.CreateBucketIfNotExists(bucketPacks); err != nil {
 			return fmt.Errorf("create packs bucket: %w", err)
+		}
+		if _, err := tx.CreateBucketIfNotExists(bucketInline); err != nil {
+			return fmt.Errorf("create inline bucket: %w", err)
 		}
 		return createDeltaBuckets(tx)
 	})
@@ -279,6 +283,31 @@ func (d *DB) View(fn func(*Tx) error) (err error) {
 func (d *DB) Update(fn func(*Tx) error) (err error) {
 	defer recoverDamage(&err)
 	return d.db.Update(func(tx *bolt.Tx) error { return fn(d.tx(tx)) })
+}
+
+// UpdateAround is Update for a caller that holds a lock its fn needs but
+// the commit does not: once fn has written the transaction's changes,
+// around is called, and the function it returns is called when the commit
+// (bbolt's writes and fdatasyncs) has ended, whether or not it succeeded.
+// The caller may release its lock in between, so that others wait only for
+// fn, not for the disk. Writers still run one at a time (bbolt's lock, held
+// until the commit ends); readers see the transaction only once it has
+// committed, as with Update.
+func (d *DB) UpdateAround(fn func(*Tx) error, around func() (after func())) (err error) {
+	defer recoverDamage(&err)
+	tx, err := d.db.Begin(true)
+	if err != nil {
+		return err
+	}
+	// After a Commit it returns ErrTxClosed, harmless; before, on an error
+	// or a panic of fn, it rolls back as Update does.
+	defer func() { _ = tx.Rollback() }()
+	if err := fn(d.tx(tx)); err != nil {
+		return err
+	}
+	after := around()
+	defer after()
+	return tx.Commit()
 }
 
 func (d *DB) tx(tx *bolt.Tx) *Tx {

@@ -39,11 +39,17 @@ func (x Index) Add(id ID, c ChunkInfo) (bool, error) {
 
 // Delete removes chunk id's index row (whose record is c) and its share of
 // the counters. A packed chunk's pack row loses it, and goes with its last
-// chunk (the caller deletes the pack object after the transaction).
+// chunk (the caller deletes the pack object after the transaction); an
+// inline chunk's object goes with its row.
 func (x Index) Delete(id ID, c ChunkInfo) error {
 	t := x.t
 	if c.Packed() {
 		if err := t.packChunk(c, -1); err != nil {
+			return err
+		}
+	}
+	if c.Inline {
+		if err := t.dropInline(id, c); err != nil {
 			return err
 		}
 	}
@@ -70,6 +76,9 @@ func (x Index) SetStored(id ID, storedLen uint32, codec Codec) error {
 	}
 	if cur.Packed() {
 		return fmt.Errorf("chunk %v is in pack %v: its stored form does not change", id, cur.Pack)
+	}
+	if cur.Inline {
+		return fmt.Errorf("chunk %v is inline: its stored form does not change", id)
 	}
 	next := ChunkInfo{RawLen: cur.RawLen, StoredLen: storedLen, Codec: codec}
 	if err := t.b(bucketChunks).Put(id[:], sealRecord(id[:], next.marshal())); err != nil {

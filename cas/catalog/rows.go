@@ -211,13 +211,16 @@ func ParseManifest(b []byte) (*Manifest, error) {
 // a pack (packs.go): its object's StoredLen bytes at Offset in pack Pack.
 // Record version 1 (10 bytes) is the first; version 2 (46 bytes) adds the
 // pack and offset, and is written only for packed chunks, so an unpacked
-// row reads the same to an older ckptfs.
+// row reads the same to an older ckptfs. Version 3 (10 bytes, the fields
+// of version 1) is a chunk stored inline: its object is in the catalog's
+// inline bucket (inline.go).
 type ChunkInfo struct {
 	RawLen    uint32
 	StoredLen uint32 // size of the object, header included (in its pack when packed)
 	Codec     Codec
 	Pack      ID     // the pack holding the object; zero: an object file of its own
 	Offset    uint32 // where the object starts in Pack
+	Inline    bool   // the object is in the catalog (inline.go); Pack is zero
 }
 
 // Packed reports whether the chunk's object lives in a pack.
@@ -226,8 +229,11 @@ func (c ChunkInfo) Packed() bool { return c.Pack != ID{} }
 func (c ChunkInfo) marshal() []byte {
 	b := make([]byte, 0, 46)
 	v := byte(1)
-	if c.Packed() {
+	switch {
+	case c.Packed():
 		v = 2
+	case c.Inline:
+		v = inlineRecVersion
 	}
 	b = append(b, v)
 	b = binary.LittleEndian.AppendUint32(b, c.RawLen)
@@ -241,13 +247,14 @@ func (c ChunkInfo) marshal() []byte {
 }
 
 func unmarshalChunkInfo(b []byte) (ChunkInfo, error) {
-	if !(len(b) == 10 && b[0] == 1) && !(len(b) == 46 && b[0] == 2) {
+	if !(len(b) == 10 && (b[0] == 1 || b[0] == inlineRecVersion)) && !(len(b) == 46 && b[0] == 2) {
 		return ChunkInfo{}, errors.New("bad chunk record")
 	}
 	c := ChunkInfo{
 		RawLen:    binary.LittleEndian.Uint32(b[1:]),
 		StoredLen: binary.LittleEndian.Uint32(b[5:]),
 		Codec:     Codec(b[9]),
+		Inline:    b[0] == inlineRecVersion,
 	}
 	if b[0] == 2 {
 		copy(c.Pack[:], b[10:42])

@@ -17,6 +17,7 @@ import "encoding/binary"
 //	holes      ino (u64 BE) → bytes in the holes of its manifest (uvarint), only when
 //	           not 0: what stat's st_blocks leaves out, without reading the manifest
 //	packs      pack ID → pack record (size, live chunks, their bytes); see packs.go
+//	inline     chunk ID → the object of a chunk stored inline; see inline.go
 var (
 	bucketMeta      = []byte("meta")
 	bucketNodes     = []byte("nodes")
@@ -28,7 +29,7 @@ var (
 )
 
 var allBuckets = [][]byte{bucketMeta, bucketNodes, bucketDirents, bucketManifests, bucketChunks, bucketReencode,
-	bucketDeltaPlans, bucketDeltas, bucketBases, bucketPacks, bucketHoles}
+	bucketDeltaPlans, bucketDeltas, bucketBases, bucketPacks, bucketHoles, bucketInline}
 
 // Meta keys.
 var (
@@ -76,13 +77,19 @@ var (
 // a pack, which an older ckptfs would call damaged, and pack objects it
 // would not know to keep. A store moves to it in the transaction that
 // records its first pack.
+//
+// Format 7 is a format holding inline chunks (inline.go): index rows of
+// record version 3, whose objects an older ckptfs would look for as files,
+// find missing, and report as lost. A store moves to it in the transaction
+// that indexes its first inline chunk.
 const (
 	formatSealed  = 2
 	formatDeltas  = 3
 	formatLinks   = 4
 	formatHoles   = 5
 	formatPacks   = 6
-	FormatVersion = formatPacks // the newest format this code reads and writes
+	formatInline  = 7
+	FormatVersion = formatInline // the newest format this code reads and writes
 
 	// FormatDeltas, FormatLinks and FormatHoles are the formats a store
 	// holding deltas, a node with several names, or a manifest with holes

@@ -310,6 +310,10 @@ type Counts struct {
 	Packs       int64 `json:"packs"`
 	PackBytes   int64 `json:"pack_bytes"`
 	PackedBytes int64 `json:"packed_bytes"`
+	// InlineChunks counts chunks stored inline in the catalog (inline.go),
+	// InlineBytes their objects' bytes.
+	InlineChunks int64 `json:"inline_chunks"`
+	InlineBytes  int64 `json:"inline_bytes"`
 }
 
 // Counts returns the catalog's counters.
@@ -328,6 +332,8 @@ func (t *Tx) Counts() Counts {
 		Packs:                t.counter(keyPacks),
 		PackBytes:            t.counter(keyPackBytes),
 		PackedBytes:          t.counter(keyPackedBytes),
+		InlineChunks:         t.counter(keyInlineChunks),
+		InlineBytes:          t.counter(keyInlineBytes),
 	}
 }
 

@@ -33,7 +33,7 @@ func runStats(ctx context.Context, c command, args []string, stdout, stderr io.W
 	tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
 	for _, k := range sortedKeys(stats) {
 		v := stats[k]
-		if n, ok := v.(float64); ok && (k == "logical_bytes" || k == "unique_bytes" || k == "stored_bytes" || k == "store_read_bytes" || k == "cache_bytes" || k == "reencode_pending_bytes" || k == "pack_bytes" || k == "packed_bytes") {
+		if n, ok := v.(float64); ok && (k == "logical_bytes" || k == "unique_bytes" || k == "stored_bytes" || k == "store_read_bytes" || k == "cache_bytes" || k == "reencode_pending_bytes" || k == "pack_bytes" || k == "packed_bytes" || k == "inline_bytes") {
 			fmt.Fprintf(tw, "%s\t%.0f\t(%s)\n", k, n, formatBytes(int64(n)))
 			continue
 		}

@@ -27,7 +27,8 @@ func duStore(t testing.TB, steps int) (*cas.Store, []uint64, []byte) {
 			t.Cleanup(func() { os.RemoveAll(d) })
 		}
 	}
-	s, err := openStore(filepath.Join(dir, "store"), cas.Options{CacheSize: 8 << 20})
+	// Without inline chunks: the test is about chunks sharing a pack.
+	s, err := openStore(filepath.Join(dir, "store"), cas.Options{CacheSize: 8 << 20, InlineMaxChunk: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,248 @@
+package cas
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/ckptfs/ckptfs/cas/object"
+)
+
+// inlineStore opens a store in dir with chunks up to the default size
+// inline (and packs for larger small chunks, as a mount has them).
+func inlineStore(t *testing.T, dir string, inline int) *Store {
+	t.Helper()
+	s, err := openLocal(dir, Options{InlineMaxChunk: inline, PackMaxChunk: DefaultPackMaxChunk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// chunkRow returns chunk id's index row, failing t when it has none.
+func chunkRow(t *testing.T, s *Store, id ID) ChunkInfo {
+	t.Helper()
+	var info ChunkInfo
+	var ok bool
+	if err := s.View(func(tx *Tx) error {
+		var err error
+		info, ok, err = tx.Chunk(id)
+		return err
+	}); err != nil || !ok {
+		t.Fatalf("chunk %v: indexed %v, %v", id, ok, err)
+	}
+	return info
+}
+
+// TestInlineChunks: chunks up to InlineMaxChunk are committed into the
+// catalog (no object file, no pack), read back verified, counted, kept
+// across a reopen, and move the store to format 7; larger ones are not.
+func TestInlineChunks(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "store")
+	s := inlineStore(t, dir, DefaultInlineMaxChunk)
+	cases := []struct {
+		name   string
+		data   []byte
+		inline bool
+	}{
+		{"empty", nil, true},
+		{"4 KiB", pseudoRandom(4<<10, 1), true},
+		{"at the threshold", pseudoRandom(DefaultInlineMaxChunk, 2), true},
+		{"one byte over", pseudoRandom(DefaultInlineMaxChunk+1, 3), false},
+	}
+	refs := make([]ChunkRef, len(cases))
+	for i, c := range cases {
+		refs[i] = put(t, s, c.data)
+		info := chunkRow(t, s, refs[i].ID)
+		if info.Inline != c.inline {
+			t.Fatalf("%s: row %+v, want inline %v", c.name, info, c.inline)
+		}
+		_, statErr := os.Stat(s.objectPath(refs[i].ID))
+		if c.inline && (!errors.Is(statErr, os.ErrNotExist) || info.Packed()) {
+			t.Fatalf("%s: inline chunk has an object file (%v) or a pack (%v)", c.name, statErr, info.Pack)
+		}
+	}
+	st, err := s.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.InlineChunks != 3 || st.FormatVersion != 7 {
+		t.Fatalf("stats: %d inline chunks, format %d; want 3 and 7", st.InlineChunks, st.FormatVersion)
+	}
+	s.Close()
+	s = inlineStore(t, dir, -1) // reopened with inlining off: still read
+	defer s.Close()
+	for i, c := range cases {
+		got, err := s.ReadChunk(ctx, refs[i])
+		if err != nil || !bytes.Equal(got, c.data) {
+			t.Fatalf("%s after a reopen: %v (equal %v)", c.name, err, bytes.Equal(got, c.data))
+		}
+		if _, err := s.VerifyObject(ctx, refs[i].ID); err != nil {
+			t.Fatalf("%s: verify: %v", c.name, err)
+		}
+	}
+}
+
+// TestInlineDedup: an inline chunk is stored once however many batches put
+// it, concurrently or later, and a chunk that has an object already is not
+// inlined again.
+func TestInlineDedup(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "store")
+	s := inlineStore(t, dir, -1)
+	asObject := pseudoRandom(2<<10, 9)
+	objRef := put(t, s, asObject)
+	s.Close()
+
+	s = inlineStore(t, dir, DefaultInlineMaxChunk)
+	defer s.Close()
+	if info := put(t, s, asObject); chunkRow(t, s, info.ID).Inline {
+		t.Fatal("a chunk stored as an object was inlined again")
+	}
+	data := pseudoRandom(4<<10, 10)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b := s.NewBatch()
+			if _, err := b.Put(ctx, data); err != nil {
+				b.Release()
+				errs <- err
+				return
+			}
+			errs <- s.Commit(ctx, b, func(*Tx) error { return nil })
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	ref := put(t, s, data) // and once more, after
+	st, err := s.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.InlineChunks != 1 || st.InlineBytes != int64(len(object.EncodeRaw(data))) || st.Chunks != 2 {
+		t.Fatalf("stats %+v: want 1 inline chunk of %d bytes, 2 chunks", st.Counts, len(object.EncodeRaw(data)))
+	}
+	for _, r := range []ChunkRef{ref, objRef} {
+		if _, err := s.ReadChunk(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestInlineDamaged: an inline object that does not verify (damaged before
+// it reached the catalog, so its record's checksum holds) reads as
+// ErrCorrupt, never as other bytes.
+func TestInlineDamaged(t *testing.T) {
+	ctx := context.Background()
+	s := inlineStore(t, filepath.Join(t.TempDir(), "store"), DefaultInlineMaxChunk)
+	defer s.Close()
+	b := s.NewBatch()
+	ref, err := b.Put(ctx, pseudoRandom(4<<10, 11))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.inline[ref.ID][100] ^= 1 // a payload byte
+	if err := s.Commit(ctx, b, func(*Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ReadChunk(ctx, ref); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("read of a damaged inline chunk: %v, want ErrCorrupt", err)
+	}
+	if _, err := s.VerifyObject(ctx, ref.ID); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("verify of a damaged inline chunk: %v, want ErrCorrupt", err)
+	}
+}
+
+// TestInlineBeforeCommitAndSweep: an inline chunk of a batch not committed
+// yet reads from the batch; its object reaches the remote tier's uploader
+// through PackedObject; a sweep frees it with its row; a batch released
+// without a commit leaves nothing.
+func TestInlineBeforeCommitAndSweep(t *testing.T) {
+	ctx := context.Background()
+	s := inlineStore(t, filepath.Join(t.TempDir(), "store"), DefaultInlineMaxChunk)
+	defer s.Close()
+	data := pseudoRandom(3<<10, 12)
+	b := s.NewBatch()
+	ref, err := b.Put(ctx, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.ReadChunk(ctx, ref); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read before the commit: %v", err)
+	}
+	if err := s.Commit(ctx, b, func(*Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	obj, packed, err := s.PackedObject(ctx, ref.ID, nil)
+	if err != nil || !packed {
+		t.Fatalf("PackedObject of an inline chunk: packed %v, %v", packed, err)
+	}
+	if raw, err := s.DecodeObject(ctx, ref.ID, obj); err != nil || !bytes.Equal(raw, data) {
+		t.Fatalf("the uploader's copy does not decode: %v", err)
+	}
+	res, err := s.Sweep(ctx, []ID{ref.ID})
+	if err != nil || res.Chunks != 1 || res.StoredBytes != int64(len(obj)) {
+		t.Fatalf("sweep: %+v, %v; want 1 chunk of %d bytes", res, err, len(obj))
+	}
+	st, err := s.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.InlineChunks != 0 || st.InlineBytes != 0 || st.Chunks != 0 {
+		t.Fatalf("after the sweep: %+v", st.Counts)
+	}
+	if _, err := s.ReadChunk(ctx, ref); err == nil {
+		t.Fatal("a swept inline chunk still reads")
+	}
+
+	b = s.NewBatch()
+	if _, err := b.Put(ctx, data); err != nil {
+		t.Fatal(err)
+	}
+	b.Release()
+	if _, err := s.ReadChunk(ctx, ref); err == nil {
+		t.Fatal("the chunk of a batch released without a commit still reads")
+	}
+}
+
+// TestInlineBudgetPerBatch: a batch puts at most InlineMaxChunk raw bytes
+// inline in all, so a large file's chunks go to packs or objects however
+// small they are.
+func TestInlineBudgetPerBatch(t *testing.T) {
+	ctx := context.Background()
+	s := inlineStore(t, filepath.Join(t.TempDir(), "store"), DefaultInlineMaxChunk)
+	defer s.Close()
+	b := s.NewBatch()
+	var refs []ChunkRef
+	for i := range 4 {
+		ref, err := b.Put(ctx, pseudoRandom(6<<10, byte(20+i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs = append(refs, ref)
+	}
+	if err := s.Commit(ctx, b, func(*Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []bool{true, true, false, false} { // 6 + 6 ≤ 16 < 18
+		if got := chunkRow(t, s, refs[i].ID).Inline; got != want {
+			t.Fatalf("chunk %d of 6 KiB: inline %v, want %v", i, got, want)
+		}
+		if _, err := s.ReadChunk(ctx, refs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
