@@ -25,7 +25,7 @@ func (f *FS) UncommittedFiles() []UncommittedFile {
 		name string
 	}
 	var found []named
-	f.nsMu.Lock()
+	f.lockNS()
 	for _, n := range pinned {
 		if n.persisted || n.dir == nil || n.unlinked.Load() {
 			continue
