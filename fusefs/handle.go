@@ -225,6 +225,16 @@ func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, 
 	n.mu.RLock()
 	size := uint64(n.attr.Size)
 	m, offsets := n.manifest, n.offsets
+	if n.staging != nil && (whence == seekData || whence == seekHole) && off < size {
+		// Staged: the spool's (or the stream's) data and holes, what the
+		// commit will keep.
+		got, err := n.staging.Seek(int64(off), whence == seekData)
+		n.mu.RUnlock()
+		if err != nil {
+			return 0, n.fsys.toErrno("lseek", err)
+		}
+		return uint64(got), 0
+	}
 	if n.staging != nil {
 		m = nil
 	}

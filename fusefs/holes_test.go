@@ -259,6 +259,73 @@ func TestSeekHoles(t *testing.T) {
 	}
 }
 
+// TestSeekStaged: lseek's SEEK_DATA and SEEK_HOLE on a file still open for
+// writing answer from what is staged, as ext4 answers on a file being
+// written: a spool's data and holes (a write out of order), a stream's
+// written bytes and the hole past them (in order, then ftruncate up).
+func TestSeekStaged(t *testing.T) {
+	const mib = 1 << 20
+	m := newMount(t)
+	type seek struct {
+		off    int64
+		whence int
+		want   int64
+		err    error
+	}
+	cases := []struct {
+		name  string
+		write func(f *os.File) error
+		seeks []seek
+	}{
+		{"spool", func(f *os.File) error {
+			if _, err := f.WriteAt(randBytes(3, mib), 64*mib); err != nil {
+				return err
+			}
+			return f.Truncate(256 * mib)
+		}, []seek{
+			{0, unix.SEEK_DATA, 64 * mib, nil},
+			{0, unix.SEEK_HOLE, 0, nil},
+			{64*mib + 5, unix.SEEK_HOLE, 65 * mib, nil},
+			{65 * mib, unix.SEEK_DATA, 0, syscall.ENXIO},
+		}},
+		{"stream", func(f *os.File) error {
+			if _, err := f.Write(randBytes(4, 2*mib)); err != nil {
+				return err
+			}
+			return f.Truncate(8 * mib)
+		}, []seek{
+			{0, unix.SEEK_DATA, 0, nil},
+			{0, unix.SEEK_HOLE, 2 * mib, nil},
+			{3 * mib, unix.SEEK_DATA, 0, syscall.ENXIO},
+			{3 * mib, unix.SEEK_HOLE, 3 * mib, nil},
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f, err := os.Create(m.path(c.name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if err := c.write(f); err != nil {
+				t.Fatal(err)
+			}
+			for _, sk := range c.seeks {
+				got, err := unix.Seek(int(f.Fd()), sk.off, sk.whence)
+				if sk.err != nil {
+					if !errors.Is(err, sk.err) {
+						t.Errorf("seek(%d, %d): %d %v, want %v", sk.off, sk.whence, got, err, sk.err)
+					}
+					continue
+				}
+				if err != nil || got != sk.want {
+					t.Errorf("seek(%d, %d): %d %v, want %d", sk.off, sk.whence, got, err, sk.want)
+				}
+			}
+		})
+	}
+}
+
 // TestMmapSparseFile: a mapping of a file with holes reads zeros in them and
 // the written bytes elsewhere, in a client process.
 func TestMmapSparseFile(t *testing.T) {

@@ -1,6 +1,7 @@
 package fusefs
 
 import (
+	"errors"
 	"fmt"
 	"log"
 	"os"
@@ -99,6 +100,11 @@ func Mount(f *FS, mountpoint string, opts MountOptions) (*fuse.Server, error) {
 	}
 	go srv.Serve()
 	if err := srv.WaitMount(); err != nil {
+		// The kernel mounted, but its first look at the root failed (a
+		// damaged catalog's root): leave no dead mount behind.
+		if uerr := srv.Unmount(); uerr != nil {
+			err = errors.Join(err, fmt.Errorf("unmount: %w", uerr))
+		}
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
 	}
 	if opts.ReadAheadKB > 0 && Privileged() { // the BDI's sysfs file is root's

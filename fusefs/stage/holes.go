@@ -138,3 +138,51 @@ func (f *File) HoleBytes() int64 {
 	}
 	return max(f.size-st.Blocks*512, 0)
 }
+
+// Seek answers lseek's SEEK_DATA (data true) and SEEK_HOLE from off, which
+// is below the size, on the staged content, as the filesystem would on the
+// file written so far: in a spool, its own data and holes; in a stream,
+// the bytes written in order, then a hole to the size. A SEEK_DATA that
+// finds only a hole from off on is ENXIO. The holes are the filesystem's
+// blocks, finer than the MinHole-aligned ones a commit keeps: either is a
+// correct answer (a hole may always be reported as data).
+func (f *File) Seek(off int64, data bool) (int64, error) {
+	if s := f.stream; s != nil {
+		s.mu.Lock()
+		written := min(s.appended, f.size)
+		s.mu.Unlock()
+		switch {
+		case off < written && data:
+			return off, nil
+		case data:
+			return 0, syscall.ENXIO
+		case off < written:
+			return written, nil
+		}
+		return off, nil
+	}
+	whence := unix.SEEK_HOLE
+	if data {
+		whence = unix.SEEK_DATA
+	}
+	got, err := unix.Seek(int(f.spool.Fd()), off, whence)
+	switch {
+	case err == nil && data && got >= f.size:
+		return 0, syscall.ENXIO
+	case err == nil:
+		return min(got, f.size), nil
+	case errors.Is(err, syscall.ENXIO) && data:
+		return 0, syscall.ENXIO
+	case errors.Is(err, syscall.ENXIO), errors.Is(err, syscall.EINVAL), errors.Is(err, syscall.EOPNOTSUPP):
+		// Past the spool's end (a hole to the size), or a filesystem
+		// that cannot tell holes: all data.
+		if data {
+			return off, nil
+		}
+		if errors.Is(err, syscall.ENXIO) {
+			return off, nil
+		}
+		return f.size, nil
+	}
+	return 0, fmt.Errorf("seek in spool: %w", err)
+}
