@@ -228,7 +228,7 @@ func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, 
 	if n.staging != nil && (whence == seekData || whence == seekHole) && off < size {
 		// Staged: the spool's (or the stream's) data and holes, what the
 		// commit will keep.
-		got, err := n.staging.Seek(int64(off), whence == seekData)
+		got, err := n.staging.SeekRegion(int64(off), whence == seekData)
 		n.mu.RUnlock()
 		if err != nil {
 			return 0, n.fsys.toErrno("lseek", err)

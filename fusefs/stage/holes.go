@@ -139,14 +139,14 @@ func (f *File) HoleBytes() int64 {
 	return max(f.size-st.Blocks*512, 0)
 }
 
-// Seek answers lseek's SEEK_DATA (data true) and SEEK_HOLE from off, which
+// SeekRegion answers lseek's SEEK_DATA (data true) and SEEK_HOLE from off, which
 // is below the size, on the staged content, as the filesystem would on the
 // file written so far: in a spool, its own data and holes; in a stream,
 // the bytes written in order, then a hole to the size. A SEEK_DATA that
 // finds only a hole from off on is ENXIO. The holes are the filesystem's
 // blocks, finer than the MinHole-aligned ones a commit keeps: either is a
 // correct answer (a hole may always be reported as data).
-func (f *File) Seek(off int64, data bool) (int64, error) {
+func (f *File) SeekRegion(off int64, data bool) (int64, error) {
 	if s := f.stream; s != nil {
 		s.mu.Lock()
 		written := min(s.appended, f.size)
