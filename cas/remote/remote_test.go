@@ -289,18 +289,7 @@ func TestCollectRemote(t *testing.T) {
 	if err := rs.UploadRound(ctx, false); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Update(func(tx *cas.Tx) error {
-		ino, _ := tx.Lookup(cas.RootIno, "drop")
-		if err := tx.Unlink(cas.RootIno, "drop"); err != nil {
-			return err
-		}
-		if err := tx.DeleteNode(ino); err != nil {
-			return err
-		}
-		return tx.Uploads().CountCommit()
-	}); err != nil {
-		t.Fatal(err)
-	}
+	unlinkNamed(t, s, "drop")
 	if err := rs.UploadRound(ctx, false); err != nil {
 		t.Fatal(err)
 	}
@@ -418,18 +407,7 @@ func TestJoinMergesThreeWays(t *testing.T) {
 		t.Fatalf("a new store's join did not bring the published files: f %d, g %d", size(b, "f"), size(b, "g"))
 	}
 	commitNamed(t, b, "f", pseudoRandom(2000, 40))
-	if err := b.Update(func(tx *cas.Tx) error {
-		ino, _ := tx.Lookup(cas.RootIno, "g")
-		if err := tx.Unlink(cas.RootIno, "g"); err != nil {
-			return err
-		}
-		if err := tx.DeleteNode(ino); err != nil {
-			return err
-		}
-		return tx.Uploads().CountCommit()
-	}); err != nil {
-		t.Fatal(err)
-	}
+	unlinkNamed(t, b, "g")
 	if err := rb.UploadRound(ctx, false); err != nil {
 		t.Fatal(err)
 	}
@@ -573,18 +551,7 @@ func TestRemovalAfterLostAnswerAndRejoin(t *testing.T) {
 	if _, ok := readPublished(t, remote)["f"]; !ok {
 		t.Fatal("the lost answer's entry did not publish f")
 	}
-	if err := s.Update(func(tx *cas.Tx) error { // rm f
-		ino, _ := tx.Lookup(cas.RootIno, "f")
-		if err := tx.Unlink(cas.RootIno, "f"); err != nil {
-			return err
-		}
-		if err := tx.DeleteNode(ino); err != nil {
-			return err
-		}
-		return tx.Uploads().CountCommit()
-	}); err != nil {
-		t.Fatal(err)
-	}
+	unlinkNamed(t, s, "f")
 	sa.Close(ctx)
 	join(t, s, r) // a new session, its first round
 	if _, ok := readPublished(t, remote)["f"]; ok {
