@@ -411,21 +411,7 @@ const DirectRangeMin = 256 << 10
 // page cache's bookkeeping for every byte, on top of the same for the FUSE
 // file's pages: a quarter of its CPU in a cold read of ~32 KiB chunks.
 func readRangeInto(ctx context.Context, path string, off, n int64, buf []byte, tryDirect bool, noDirect *atomic.Bool) ([]byte, error) {
-	direct := tryDirect && !noDirect.Load()
-	var f *os.File
-	var err error
-	if direct {
-		f, err = OpenRetry(ctx, func() (*os.File, error) { return os.OpenFile(path, os.O_RDONLY|syscall.O_DIRECT, 0) })
-		if errors.Is(err, syscall.EINVAL) {
-			if st, serr := os.Stat(path); serr == nil && st.Mode().IsRegular() {
-				noDirect.Store(true) // a regular file: the filesystem's refusal
-			}
-			direct = false
-		}
-	}
-	if !direct {
-		f, err = OpenRetry(ctx, func() (*os.File, error) { return os.Open(path) })
-	}
+	f, direct, err := openForRead(ctx, path, tryDirect, noDirect)
 	if err != nil {
 		return nil, err
 	}
@@ -657,21 +643,7 @@ func (b *Backend) Close() error {
 // noDirect remembers that the filesystem refused O_DIRECT (tmpfs and others
 // answer EINVAL), so later reads do not try it again.
 func readFileInto(ctx context.Context, path string, buf []byte, noDirect *atomic.Bool) ([]byte, error) {
-	var f *os.File
-	var err error
-	direct := !noDirect.Load()
-	if direct {
-		f, err = OpenRetry(ctx, func() (*os.File, error) { return os.OpenFile(path, os.O_RDONLY|syscall.O_DIRECT, 0) })
-		if errors.Is(err, syscall.EINVAL) {
-			if st, serr := os.Stat(path); serr == nil && st.Mode().IsRegular() {
-				noDirect.Store(true) // a regular file: the filesystem's refusal
-			}
-			direct = false
-		}
-	}
-	if !direct {
-		f, err = OpenRetry(ctx, func() (*os.File, error) { return os.Open(path) })
-	}
+	f, direct, err := openForRead(ctx, path, true, noDirect)
 	if err != nil {
 		return nil, err
 	}
@@ -722,4 +694,25 @@ func alignedBuf(buf []byte, n int) []byte {
 		off = directAlign - off
 	}
 	return buf[off:]
+}
+
+// openForRead opens path for reading, with O_DIRECT when tryDirect and the
+// filesystem has not refused it before (noDirect); direct says which. A
+// refusal (EINVAL on a regular file: tmpfs and others) is remembered in
+// noDirect, and the file opened without it.
+func openForRead(ctx context.Context, path string, tryDirect bool, noDirect *atomic.Bool) (f *os.File, direct bool, err error) {
+	direct = tryDirect && !noDirect.Load()
+	if direct {
+		f, err = OpenRetry(ctx, func() (*os.File, error) { return os.OpenFile(path, os.O_RDONLY|syscall.O_DIRECT, 0) })
+		if errors.Is(err, syscall.EINVAL) {
+			if st, serr := os.Stat(path); serr == nil && st.Mode().IsRegular() {
+				noDirect.Store(true) // a regular file: the filesystem's refusal
+			}
+			direct = false
+		}
+	}
+	if !direct {
+		f, err = OpenRetry(ctx, func() (*os.File, error) { return os.Open(path) })
+	}
+	return f, direct, err
 }
