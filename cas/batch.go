@@ -137,7 +137,10 @@ func (b *Batch) PutHinted(ctx context.Context, data []byte, h Hint) (ChunkRef, e
 	if indexed {
 		return ref, nil
 	}
-	if b.s.inlines(len(data)) && b.reserveInline(len(data)) {
+	// Inline, as packed, only chunks of no known element type: a tensor's
+	// chunk is a delta base and a delta (the re-encoder rewrites objects),
+	// and a file of tensors writes objects anyway.
+	if h == (Hint{}) && b.s.inlines(len(data)) && b.reserveInline(len(data)) {
 		b.putInline(id, data, h)
 		return ref, nil
 	}
@@ -212,6 +215,9 @@ func (b *Batch) note(id ID, info ChunkInfo, pending bool, h Hint) {
 // call it earlier (a streaming writer, say) to overlap the disk's work with
 // its own, outside any lock it must hold for the commit.
 func (b *Batch) Sync(ctx context.Context) error {
+	if err := b.s.checkInPlace(); err != nil {
+		return err
+	}
 	b.packMu.Lock()
 	b.mu.Lock()
 	if b.released {

@@ -361,7 +361,9 @@
 // writers creating 4 KiB files: 2.2 fdatasyncs and an fsync per file).
 // inline.go and catalog/inline.go have the code. Decisions:
 //
-//   - Which chunks: new chunks, whatever their hint, while the batch (one
+//   - Which chunks: new chunks of no known element type (as packs: a
+//     tensor's chunk is a delta base and a delta, which only objects can
+//     be, and a file of tensors writes objects anyway), while the batch (one
 //     file's commit) has put at most Options.InlineMaxChunk raw bytes
 //     inline (DefaultInlineMaxChunk, 16 KiB: four bbolt pages; a larger
 //     value costs every transaction that writes it, and the catalog's

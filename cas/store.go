@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/ckptfs/ckptfs/cas/backend"
@@ -100,6 +101,7 @@ type Observer interface {
 type Store struct {
 	dir       string
 	db        *catalog.DB
+	catalogID fileID // the catalog file opened (checkInPlace)
 	coder     *object.Coder
 	cache     *cache
 	chunkSize int
@@ -230,6 +232,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		t.OnEvict(discardFetched(s))
 	}
 	s.format, s.chunkSize = db.Format(), db.ChunkSize()
+	s.catalogID, _ = statID(catPath)
 	s.re = newReencoder(s, opts.InlineEncoders, opts.MaxReencodeBacklog)
 	s.rd = &reader{s: s}
 	s.packs = newPacks(s)
@@ -499,4 +502,37 @@ func discardFetched(s *Store) func(ctx context.Context, hs []backend.Handle) {
 		}
 		_, _ = s.gc.discardUnnamed(ctx, ids)
 	}
+}
+
+// fileID is a file's identity: device and inode.
+type fileID struct{ dev, ino uint64 }
+
+func statID(path string) (fileID, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return fileID{}, err
+	}
+	return fileID{uint64(st.Dev), st.Ino}, nil
+}
+
+// ErrStoreGone means the store's directory was removed or replaced while it
+// was open: nothing committed now would survive the close of the catalog.
+var ErrStoreGone = errors.New("the store was removed or replaced while open")
+
+// checkInPlace reports ErrStoreGone when the catalog file at the store's
+// path is no longer the one opened. A commit checks it before its
+// transaction: chunks inline in the catalog need no file of their own, so
+// nothing else would fail when the directory was removed (rm -rf of the
+// store under a mount), and the close would return 0 for a file kept only
+// in an unlinked catalog.
+func (s *Store) checkInPlace() error {
+	if s.catalogID == (fileID{}) {
+		return nil
+	}
+	path := filepath.Join(s.dir, catalogName)
+	id, err := statID(path)
+	if err != nil || id != s.catalogID {
+		return fmt.Errorf("store %s: %w (catalog %s: %v)", s.dir, ErrStoreGone, path, err)
+	}
+	return nil
 }
