@@ -231,12 +231,7 @@ func TestSeekHoles(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	for _, c := range []struct {
-		off    int64
-		whence int
-		want   int64
-		err    error
-	}{
+	checkSeeks(t, f, []seekCase{
 		{0, unix.SEEK_DATA, gib, nil},
 		{0, unix.SEEK_HOLE, 0, nil},
 		{gib + 5, unix.SEEK_DATA, gib + 5, nil},
@@ -245,7 +240,21 @@ func TestSeekHoles(t *testing.T) {
 		{2 * gib, unix.SEEK_HOLE, 2 * gib, nil},
 		{4 * gib, unix.SEEK_HOLE, 4 * gib, nil},
 		{4*gib + 1, unix.SEEK_HOLE, 0, syscall.ENXIO},
-	} {
+	})
+}
+
+// seekCase is an lseek and what it must answer: want, or the error err.
+type seekCase struct {
+	off    int64
+	whence int
+	want   int64
+	err    error
+}
+
+// checkSeeks runs each lseek on f and reports the answers that differ.
+func checkSeeks(t *testing.T, f *os.File, cases []seekCase) {
+	t.Helper()
+	for _, c := range cases {
 		got, err := unix.Seek(int(f.Fd()), c.off, c.whence)
 		if c.err != nil {
 			if !errors.Is(err, c.err) {
@@ -266,23 +275,17 @@ func TestSeekHoles(t *testing.T) {
 func TestSeekStaged(t *testing.T) {
 	const mib = 1 << 20
 	m := newMount(t)
-	type seek struct {
-		off    int64
-		whence int
-		want   int64
-		err    error
-	}
 	cases := []struct {
 		name  string
 		write func(f *os.File) error
-		seeks []seek
+		seeks []seekCase
 	}{
 		{"spool", func(f *os.File) error {
 			if _, err := f.WriteAt(randBytes(3, mib), 64*mib); err != nil {
 				return err
 			}
 			return f.Truncate(256 * mib)
-		}, []seek{
+		}, []seekCase{
 			{0, unix.SEEK_DATA, 64 * mib, nil},
 			{0, unix.SEEK_HOLE, 0, nil},
 			{64*mib + 5, unix.SEEK_HOLE, 65 * mib, nil},
@@ -293,7 +296,7 @@ func TestSeekStaged(t *testing.T) {
 				return err
 			}
 			return f.Truncate(8 * mib)
-		}, []seek{
+		}, []seekCase{
 			{0, unix.SEEK_DATA, 0, nil},
 			{0, unix.SEEK_HOLE, 2 * mib, nil},
 			{3 * mib, unix.SEEK_DATA, 0, syscall.ENXIO},
@@ -310,18 +313,7 @@ func TestSeekStaged(t *testing.T) {
 			if err := c.write(f); err != nil {
 				t.Fatal(err)
 			}
-			for _, sk := range c.seeks {
-				got, err := unix.Seek(int(f.Fd()), sk.off, sk.whence)
-				if sk.err != nil {
-					if !errors.Is(err, sk.err) {
-						t.Errorf("seek(%d, %d): %d %v, want %v", sk.off, sk.whence, got, err, sk.err)
-					}
-					continue
-				}
-				if err != nil || got != sk.want {
-					t.Errorf("seek(%d, %d): %d %v, want %d", sk.off, sk.whence, got, err, sk.want)
-				}
-			}
+			checkSeeks(t, f, c.seeks)
 		})
 	}
 }

@@ -237,59 +237,42 @@ func (r *Tier) deleteChunks(ctx context.Context, sess *Session, ids []cas.ID, si
 	if err := r.store.Update(func(tx *cas.Tx) error { return tx.Uploads().Forget(ids) }); err != nil {
 		return err
 	}
-	work := make(chan cas.ID)
 	var mu sync.Mutex // guards res
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		defer close(work)
-		for _, id := range ids {
-			select {
-			case work <- id:
-			case <-gctx.Done():
-				return nil // a worker's error says why
+	return r.inParallel(ctx, ids, func(ctx context.Context) func(cas.ID) error {
+		return func(id cas.ID) error {
+			if err := sess.Err(); err != nil {
+				return fmt.Errorf("collect the remote: %w", err)
 			}
-		}
-		return nil
-	})
-	for range min(max(1, r.be.Properties().Connections), 32) {
-		g.Go(func() error {
-			for id := range work {
-				if err := sess.Err(); err != nil {
-					return fmt.Errorf("collect the remote: %w", err)
-				}
-				if time.Now().After(deadline) {
-					span := sess.opts.Lease - sess.opts.Lease/4
-					mu.Lock()
-					n := res.Freed
-					mu.Unlock()
-					return fmt.Errorf("collect the remote %s: the collection's lease ran out after %d deletes (%v after it took locks/gc; it may delete for %v): run gc again",
-						r.be.Location(), n, time.Since(deadline.Add(-span)).Round(time.Millisecond), span)
-				}
-				dctx, cancel := context.WithDeadline(gctx, deadline)
-				err := r.be.Delete(dctx, chunkHandle(id))
-				cancel()
-				if err != nil && !errors.Is(err, backend.ErrNotExist) {
-					return fmt.Errorf("delete chunk %v from the remote: %w", id, err)
-				}
+			if time.Now().After(deadline) {
+				span := sess.opts.Lease - sess.opts.Lease/4
 				mu.Lock()
-				res.Freed++
-				res.FreedBytes += sizes[id]
+				n := res.Freed
 				mu.Unlock()
+				return fmt.Errorf("collect the remote %s: the collection's lease ran out after %d deletes (%v after it took locks/gc; it may delete for %v): run gc again",
+					r.be.Location(), n, time.Since(deadline.Add(-span)).Round(time.Millisecond), span)
 			}
+			dctx, cancel := context.WithDeadline(ctx, deadline)
+			err := r.be.Delete(dctx, chunkHandle(id))
+			cancel()
+			if err != nil && !errors.Is(err, backend.ErrNotExist) {
+				return fmt.Errorf("delete chunk %v from the remote: %w", id, err)
+			}
+			mu.Lock()
+			res.Freed++
+			res.FreedBytes += sizes[id]
+			mu.Unlock()
 			return nil
-		})
-	}
-	return g.Wait()
+		}
+	})
 }
 
-// bucketBases returns the bases that the chunk objects ids in the bucket
-// name, those that are deltas (doc.go, "Deltas in the bucket"): the header
-// of each (headReader, else the whole object), Connections at a time. An object gone meanwhile names nothing; any other error fails the
-// whole (the caller sweeps nothing).
-func (r *Tier) bucketBases(ctx context.Context, ids []cas.ID) ([]cas.ID, error) {
+// inParallel hands ids one at a time to Connections workers (at most 32),
+// each doing what newWorker makes for it (with buffers of its own). The
+// first error stops the rest and is returned; so is the context's, when it
+// ends before every id was handed out (a caller never takes a partial run
+// for a whole one).
+func (r *Tier) inParallel(ctx context.Context, ids []cas.ID, newWorker func(ctx context.Context) func(cas.ID) error) error {
 	work := make(chan cas.ID)
-	var mu sync.Mutex
-	var bases []cas.ID
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		defer close(work)
@@ -302,35 +285,54 @@ func (r *Tier) bucketBases(ctx context.Context, ids []cas.ID) ([]cas.ID, error) 
 		}
 		return nil
 	})
-	head := r.headReader()
 	for range min(max(1, r.be.Properties().Connections), 32) {
+		do := newWorker(gctx)
 		g.Go(func() error {
-			var buf []byte
 			for id := range work {
-				h := chunkHandle(id)
-				var err error
-				if head != nil {
-					buf, err = head(gctx, h, buf)
-				}
-				if head == nil || (err != nil && !errors.Is(err, backend.ErrNotExist)) {
-					buf, err = r.be.Get(gctx, h, buf) // shorter than a delta's header, or no ranges
-				}
-				if errors.Is(err, backend.ErrNotExist) {
-					continue
-				}
-				if err != nil {
-					return fmt.Errorf("chunk %v: %w", id, err)
-				}
-				if b, delta := cas.DeltaBase(buf); delta {
-					mu.Lock()
-					bases = append(bases, b)
-					mu.Unlock()
+				if err := do(id); err != nil {
+					return err
 				}
 			}
 			return nil
 		})
 	}
-	return bases, g.Wait()
+	return g.Wait()
+}
+
+// bucketBases returns the bases that the chunk objects ids in the bucket
+// name, those that are deltas (doc.go, "Deltas in the bucket"): the header
+// of each (headReader, else the whole object), Connections at a time. An object gone meanwhile names nothing; any other error fails the
+// whole (the caller sweeps nothing).
+func (r *Tier) bucketBases(ctx context.Context, ids []cas.ID) ([]cas.ID, error) {
+	var mu sync.Mutex // guards bases
+	var bases []cas.ID
+	head := r.headReader()
+	err := r.inParallel(ctx, ids, func(ctx context.Context) func(cas.ID) error {
+		var buf []byte
+		return func(id cas.ID) error {
+			h := chunkHandle(id)
+			var err error
+			if head != nil {
+				buf, err = head(ctx, h, buf)
+			}
+			if head == nil || (err != nil && !errors.Is(err, backend.ErrNotExist)) {
+				buf, err = r.be.Get(ctx, h, buf) // shorter than a delta's header, or no ranges
+			}
+			if errors.Is(err, backend.ErrNotExist) {
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("chunk %v: %w", id, err)
+			}
+			if b, delta := cas.DeltaBase(buf); delta {
+				mu.Lock()
+				bases = append(bases, b)
+				mu.Unlock()
+			}
+			return nil
+		}
+	})
+	return bases, err
 }
 
 // headGetter is a remote that reads the first bytes of an object (the S3

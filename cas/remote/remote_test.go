@@ -430,6 +430,16 @@ func TestJoinMergesThreeWays(t *testing.T) {
 	}
 }
 
+// roundLosingAnswer runs a round of r whose log entry is put but whose
+// answer is lost, and checks that it fails so.
+func roundLosingAnswer(t *testing.T, remote *flakyRemote, r *Tier) {
+	t.Helper()
+	remote.loseLogs.Store(1)
+	if err := r.UploadRound(context.Background(), false); !errors.Is(err, errDown) {
+		t.Fatalf("a round whose log answer was lost: %v", err)
+	}
+}
+
 // TestLostLogAnswer: a log entry put whose answer was lost counts as ours;
 // the next round, with more files, publishes after it, not as it.
 func TestLostLogAnswer(t *testing.T) {
@@ -438,10 +448,7 @@ func TestLostLogAnswer(t *testing.T) {
 	s, r := testStore(t, remote)
 	join(t, s, r)
 	commitNamed(t, s, "one", pseudoRandom(1000, 50))
-	remote.loseLogs.Store(1)
-	if err := r.UploadRound(ctx, false); !errors.Is(err, errDown) {
-		t.Fatalf("a round whose log answer was lost: %v", err)
-	}
+	roundLosingAnswer(t, remote, r)
 	commitNamed(t, s, "two", pseudoRandom(1000, 51))
 	if err := r.UploadRound(ctx, false); err != nil {
 		t.Fatal(err)
@@ -482,10 +489,7 @@ func TestRenameAfterLostAnswer(t *testing.T) {
 	}
 	setCtime("src", now-int64(time.Hour)) // an old file
 	setCtime("dst", now)
-	remote.loseLogs.Store(1)
-	if err := r.UploadRound(ctx, false); !errors.Is(err, errDown) {
-		t.Fatalf("a round whose log answer was lost: %v", err)
-	}
+	roundLosingAnswer(t, remote, r)
 	if err := s.Update(func(tx *cas.Tx) error { // rename src dst
 		dst, _ := tx.Lookup(cas.RootIno, "dst")
 		src, _ := tx.Lookup(cas.RootIno, "src")
@@ -544,10 +548,7 @@ func TestRemovalAfterLostAnswerAndRejoin(t *testing.T) {
 		t.Fatal(err)
 	}
 	commitNamed(t, s, "f", pseudoRandom(1000, 71))
-	remote.loseLogs.Store(1)
-	if err := r.UploadRound(ctx, false); !errors.Is(err, errDown) {
-		t.Fatalf("a round whose log answer was lost: %v", err)
-	}
+	roundLosingAnswer(t, remote, r)
 	if _, ok := readPublished(t, remote)["f"]; !ok {
 		t.Fatal("the lost answer's entry did not publish f")
 	}
