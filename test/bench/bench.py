@@ -3,6 +3,11 @@ store's filesystem, side by side in one run, each repeated and reported as the
 median, as ratios (ckptfs / plain) plus MB/s. Writes a stable text file
 (KEY VALUE per line, sorted) so that two runs can be compared with diff.
 
+Steps 1-9 write with numpy (safetensors' layout, bf16 bit patterns); steps
+10-12 (device_steps.py) save and load a torch state dict held on the
+accelerator, or on the CPU where there is none, with the frameworks' calls.
+The results name the cores, CPU, disk, load average and device they ran on.
+
 Run through test/bench/run.sh (it prepares the venv and builds ckptfs)."""
 
 import argparse
@@ -208,6 +213,292 @@ def timed(fn):
     return time.monotonic() - t
 
 
+def loadavg():
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+# Targets of issue #25 (ckptfs / plain; fetched / read for 6 and 6b). The
+# device steps' are the 16-core machine's: on two cores, CPU-bound, a cold
+# load is expected above them (the issue asks 1.8 of step 3 there).
+TARGETS = {"1_write_fresh": 1.0, "2_resave_90pct_same": 0.35, "3_cold_read": 1.8,
+           "3b_cold_read_incompressible": 1.4, "4_cold_safe_open_all": 2.0, "5_warm_read": 1.2,
+           "6_lazy_one_tensor": 1.5, "6b_lazy_torch_8_tensors": 1.75, "7_peak_rss": 1.0,
+           "9_delta_cold_read": 1.3, "10_dev_torch_save": 1.0, "10b_dev_safetensors_save": 1.0,
+           "11_dev_resave_same_torch": 0.5, "11b_dev_resave_same_safetensors": 0.5,
+           "12_cold_load_file_dev": 1.15, "12b_cold_torch_load_mmap_dev": 1.15, "12c_cold_torch_load_dev": 1.15}
+DEVICE_STEPS = ("10", "10b", "11", "11b", "12", "12b", "12c")  # device_steps.STEPS, without importing torch
+
+
+class Bench:
+    """One run: the daemons, the plain directory, and the measurements,
+    name -> [(ckptfs, plain)], one pair per round."""
+
+    def __init__(self, a):
+        self.a = a
+        self.steps = None if a.steps == "all" else set(a.steps.split(","))
+        self.root = Path(a.dir)
+        shutil.rmtree(self.root, ignore_errors=True)
+        self.plain, self.store, self.mnt = self.root / "plain", self.root / "store", self.root / "mnt"
+        self.plain.mkdir(parents=True)
+        tensor_bytes = 4 * MiB
+        self.tensor_bytes, self.n = tensor_bytes, a.size_mib * MiB // tensor_bytes
+        self.size = self.n * tensor_bytes
+        self.sizes = {}  # name -> bytes, where a step's differ from size
+        self.d = Daemon(Path(a.bin), self.store, self.mnt, a.cache_size, a.readahead_kb)
+        # The same daemon without deltas: the baseline of step 9.
+        self.nd = Daemon(Path(a.bin), self.root / "store-nodelta", self.root / "mnt-nodelta", a.cache_size,
+                         a.readahead_kb, extra=["--delta-keyframe", "1"])
+        self.res = {}
+        self.settled = []  # seconds until the re-encode queue drained after each fresh write
+        self.device = None  # (device, description) once the device steps ran
+        self.drop_caches = drop_caches
+
+    def want(self, *names):
+        return self.steps is None or any(x in self.steps for x in names)
+
+    def record(self, name, ck, pl):
+        self.res.setdefault(name, []).append((ck, pl))
+        print(f"  {name}: ckptfs {ck:.3f} s, plain {pl:.3f} s, ratio {ck / pl:.3f}", flush=True)
+
+    def run(self):
+        self.d.start()
+        (self.mnt / "runs").mkdir(exist_ok=True)
+        dev = None
+        if self.want(*DEVICE_STEPS):
+            import device_steps  # torch: only when a device step runs
+            self.device = device_steps.pick_device(self.a.device)
+            dev = self.device[0]
+            print(f"device steps on {self.device[1]}", flush=True)
+        try:
+            for r in range(self.a.repeat):
+                print(f"round {r + 1}/{self.a.repeat}", flush=True)
+                if self.want("1", "2", "3", "4", "5", "6", "6b"):
+                    self.safetensors_steps(r)
+                if self.want("3b"):
+                    self.step_3b(r)
+                if self.want("9"):
+                    self.step_9(r)
+                if dev is not None:
+                    n = device_steps.Steps(self, dev, self.a.size_mib).run(r)
+                    for name in self.res:
+                        if name.startswith(("10", "11", "12")):
+                            self.sizes[name] = n
+        except BaseException:
+            self.d.stop(check=False)  # leave no mount behind
+            raise
+        self.d.stop()
+
+    def safetensors_steps(self, r):
+        """Steps 1 to 6b: a fresh bf16 model written with safetensors' layout."""
+        d, mnt, plain, n, tensor_bytes = self.d, self.mnt, self.plain, self.n, self.tensor_bytes
+        record, want = self.record, self.want
+        base = model(1000 * r + 1, n, tensor_bytes)
+        # 1. fresh model: write (close included) vs plain write + fsync, and without fsync.
+        drop_caches()
+        ck = timed(lambda: save(base, mnt / "runs" / f"r{r}-a.safetensors", fsync=False))
+        self.settled.append(d.settle())  # for information: background work after the close
+        pl = timed(lambda: save(base, plain / f"r{r}-a.safetensors", fsync=True))
+        record("1_write_fresh", ck, pl)
+        pl_nosync = timed(lambda: save(base, plain / f"r{r}-a2.safetensors", fsync=False))
+        subprocess.run(["sync"], check=True)  # its writeback must not overlap the next timed step
+        self.res.setdefault("1_write_fresh_vs_nofsync", []).append((ck, pl_nosync))
+        if want("2"):
+            # 2. re-save with 90% of the bytes unchanged.
+            resave = dict(base)
+            changed = model(1000 * r + 2, n // 10, tensor_bytes)
+            for i, k in enumerate(sorted(base)[: n // 10]):
+                resave[k] = changed[f"layers.{i:03d}.weight"]
+            ck = timed(lambda: save(resave, mnt / "runs" / f"r{r}-b.safetensors", fsync=False))
+            d.settle()
+            pl = timed(lambda: save(resave, plain / f"r{r}-b.safetensors", fsync=True))
+            record("2_resave_90pct_same", ck, pl)
+        f_ck, f_pl = mnt / "runs" / f"r{r}-a.safetensors", plain / f"r{r}-a.safetensors"
+        if want("3"):
+            # 3. cold sequential read (page cache dropped; daemon restarted: cold chunk cache).
+            d.restart()
+            drop_caches()
+            ck = timed(lambda: read_all(f_ck))
+            drop_caches()
+            pl = timed(lambda: read_all(f_pl))
+            record("3_cold_read", ck, pl)
+        if want("5"):
+            # 5. warm re-read. Both files get the same number of earlier reads
+            # (two), since the kernel treats a page's second touch differently
+            # from later ones (it moves it to the active list): the drop before
+            # the plain cold read dropped ckptfs's pages, so ckptfs's file is
+            # read twice here and the plain one once.
+            read_all(f_pl)
+            read_all(f_ck)
+            read_all(f_ck)
+            ck = timed(lambda: read_all(f_ck))
+            pl = timed(lambda: read_all(f_pl))
+            record("5_warm_read", ck, pl)
+        if want("4"):
+            # 4. cold load of all tensors with safe_open (mmap), in a fresh process.
+            d.restart()
+            drop_caches()
+            ck = float(self.python(LOAD_ALL, f_ck))
+            drop_caches()
+            pl = float(self.python(LOAD_ALL, f_pl))
+            record("4_cold_safe_open_all", ck, pl)
+        if want("6"):
+            # 6. lazy read of one tensor: bytes fetched from the store / tensor bytes.
+            d.restart()
+            drop_caches()
+            s0 = d.stats()["store_read_bytes"]
+            nbytes = int(self.python(LOAD_ONE, f_ck, sorted(base)[n // 2]))
+            fetched = d.stats()["store_read_bytes"] - s0
+            self.res.setdefault("6_lazy_one_tensor", []).append((fetched, nbytes))
+            print(f"  6_lazy_one_tensor: fetched {fetched} for {nbytes} tensor bytes", flush=True)
+        if want("6b"):
+            # 6b. the same model as torch.save; torch.load(mmap=True) reads 8
+            # scattered tensors: bytes fetched / bytes read, against the
+            # budget (1.5 x read + 8 MiB) / read = 1.75 for 32 MiB.
+            import torch
+            f_pt = mnt / "runs" / f"r{r}-a.pt"
+            torch.save({k: torch.from_numpy(v.view(np.int16)) for k, v in base.items()}, f_pt)
+            d.restart()
+            drop_caches()
+            s0 = d.stats()["store_read_bytes"]
+            nbytes = int(self.python(LOAD_TORCH_EIGHT, f_pt))
+            fetched = d.stats()["store_read_bytes"] - s0
+            self.res.setdefault("6b_lazy_torch_8_tensors", []).append((fetched, nbytes))
+            print(f"  6b_lazy_torch_8_tensors: fetched {fetched} for {nbytes} tensor bytes", flush=True)
+        for p in (plain / f"r{r}-a.safetensors", plain / f"r{r}-a2.safetensors", plain / f"r{r}-b.safetensors"):
+            p.unlink(missing_ok=True)
+
+    @staticmethod
+    def python(code, *args):
+        """stdout of code run by this python in a fresh process."""
+        return subprocess.run([sys.executable, "-c", code, *map(str, args)], check=True,
+                              capture_output=True, text=True).stdout
+
+    def step_3b(self, r):
+        """3b. cold sequential read of incompressible bytes that no format
+        parser knows (random .bin): content-defined chunks of ~32 KiB, the
+        worst case for the read path and for the store's layout."""
+        rnd = np.random.default_rng(1000 * r + 4).bytes(self.size)
+        f_ck, f_pl = self.mnt / "runs" / f"r{r}.bin", self.plain / f"r{r}.bin"
+        for p in (f_ck, f_pl):
+            with open(p, "wb") as f:
+                f.write(rnd)
+                os.fsync(f.fileno())
+        del rnd
+        self.d.settle()
+        self.d.restart()
+        drop_caches()
+        ck = timed(lambda: read_all(f_ck))
+        drop_caches()
+        pl = timed(lambda: read_all(f_pl))
+        self.record("3b_cold_read_incompressible", ck, pl)
+        f_pl.unlink()
+        f_ck.unlink()
+
+    def step_9(self, r):
+        """9. cold sequential read of a delta-coded file (issue #15): two
+        consecutive checkpoints in step directories; the second is stored as
+        deltas against the first. The same two files in a store without
+        deltas (--delta-keyframe 1) are the baseline."""
+        d, nd = self.d, self.nd
+        s1, s2 = model_steps(1000 * r + 3, self.n, self.tensor_bytes)
+        nd.start()
+        try:
+            for mount in (d, nd):
+                run = mount.mnt / "runs" / f"delta{r}"
+                for step, sd in (("0001", s1), ("0002", s2)):
+                    (run / step).mkdir(parents=True, exist_ok=True)
+                    save(sd, run / step / "model.safetensors", fsync=False)
+                mount.settle()
+            deltas = d.stats()["delta_chunks"]
+            assert deltas > 0 and nd.stats()["delta_chunks"] == 0, (deltas, nd.stats())
+            f_d = d.mnt / "runs" / f"delta{r}" / "0002" / "model.safetensors"
+            f_n = nd.mnt / "runs" / f"delta{r}" / "0002" / "model.safetensors"
+            d.restart()
+            nd.restart()
+            drop_caches()
+            ck = timed(lambda: read_all(f_d))
+            drop_caches()
+            pl = timed(lambda: read_all(f_n))
+            self.record("9_delta_cold_read", ck, pl)
+            du = {}
+            for name, mount in (("delta", d), ("standalone", nd)):
+                out = subprocess.run([str(self.a.bin), "du", "--json", str(mount.mnt / "runs" / f"delta{r}" / "0002")],
+                                     check=True, capture_output=True, text=True).stdout
+                t = json.loads(out)["total"]
+                du[name] = t["frees_stored_bytes"] / t["logical_bytes"]
+            self.res.setdefault("9_delta_stored_per_logical", []).append((du["delta"], du["standalone"]))
+            print(f"  9_delta_stored_per_logical: delta {du['delta']:.3f}, standalone {du['standalone']:.3f}", flush=True)
+        finally:
+            nd.stop(check=False)
+
+    def lines(self, machine_info, load_before):
+        """The results file's KEY VALUE pairs: medians over the rounds."""
+        a, res, lines = self.a, self.res, {}
+        med = lambda name, i: statistics.median(x[i] for x in res[name])
+        for name in res:
+            ck, pl = med(name, 0), med(name, 1)
+            if name == "9_delta_stored_per_logical":
+                lines[f"{name}.delta"] = f"{ck:.3f}"
+                lines[f"{name}.standalone"] = f"{pl:.3f}"
+                continue
+            if name in ("6_lazy_one_tensor", "6b_lazy_torch_8_tensors"):
+                lines[f"{name}.fetched_bytes"] = f"{ck:.0f}"
+                lines[f"{name}.tensor_bytes"] = f"{pl:.0f}"
+                lines[f"{name}.ratio"] = f"{ck / pl:.3f}"
+                continue
+            size = self.sizes.get(name, self.size)
+            lines[f"{name}.ckptfs_s"] = f"{ck:.3f}"
+            lines[f"{name}.plain_s"] = f"{pl:.3f}"
+            lines[f"{name}.ratio"] = f"{ck / pl:.3f}"
+            lines[f"{name}.ckptfs_MBps"] = f"{size / ck / 1e6:.0f}"
+            lines[f"{name}.plain_MBps"] = f"{size / pl / 1e6:.0f}"
+        if self.settled:
+            lines["1_write_fresh.reencode_drained_after_s"] = f"{statistics.median(self.settled):.3f}"
+        cache = a.cache_size.lower()
+        cache_bytes = int(cache.rstrip("mib")) * MiB if cache.endswith("mib") else 0
+        limit = cache_bytes + 128 * MiB
+        lines["7_peak_rss.bytes"] = str(self.d.peak_rss)
+        lines["7_peak_rss.limit_bytes"] = str(limit)
+        lines["7_peak_rss.ratio"] = f"{self.d.peak_rss / limit:.3f}"
+        lines["config.size_bytes"] = str(self.size)
+        lines["config.repeat"] = str(a.repeat)
+        lines["config.cache_size"] = a.cache_size
+        lines["config.readahead_kb"] = str(a.readahead_kb if a.readahead_kb is not None else "default")
+        lines["config.steps"] = a.steps
+        cores, cpu, disk = machine_info
+        lines["machine.cores"] = str(cores)
+        lines["machine.cpu"] = cpu.replace(" ", "_")
+        lines["machine.disk"] = disk.replace(" ", "_")
+        lines["machine.loadavg_before"] = load_before.replace(" ", "_")
+        lines["machine.loadavg_after"] = loadavg().replace(" ", "_")
+        if self.device:
+            lines["machine.device"] = self.device[1].replace(" ", "_")
+        return lines
+
+
+def summary(lines, device):
+    print(f"\n{'measurement':34} {'ratio':>7} {'target':>7}  ckptfs MB/s  plain MB/s")
+    for name, target in TARGETS.items():
+        if f"{name}.ratio" not in lines:
+            continue
+        ratio = float(lines[f"{name}.ratio"])
+        mb = f"{lines.get(f'{name}.ckptfs_MBps', ''):>11}  {lines.get(f'{name}.plain_MBps', ''):>10}"
+        print(f"{name:34} {ratio:7.3f} {target:7.2f}  {mb}  {'ok' if ratio <= target else 'OVER'}")
+    if "1_write_fresh_vs_nofsync.ratio" in lines:
+        print(f"(1 without fsync for the plain directory: ratio {lines['1_write_fresh_vs_nofsync.ratio']})")
+    if "9_delta_stored_per_logical.delta" in lines:
+        print(f"(9 compares ckptfs with deltas against ckptfs without; the file stored at "
+              f"{lines['9_delta_stored_per_logical.delta']} of its size as deltas, "
+              f"{lines['9_delta_stored_per_logical.standalone']} standalone)")
+    for name in ("10_dev_torch_save", "10b_dev_safetensors_save", "11_dev_resave_same_torch",
+                 "11b_dev_resave_same_safetensors"):
+        if f"{name}_vs_memory.ratio" in lines:
+            print(f"({name[:3].rstrip('_')} against the same save into memory (tmpfs), the writer's own cost: "
+                  f"ratio {lines[f'{name}_vs_memory.ratio']}, {lines[f'{name}_vs_memory.plain_MBps']} MB/s)")
+    if device:
+        print(f"(10-12 ran on {device[1]}; their targets are the 16-core machine's)")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
@@ -217,231 +508,25 @@ def main():
     ap.add_argument("--cache-size", default="256MiB")
     ap.add_argument("--out", default="bench-results.txt")
     ap.add_argument("--readahead-kb", type=int, default=None, help="passed to ckptfs mount (default: its own)")
+    ap.add_argument("--device", default=None,
+                    help="torch device of steps 10-12 (default: $DEV, else cuda when torch sees it, else cpu)")
     ap.add_argument("--steps", default="all",
                     help="comma-separated steps to run, e.g. 3,3b,9 (default: all); "
-                         "step 1's write runs whenever one of 1-6b does")
+                         "step 1's write runs whenever one of 1-6b does, step 10's and 10b's saves "
+                         "whenever a later device step needs their files")
     a = ap.parse_args()
-    steps = None if a.steps == "all" else set(a.steps.split(","))
-
-    def want(*names):
-        return steps is None or any(x in steps for x in names)
-
-    root = Path(a.dir)
-    shutil.rmtree(root, ignore_errors=True)
-    plain, store, mnt = root / "plain", root / "store", root / "mnt"
-    plain.mkdir(parents=True)
-    cores, cpu, disk = machine(root)
-    print(f"machine: {cores} cores ({cpu}); disk {disk}", flush=True)
-    tensor_bytes = 4 * MiB
-    n = a.size_mib * MiB // tensor_bytes
-    size = n * tensor_bytes
-    cache_bytes = int(a.cache_size.lower().rstrip("mib")) * MiB if a.cache_size.lower().endswith("mib") else None
-
-    d = Daemon(Path(a.bin), store, mnt, a.cache_size, a.readahead_kb)
-    # The same daemon without deltas: the baseline of step 9.
-    nd = Daemon(Path(a.bin), root / "store-nodelta", root / "mnt-nodelta", a.cache_size, a.readahead_kb,
-                extra=["--delta-keyframe", "1"])
-    d.start()
-    (mnt / "runs").mkdir(exist_ok=True)
-    res = {}  # name -> list of (ckptfs_s, plain_s)
-    settled = []  # seconds until the re-encode queue drained after each fresh write
-
-    def record(name, ck, pl):
-        res.setdefault(name, []).append((ck, pl))
-        print(f"  {name}: ckptfs {ck:.3f} s, plain {pl:.3f} s", flush=True)
-
-    try:
-        for r in range(a.repeat):
-            print(f"round {r + 1}/{a.repeat}", flush=True)
-            if want("1", "2", "3", "4", "5", "6", "6b"):
-                base = model(1000 * r + 1, n, tensor_bytes)
-                # 1. fresh model: write (close included) vs plain write + fsync, and without fsync.
-                drop_caches()
-                ck = timed(lambda: save(base, mnt / "runs" / f"r{r}-a.safetensors", fsync=False))
-                settled.append(d.settle())  # for information: background work after the close
-                pl = timed(lambda: save(base, plain / f"r{r}-a.safetensors", fsync=True))
-                record("1_write_fresh", ck, pl)
-                pl_nosync = timed(lambda: save(base, plain / f"r{r}-a2.safetensors", fsync=False))
-                subprocess.run(["sync"], check=True)  # its writeback must not overlap the next timed step
-                res.setdefault("1_write_fresh_vs_nofsync", []).append((ck, pl_nosync))
-                if want("2"):
-                    # 2. re-save with 90% of the bytes unchanged.
-                    resave = dict(base)
-                    changed = model(1000 * r + 2, n // 10, tensor_bytes)
-                    for i, k in enumerate(sorted(base)[: n // 10]):
-                        resave[k] = changed[f"layers.{i:03d}.weight"]
-                    ck = timed(lambda: save(resave, mnt / "runs" / f"r{r}-b.safetensors", fsync=False))
-                    d.settle()
-                    pl = timed(lambda: save(resave, plain / f"r{r}-b.safetensors", fsync=True))
-                    record("2_resave_90pct_same", ck, pl)
-                f_ck, f_pl = mnt / "runs" / f"r{r}-a.safetensors", plain / f"r{r}-a.safetensors"
-                if want("3"):
-                    # 3. cold sequential read (page cache dropped; daemon restarted: cold chunk cache).
-                    d.restart()
-                    drop_caches()
-                    ck = timed(lambda: read_all(f_ck))
-                    drop_caches()
-                    pl = timed(lambda: read_all(f_pl))
-                    record("3_cold_read", ck, pl)
-                if want("5"):
-                    # 5. warm re-read. Both files get the same number of earlier reads
-                    # (two), since the kernel treats a page's second touch differently
-                    # from later ones (it moves it to the active list): the drop before
-                    # the plain cold read dropped ckptfs's pages, so ckptfs's file is
-                    # read twice here and the plain one once.
-                    read_all(f_pl)
-                    read_all(f_ck)
-                    read_all(f_ck)
-                    ck = timed(lambda: read_all(f_ck))
-                    pl = timed(lambda: read_all(f_pl))
-                    record("5_warm_read", ck, pl)
-                if want("4"):
-                    # 4. cold load of all tensors with safe_open (mmap), in a fresh process.
-                    d.restart()
-                    drop_caches()
-                    ck = float(subprocess.run([sys.executable, "-c", LOAD_ALL, str(f_ck)], check=True, capture_output=True, text=True).stdout)
-                    drop_caches()
-                    pl = float(subprocess.run([sys.executable, "-c", LOAD_ALL, str(f_pl)], check=True, capture_output=True, text=True).stdout)
-                    record("4_cold_safe_open_all", ck, pl)
-                if want("6"):
-                    # 6. lazy read of one tensor: bytes fetched from the store / tensor bytes.
-                    d.restart()
-                    drop_caches()
-                    s0 = d.stats()["store_read_bytes"]
-                    key = sorted(base)[n // 2]
-                    nbytes = int(subprocess.run([sys.executable, "-c", LOAD_ONE, str(f_ck), key], check=True, capture_output=True, text=True).stdout)
-                    fetched = d.stats()["store_read_bytes"] - s0
-                    res.setdefault("6_lazy_one_tensor", []).append((fetched, nbytes))
-                    print(f"  6_lazy_one_tensor: fetched {fetched} for {nbytes} tensor bytes", flush=True)
-                if want("6b"):
-                    # 6b. the same model as torch.save; torch.load(mmap=True) reads 8
-                    # scattered tensors: bytes fetched / bytes read, against the
-                    # budget (1.5 x read + 8 MiB) / read = 1.75 for 32 MiB.
-                    import torch
-                    f_pt = mnt / "runs" / f"r{r}-a.pt"
-                    torch.save({k: torch.from_numpy(v.view(np.int16)) for k, v in base.items()}, f_pt)
-                    d.restart()
-                    drop_caches()
-                    s0 = d.stats()["store_read_bytes"]
-                    nbytes = int(subprocess.run([sys.executable, "-c", LOAD_TORCH_EIGHT, str(f_pt)], check=True, capture_output=True, text=True).stdout)
-                    fetched = d.stats()["store_read_bytes"] - s0
-                    res.setdefault("6b_lazy_torch_8_tensors", []).append((fetched, nbytes))
-                    print(f"  6b_lazy_torch_8_tensors: fetched {fetched} for {nbytes} tensor bytes", flush=True)
-                for p in (plain / f"r{r}-a.safetensors", plain / f"r{r}-a2.safetensors", plain / f"r{r}-b.safetensors"):
-                    p.unlink(missing_ok=True)
-            # 3b. cold sequential read of incompressible bytes that no format
-            # parser knows (random .bin): content-defined chunks of ~32 KiB,
-            # the worst case for the read path and for the store's layout.
-            if want("3b"):
-                rnd = np.random.default_rng(1000 * r + 4).bytes(size)
-                f_ck, f_pl = mnt / "runs" / f"r{r}.bin", plain / f"r{r}.bin"
-                for p in (f_ck, f_pl):
-                    with open(p, "wb") as f:
-                        f.write(rnd)
-                        os.fsync(f.fileno())
-                del rnd
-                d.settle()
-                d.restart()
-                drop_caches()
-                ck = timed(lambda: read_all(f_ck))
-                drop_caches()
-                pl = timed(lambda: read_all(f_pl))
-                record("3b_cold_read_incompressible", ck, pl)
-                f_pl.unlink()
-                f_ck.unlink()
-            # 9. cold sequential read of a delta-coded file (issue #15): two
-            # consecutive checkpoints in step directories; the second is
-            # stored as deltas against the first. The same two files in a
-            # store without deltas (--delta-keyframe 1) are the baseline.
-            if not want("9"):
-                continue
-            s1, s2 = model_steps(1000 * r + 3, n, tensor_bytes)
-            nd.start()
-            try:
-                for mount in (d, nd):
-                    run = mount.mnt / "runs" / f"delta{r}"
-                    for step, sd in (("0001", s1), ("0002", s2)):
-                        (run / step).mkdir(parents=True, exist_ok=True)
-                        save(sd, run / step / "model.safetensors", fsync=False)
-                    mount.settle()
-                deltas = d.stats()["delta_chunks"]
-                assert deltas > 0 and nd.stats()["delta_chunks"] == 0, (deltas, nd.stats())
-                f_d = d.mnt / "runs" / f"delta{r}" / "0002" / "model.safetensors"
-                f_n = nd.mnt / "runs" / f"delta{r}" / "0002" / "model.safetensors"
-                d.restart()
-                nd.restart()
-                drop_caches()
-                ck = timed(lambda: read_all(f_d))
-                drop_caches()
-                pl = timed(lambda: read_all(f_n))
-                record("9_delta_cold_read", ck, pl)
-                du = {}
-                for name, mount in (("delta", d), ("standalone", nd)):
-                    out = subprocess.run([str(a.bin), "du", "--json", str(mount.mnt / "runs" / f"delta{r}" / "0002")],
-                                         check=True, capture_output=True, text=True).stdout
-                    t = json.loads(out)["total"]
-                    du[name] = t["frees_stored_bytes"] / t["logical_bytes"]
-                res.setdefault("9_delta_stored_per_logical", []).append((du["delta"], du["standalone"]))
-                print(f"  9_delta_stored_per_logical: delta {du['delta']:.3f}, standalone {du['standalone']:.3f}", flush=True)
-            finally:
-                nd.stop(check=False)
-    except BaseException:
-        d.stop(check=False)  # leave no mount behind
-        raise
-    d.stop()
-
-    lines = {}
-    def med(name, i):
-        return statistics.median(x[i] for x in res[name])
-    for name in res:
-        ck, pl = med(name, 0), med(name, 1)
-        if name == "9_delta_stored_per_logical":
-            lines[f"{name}.delta"] = f"{ck:.3f}"
-            lines[f"{name}.standalone"] = f"{pl:.3f}"
-            continue
-        if name in ("6_lazy_one_tensor", "6b_lazy_torch_8_tensors"):
-            lines[f"{name}.fetched_bytes"] = f"{ck:.0f}"
-            lines[f"{name}.tensor_bytes"] = f"{pl:.0f}"
-            lines[f"{name}.ratio"] = f"{ck / pl:.3f}"
-            continue
-        lines[f"{name}.ckptfs_s"] = f"{ck:.3f}"
-        lines[f"{name}.plain_s"] = f"{pl:.3f}"
-        lines[f"{name}.ratio"] = f"{ck / pl:.3f}"
-        lines[f"{name}.ckptfs_MBps"] = f"{size / ck / 1e6:.0f}"
-        lines[f"{name}.plain_MBps"] = f"{size / pl / 1e6:.0f}"
-    if settled:
-        lines["1_write_fresh.reencode_drained_after_s"] = f"{statistics.median(settled):.3f}"
-    lines["7_peak_rss.bytes"] = str(d.peak_rss)
-    lines["7_peak_rss.limit_bytes"] = str((cache_bytes or 0) + 128 * MiB)
-    lines["7_peak_rss.ratio"] = f"{d.peak_rss / ((cache_bytes or 0) + 128 * MiB):.3f}"
-    lines["config.size_bytes"] = str(size)
-    lines["config.repeat"] = str(a.repeat)
-    lines["config.cache_size"] = a.cache_size
-    lines["config.readahead_kb"] = str(a.readahead_kb if a.readahead_kb is not None else "default")
-    lines["config.steps"] = a.steps
-    lines["machine.cores"] = str(cores)
-    lines["machine.cpu"] = cpu.replace(" ", "_")
-    lines["machine.disk"] = disk.replace(" ", "_")
+    b = Bench(a)
+    machine_info = machine(b.root)
+    cores, cpu, disk = machine_info
+    load_before = loadavg()
+    print(f"machine: {cores} cores ({cpu}); disk {disk}; load average {load_before}", flush=True)
+    b.run()
+    lines = b.lines(machine_info, load_before)
     Path(a.out).write_text("".join(f"{k} {v}\n" for k, v in sorted(lines.items())))
-    targets = {"1_write_fresh": 1.0, "2_resave_90pct_same": 0.35, "3_cold_read": 1.8,
-               "3b_cold_read_incompressible": 1.4, "4_cold_safe_open_all": 2.0, "5_warm_read": 1.2, "6_lazy_one_tensor": 1.5,
-               "6b_lazy_torch_8_tensors": 1.75, "7_peak_rss": 1.0, "9_delta_cold_read": 1.3}
-    print(f"\n{'measurement':28} {'ratio':>7} {'target':>7}  ckptfs MB/s  plain MB/s")
-    for name, target in targets.items():
-        if f"{name}.ratio" not in lines:
-            continue
-        ratio = float(lines[f"{name}.ratio"])
-        mb = f"{lines.get(f'{name}.ckptfs_MBps', ''):>11}  {lines.get(f'{name}.plain_MBps', ''):>10}"
-        print(f"{name:28} {ratio:7.3f} {target:7.2f}  {mb}  {'ok' if ratio <= target else 'OVER'}")
-    if "1_write_fresh_vs_nofsync.ratio" in lines:
-        print(f"(1 without fsync for the plain directory: ratio {lines['1_write_fresh_vs_nofsync.ratio']})")
-    if "9_delta_stored_per_logical.delta" in lines:
-        print(f"(9 compares ckptfs with deltas against ckptfs without; the file stored at "
-              f"{lines['9_delta_stored_per_logical.delta']} of its size as deltas, "
-              f"{lines['9_delta_stored_per_logical.standalone']} standalone)")
-    print(f"machine: {cores} cores ({cpu}); disk {disk}")
+    summary(lines, b.device)
+    print(f"machine: {cores} cores ({cpu}); disk {disk}; load average {load_before} before, {loadavg()} after")
     print(f"results in {a.out}")
-    shutil.rmtree(root, ignore_errors=True)
+    shutil.rmtree(b.root, ignore_errors=True)
 
 
 if __name__ == "__main__":
