@@ -515,6 +515,9 @@ def main():
                          "step 1's write runs whenever one of 1-6b does, step 10's and 10b's saves "
                          "whenever a later device step needs their files")
     a = ap.parse_args()
+    # SIGTERM (a CI timeout, kill) unwinds like Ctrl-C, so that Bench.run
+    # stops the daemons and leaves no mount behind.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     b = Bench(a)
     machine_info = machine(b.root)
     cores, cpu, disk = machine_info
