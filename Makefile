@@ -101,8 +101,10 @@ soak:
 
 # Times ckptfs against a plain directory on the store's filesystem (1 GiB
 # safetensors writes, re-save, cold/warm reads of bf16 and of incompressible
-# bytes, safe_open, lazy read, RSS, delta-coded read); medians of 3, as
-# ratios, with the cores and disk they ran on. Results: bench-results.txt
+# bytes, safe_open, lazy read, RSS, delta-coded read; torch.save and
+# save_file of a state dict on the GPU, or the CPU without one, its unchanged
+# re-save, cold load_file and torch.load onto it); medians of 3, as ratios,
+# with the cores, disk, load and device they ran on. Results: bench-results.txt
 # (KEY VALUE lines). Some steps only: test/bench/run.sh --steps 3,3b --repeat 1.
 bench:
 	test/bench/run.sh
