@@ -27,6 +27,11 @@ func RawPut(tx *Tx, bucket string, key, v []byte) error {
 	return tx.b([]byte(bucket)).Put(key, v)
 }
 
+// RawDelete deletes key from bucket, and nothing else.
+func RawDelete(tx *Tx, bucket string, key []byte) error {
+	return tx.b([]byte(bucket)).Delete(key)
+}
+
 // RawForEach calls fn with every key and stored value of bucket.
 func RawForEach(tx *Tx, bucket string, fn func(k, v []byte) error) error {
 	return tx.b([]byte(bucket)).ForEach(fn)
