@@ -117,6 +117,9 @@ func prevByListing(t *testing.T, tx *Tx, dir uint64, name string) (string, uint6
 func checkPrevSiblings(t *testing.T, d *DB, dirs []uint64, extra []string) {
 	t.Helper()
 	if err := d.View(func(tx *Tx) error {
+		if err := DirOrderMismatch(tx); err != nil {
+			t.Fatal(err)
+		}
 		for _, dir := range dirs {
 			names := append([]string(nil), extra...)
 			if err := tx.Children(dir, func(n string, _ uint64) error { names = append(names, n); return nil }); err != nil {
