@@ -71,44 +71,13 @@ func TestHintAmongManySteps(t *testing.T) {
 	// The other steps, empty, straight into the catalog (10⁴ mkdirs
 	// through the mount would take the test's time): before and after.
 	m.unmount()
-	s, err := cas.Open(m.store, cas.Options{CacheSize: 64 << 20, Objects: local.New(cas.ObjectsDir(m.store), local.Options{})})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var names []string
 	for i := range steps + 100 {
 		if i != steps-1 && i != steps {
 			names = append(names, fmt.Sprintf("step-%d", i))
 		}
 	}
-	inos := make([]uint64, len(names))
-	for i := range inos {
-		if inos[i], err = s.AllocIno(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	now := time.Now().UnixNano()
-	err = s.Update(func(tx *cas.Tx) error {
-		run, ok := tx.Lookup(catalog.RootIno, "run")
-		if !ok {
-			return fmt.Errorf("no run directory")
-		}
-		for i, name := range names {
-			if err := tx.PutNode(cas.Node{Ino: inos[i], Mode: syscall.S_IFDIR | 0o755, Atime: now, Mtime: now, Ctime: now}); err != nil {
-				return err
-			}
-			if err := tx.Link(run, name, inos[i]); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if cerr := s.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	addEmptyDirs(t, m.store, "run", names)
 	m.mount()
 
 	// want checks that saving step found the file of prevStep.
@@ -159,4 +128,93 @@ func TestHintAmongManySteps(t *testing.T) {
 	if err := m.cas.View(catalog.DirOrderMismatch); err != nil {
 		t.Error(err)
 	}
+}
+
+// addEmptyDirs puts empty directories named names in directory dir (under
+// the root) of the catalog of store, which no mount has open.
+func addEmptyDirs(tb testing.TB, store, dir string, names []string) {
+	tb.Helper()
+	s, err := cas.Open(store, cas.Options{CacheSize: 64 << 20, Objects: local.New(cas.ObjectsDir(store), local.Options{})})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	inos := make([]uint64, len(names))
+	for i := range inos {
+		if inos[i], err = s.AllocIno(); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	now := time.Now().UnixNano()
+	err = s.Update(func(tx *cas.Tx) error {
+		parent, ok := tx.Lookup(catalog.RootIno, dir)
+		if !ok {
+			return fmt.Errorf("no directory %s", dir)
+		}
+		for i, name := range names {
+			if err := tx.PutNode(cas.Node{Ino: inos[i], Mode: syscall.S_IFDIR | 0o755, Atime: now, Mtime: now, Ctime: now}); err != nil {
+				return err
+			}
+			if err := tx.Link(parent, name, inos[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if cerr := s.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// BenchmarkCommitAmongSteps (issue #27): a step's save (mkdir, a 64 KiB
+// safetensors file written and closed: its commit, delta hints included)
+// in a run of 100 steps and in a run of 10⁴, one after the other in each
+// iteration, each first every other time. Reports each one's time per save and many/few, which is 1
+// when a commit costs O(its file) and grows with the run otherwise.
+func BenchmarkCommitAmongSteps(b *testing.B) {
+	const few, many = 100, 10000
+	m := &testMount{t: b, store: filepath.Join(b.TempDir(), "store"), dir: b.TempDir()}
+	m.mount()
+	b.Cleanup(m.unmount)
+	for _, run := range []string{"few", "many"} {
+		if err := os.Mkdir(m.path(run), 0o755); err != nil {
+			b.Fatal(err)
+		}
+	}
+	m.unmount()
+	for run, n := range map[string]int{"few": few, "many": many} {
+		names := make([]string, n)
+		for i := range names {
+			names[i] = fmt.Sprintf("step-%d", i)
+		}
+		addEmptyDirs(b, m.store, run, names)
+	}
+	m.mount()
+	save := func(run string, step int) time.Duration {
+		start := time.Now()
+		d := m.path(fmt.Sprintf("%s/step-%d", run, step))
+		if err := os.Mkdir(d, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		mustWrite(b, filepath.Join(d, "model.safetensors"), stepSafetensors(step))
+		return time.Since(start)
+	}
+	var tFew, tMany time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		if i%2 == 0 { // each first every other time
+			tFew += save("few", few+i)
+			tMany += save("many", many+i)
+		} else {
+			tMany += save("many", many+i)
+			tFew += save("few", few+i)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(tFew.Microseconds())/float64(b.N), "few-µs/save")
+	b.ReportMetric(float64(tMany.Microseconds())/float64(b.N), "many-µs/save")
+	b.ReportMetric(float64(tMany)/float64(tFew), "many/few")
+	b.ReportMetric(0, "ns/op")
 }
