@@ -273,3 +273,55 @@ func TestPrevSiblingLargeDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestDirOrderBuiltForFormat1: a format-1 catalog (unsealed, made before
+// the index) opened for writing is sealed and gets its index, in natural
+// order; opened read-only, it has none and PrevSibling finds nothing.
+func TestDirOrderBuiltForFormat1(t *testing.T) {
+	d, path := testDB(t)
+	const dir = 100
+	names := []string{"step-10", "step-9", "step-100", "b", "a"}
+	if err := d.Update(func(tx *Tx) error {
+		for i, n := range names {
+			if err := tx.Link(dir, n, uint64(1000+i)); err != nil {
+				return err
+			}
+		}
+		return DeleteBucket(tx, "dirorder")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	Unseal(t, path)
+
+	ro, err := Open(path, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ro.View(func(tx *Tx) error {
+		if n, _, ok, err := tx.PrevSibling(dir, "step-100"); ok || err != nil {
+			t.Errorf("read-only format 1: PrevSibling = %q %v %v, want nothing", n, ok, err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ro.Close()
+
+	if d, err = Open(path, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if d.Format() != formatSealed {
+		t.Fatalf("format %d after the migration", d.Format())
+	}
+	checkPrevSiblings(t, d, []uint64{dir}, []string{"step-11", "c"})
+	if err := d.View(func(tx *Tx) error {
+		if n, ino, ok, err := tx.PrevSibling(dir, "step-100"); n != "step-10" || ino != 1000 || !ok || err != nil {
+			t.Errorf("PrevSibling(step-100) = %q %d %v %v, want step-10", n, ino, ok, err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
