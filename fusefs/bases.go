@@ -1,6 +1,7 @@
 package fusefs
 
 import (
+	"slices"
 	"sort"
 	"strings"
 
@@ -29,13 +30,16 @@ import (
 //
 // Chunks are paired by tensor when both files have a tensor index (same
 // name, dtype and length: the same offset within the tensor), and by file
-// offset otherwise; a pair must have equal lengths. Finding a hint reads the
-// catalog (a directory listing of at most maxHintSiblings entries per level)
-// and never fails a commit: no hint means no delta.
+// offset otherwise; a pair must have equal lengths. Finding a hint never
+// fails a commit (no hint means no delta) and costs O(the file), not O(the
+// directory) (issue #27): per level, one seek in the catalog's index of
+// directory entries in natural order (Tx.PrevSibling, kept by the
+// transactions that change entries) and a lookup of the relative path, at
+// most maxHintLevels levels; and none of it when no chunk of the file is
+// large enough to be paired (minHintChunk).
 const (
-	maxHintLevels   = 3
-	maxHintSiblings = 1 << 16
-	minHintChunk    = 4 << 10 // smaller chunks are not worth a second object on read
+	maxHintLevels = 3
+	minHintChunk  = 4 << 10 // smaller chunks are not worth a second object on read
 )
 
 // hintPlace is where a commit's file lives, for finding its previous version.
@@ -48,11 +52,14 @@ type hintPlace struct {
 // suggestBases finds the previous version of the file at place and suggests
 // its chunks as bases for refs (the new content, indexed by ix, may be nil).
 func (f *FS) suggestBases(batch *cas.Batch, place hintPlace, m *cas.Manifest, ix *FileIndex) {
-	if len(m.Chunks) == 0 {
-		return
+	if !slices.ContainsFunc(m.Chunks, func(c cas.ChunkRef) bool { return c.Len >= minHintChunk }) {
+		return // nothing to pair: no need to look for the previous version
 	}
 	var prev *cas.Manifest
 	_ = f.store.View(func(tx *cas.Tx) error {
+		if hook := f.hintHook; hook != nil {
+			defer func() { hook(prev, tx.Walked()) }()
+		}
 		for _, ino := range place.prior {
 			if m, ok, err := tx.Manifest(ino); err == nil && ok && len(m.Chunks) > 0 {
 				prev = m
@@ -108,25 +115,14 @@ func previousStep(tx *cas.Tx, place hintPlace) *cas.Manifest {
 }
 
 // previousSibling returns the directory entry of dir that comes right before
-// name in natural order, among at most maxHintSiblings entries.
+// name in natural order: one seek in the catalog's index of entries in that
+// order (cas/catalog: Tx.PrevSibling), whatever dir's size.
 func previousSibling(tx *cas.Tx, dir uint64, name string) (uint64, bool) {
-	var best string
-	var bestIno uint64
-	n := 0
-	errStop := errStopWalk{}
-	_ = tx.Children(dir, func(child string, ino uint64) error {
-		if n++; n > maxHintSiblings {
-			bestIno = 0
-			return errStop
-		}
-		if natLess(child, name) && (bestIno == 0 || natLess(best, child)) {
-			best, bestIno = child, ino
-		}
-		return nil
-	})
-	return bestIno, bestIno != 0
+	_, ino, ok, err := tx.PrevSibling(dir, name)
+	return ino, ok && err == nil
 }
 
+// errStopWalk ends a walk of a directory early.
 type errStopWalk struct{}
 
 func (errStopWalk) Error() string { return "stop" }
@@ -195,30 +191,7 @@ func pairChunks(m *cas.Manifest, ix *FileIndex, prev *cas.Manifest, pix *FileInd
 	return pairs
 }
 
-// natLess orders names as people number them: runs of digits compare as
-// numbers ("step-90" < "step-100"), the rest bytewise.
-func natLess(a, b string) bool {
-	for a != "" && b != "" {
-		da, db := digits(a), digits(b)
-		if da > 0 && db > 0 {
-			na, nb := strings.TrimLeft(a[:da], "0"), strings.TrimLeft(b[:db], "0")
-			if len(na) != len(nb) {
-				return len(na) < len(nb)
-			}
-			if na != nb {
-				return na < nb
-			}
-			a, b = a[da:], b[db:]
-			continue
-		}
-		if a[0] != b[0] {
-			return a[0] < b[0]
-		}
-		a, b = a[1:], b[1:]
-	}
-	return len(a) < len(b)
-}
-
+// digits is the length of the run of ASCII digits s starts with.
 func digits(s string) int {
 	i := 0
 	for i < len(s) && s[i] >= '0' && s[i] <= '9' {

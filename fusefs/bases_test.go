@@ -6,29 +6,6 @@ import (
 	"github.com/ckptfs/ckptfs/cas"
 )
 
-func TestNatLess(t *testing.T) {
-	for _, c := range []struct {
-		a, b string
-		less bool
-	}{
-		{"step-90", "step-100", true},
-		{"step-100", "step-90", false},
-		{"checkpoint-500", "checkpoint-1000", true},
-		{"0200", "0210", true},
-		{"007", "7", false}, // equal numbers: neither is less...
-		{"7", "007", false},
-		{"a", "b", true},
-		{"a", "a", false},
-		{"a1", "a1b", true},
-		{"x10y2", "x10y10", true},
-		{"global_step99", "global_step100", true},
-	} {
-		if got := natLess(c.a, c.b); got != c.less {
-			t.Errorf("natLess(%q, %q) = %v, want %v", c.a, c.b, got, c.less)
-		}
-	}
-}
-
 func TestFinalName(t *testing.T) {
 	for in, want := range map[string]string{
 		"model.safetensors":          "model.safetensors",

@@ -116,6 +116,10 @@ type FS struct {
 	// commitHook, when set (tests only), runs in a commit once its chunks
 	// are stored, before its catalog transaction (the file's mu held).
 	commitHook func()
+	// hintHook, when set (tests only), runs after a commit's search for the
+	// previous version of its file (bases.go) with what it found (nil if
+	// nothing) and the directory rows it read (cas.Tx.Walked).
+	hintHook func(prev *cas.Manifest, walked int)
 	// flushHook, when set (tests only), runs in a group commit's leader
 	// once it has released nsMu for the flush (groupLock.UnlockForFlush).
 	flushHook func()

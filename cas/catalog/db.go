@@ -225,14 +225,15 @@ func (d *DB) migrate(tx *bolt.Tx) error {
 }
 
 // createNewBuckets creates the re-encode queue, the delta buckets, the
-// packs bucket and the inline bucket in a catalog made before they existed
+// packs bucket, the inline bucket and the dirorder index (built from the
+// directory entries: dirorder.go) in a catalog made before they existed
 // (an older ckptfs ignores them; the packs bucket holds rows only from
 // format 6 on, the inline bucket from format 7 on).
 func (d *DB) createNewBuckets() error {
 	var ok bool
 	if err := d.db.View(func(tx *bolt.Tx) error {
 		ok = tx.Bucket(bucketReencode) != nil && tx.Bucket(bucketDeltaPlans) != nil && tx.Bucket(bucketHoles) != nil &&
-			tx.Bucket(bucketPacks) != nil && tx.Bucket(bucketInline) != nil
+			tx.Bucket(bucketPacks) != nil && tx.Bucket(bucketInline) != nil && tx.Bucket(bucketDirOrder) != nil
 		return nil
 	}); err != nil {
 		return err
@@ -252,6 +253,11 @@ func (d *DB) createNewBuckets() error {
 		}
 		if _, err := tx.CreateBucketIfNotExists(bucketInline); err != nil {
 			return fmt.Errorf("create inline bucket: %w", err)
+		}
+		if tx.Bucket(bucketDirOrder) == nil {
+			if err := buildDirOrder(tx); err != nil {
+				return err
+			}
 		}
 		return createDeltaBuckets(tx)
 	})

@@ -53,8 +53,16 @@
 //     writable Open migrates format 1 in one transaction; a read-only Open
 //     reads it as it is. A newer format than FormatVersion is refused
 //     (ErrNewerFormat). Buckets added without a format bump (reencode,
-//     deltaplans, deltas, bases, remote_chunks, holes, packs) are created by a writable
+//     deltaplans, deltas, bases, remote_chunks, holes, packs, dirorder) are created by a writable
 //     Open, and a missing one reads as empty.
+//   - dirorder holds every directory entry again, in natural order of names
+//     (dirorder.go): Link and Unlink change both rows in their transaction,
+//     so Tx.PrevSibling is one seek whatever the directory's size (a
+//     commit's delta-base search, issue #27). A writable Open builds it
+//     from dirents when it is missing. It is a hint, never the namespace:
+//     a row is checked against dirents before it is returned, so a row an
+//     older ckptfs left stale is skipped, and an entry it added unindexed
+//     is only not found.
 //   - A node that is not a directory counts the directory entries that name
 //     it (Node.Nlink; record version 2 when more than one): only AddLink
 //     and DropLink change the count (PutNode keeps it), DropLink deletes

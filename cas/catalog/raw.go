@@ -19,6 +19,8 @@ type raw struct {
 	// every Tx.Bucket and Get otherwise, and fsck and lookups make millions.
 	buckets [cachedBuckets]*bolt.Bucket
 	cursors [cachedBuckets]*bolt.Cursor
+
+	walked int // rows Children and PrevSibling have read (Tx.Walked)
 }
 
 // cachedBuckets is how many of allBuckets a raw keeps open.

@@ -18,6 +18,8 @@ import "encoding/binary"
 //	           not 0: what stat's st_blocks leaves out, without reading the manifest
 //	packs      pack ID → pack record (size, live chunks, their bytes); see packs.go
 //	inline     chunk ID → the object of a chunk stored inline; see inline.go
+//	dirorder   parent ino (u64 BE) ‖ NaturalKey(name) ‖ 0x00 ‖ name → child ino ‖ name: the
+//	           directory entries again, in natural order, for PrevSibling; see dirorder.go
 var (
 	bucketMeta      = []byte("meta")
 	bucketNodes     = []byte("nodes")
@@ -29,7 +31,7 @@ var (
 )
 
 var allBuckets = [][]byte{bucketMeta, bucketNodes, bucketDirents, bucketManifests, bucketChunks, bucketReencode,
-	bucketDeltaPlans, bucketDeltas, bucketBases, bucketPacks, bucketHoles, bucketInline}
+	bucketDeltaPlans, bucketDeltas, bucketBases, bucketPacks, bucketHoles, bucketInline, bucketDirOrder}
 
 // Meta keys.
 var (

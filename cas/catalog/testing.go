@@ -3,6 +3,7 @@ package catalog
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
@@ -25,6 +26,11 @@ func RawGet(tx *Tx, bucket string, key []byte) []byte {
 // RawPut stores v as the value of key in bucket, as it is.
 func RawPut(tx *Tx, bucket string, key, v []byte) error {
 	return tx.b([]byte(bucket)).Put(key, v)
+}
+
+// RawDelete deletes key from bucket, and nothing else.
+func RawDelete(tx *Tx, bucket string, key []byte) error {
+	return tx.b([]byte(bucket)).Delete(key)
 }
 
 // RawForEach calls fn with every key and stored value of bucket.
@@ -79,4 +85,40 @@ func rewrite(tb testing.TB, path string, fn func(tx *bolt.Tx) error) {
 	if err := db.Update(fn); err != nil {
 		tb.Fatal(err)
 	}
+}
+
+// DirOrderMismatch returns an error naming the first directory entry whose
+// dirorder row (dirorder.go) is missing or names another inode, or the
+// first row no entry has; nil when the index and the entries agree.
+func DirOrderMismatch(tx *Tx) error {
+	rows := map[string]uint64{}
+	if err := tx.b(bucketDirOrder).ForEach(func(k, v []byte) error {
+		rec, err := tx.openRecord(k, v)
+		if err != nil || len(rec) < 8 {
+			return fmt.Errorf("dirorder row %x: %v", k, err)
+		}
+		rows[string(k)] = binary.BigEndian.Uint64(rec)
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := tx.b(bucketDirents).ForEach(func(k, v []byte) error {
+		parent, name := binary.BigEndian.Uint64(k), string(k[8:])
+		ino, ok := tx.Lookup(parent, name)
+		if !ok {
+			return fmt.Errorf("dirent %d/%q unreadable", parent, name)
+		}
+		key := string(dirOrderKey(parent, name))
+		if got, ok := rows[key]; !ok || got != ino {
+			return fmt.Errorf("dirent %d/%q → %d: dirorder row %v → %d", parent, name, ino, ok, got)
+		}
+		delete(rows, key)
+		return nil
+	}); err != nil {
+		return err
+	}
+	for k, ino := range rows {
+		return fmt.Errorf("dirorder row %x → %d names no entry", k, ino)
+	}
+	return nil
 }

@@ -147,12 +147,18 @@ func (t *Tx) Lookup(parent uint64, name string) (uint64, bool) {
 // Link sets the directory entry parent/name to ino, replacing any previous one.
 func (t *Tx) Link(parent uint64, name string, ino uint64) error {
 	key := direntKey(parent, name)
-	return t.b(bucketDirents).Put(key, sealRecord(key, u64key(ino)))
+	if err := t.b(bucketDirents).Put(key, sealRecord(key, u64key(ino))); err != nil {
+		return err
+	}
+	return t.linkOrder(parent, name, ino)
 }
 
 // Unlink removes the directory entry parent/name.
 func (t *Tx) Unlink(parent uint64, name string) error {
-	return t.b(bucketDirents).Delete(direntKey(parent, name))
+	if err := t.b(bucketDirents).Delete(direntKey(parent, name)); err != nil {
+		return err
+	}
+	return t.unlinkOrder(parent, name)
 }
 
 // Children calls fn for each entry of directory parent, in name order.
@@ -167,12 +173,18 @@ func (t *Tx) Children(parent uint64, fn func(name string, ino uint64) error) err
 		if len(rec) != 8 {
 			return fmt.Errorf("dirent %d/%q: %w: bad record", parent, k[8:], ErrCatalogDamaged)
 		}
+		t.walked++
 		if err := fn(string(k[8:]), binary.BigEndian.Uint64(rec)); err != nil {
 			return err
 		}
 	}
 	return nil
 }
+
+// Walked is how many directory rows Children and PrevSibling have read in
+// this transaction: what its listings cost (a commit's search for a delta
+// base reads a few, whatever the directory's size: issue #27).
+func (t *Tx) Walked() int { return t.walked }
 
 // Manifest returns the committed manifest of file ino.
 func (t *Tx) Manifest(ino uint64) (*Manifest, bool, error) {
