@@ -107,6 +107,9 @@ func (r *reader) verifyObject(ctx context.Context, id ID) (ChunkInfo, object.Hea
 	if err != nil {
 		return ChunkInfo{}, object.Header{}, err
 	}
+	if err := object.CheckCRC(id, obj); err != nil { // a read skips it for raw objects
+		return ChunkInfo{}, object.Header{}, err
+	}
 	h, _ := object.ParseHeader(obj) // Decode parsed it already
 	return ChunkInfo{RawLen: uint32(len(raw)), StoredLen: uint32(len(obj)), Codec: h.Codec}, h, nil
 }
