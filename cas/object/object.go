@@ -201,6 +201,28 @@ func CheckCRC(id ID, obj []byte) error {
 	return err
 }
 
+// RawInPlace returns the raw bytes of obj when it is a standalone object
+// stored raw, verified against id, as a slice of obj itself (no copy: the
+// caller keeps obj unchanged for as long as it uses them). ok is false
+// when obj is anything else (coded, a delta, or a header that does not
+// parse): decode it with DecodeInto, which reports its damage. With ok,
+// err wraps ErrCorrupt when the bytes do not hash to id or their lengths
+// disagree.
+func RawInPlace(id ID, obj []byte) (raw []byte, ok bool, err error) {
+	h, err := ParseHeader(obj)
+	if err != nil || h.Delta || h.Codec != CodecRaw {
+		return nil, false, nil
+	}
+	raw = obj[HeaderSize:len(obj):len(obj)]
+	if uint64(len(raw)) != uint64(h.PayloadLen) || h.RawLen != h.PayloadLen {
+		return nil, true, fmt.Errorf("chunk %v: %w: raw payload is %d bytes, header says %d and %d", id, ErrCorrupt, len(raw), h.PayloadLen, h.RawLen)
+	}
+	if Sum(raw) != id {
+		return nil, true, fmt.Errorf("chunk %v: %w: content hash does not match its name", id, ErrCorrupt)
+	}
+	return raw, true, nil
+}
+
 // DecodeInto is Decode into a buffer from alloc (see decodeInto).
 // A delta object (version 2) decodes only with base, which must give its base
 // chunk; with base nil it is ErrCorrupt (a base must be standalone, so the
