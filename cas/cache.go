@@ -146,17 +146,20 @@ func held(e *cacheEntry) int64 {
 	return int64(cap(e.data))
 }
 
-// spanFreeKeep bounds the span buffers kept for reuse (beside the budget).
-const spanFreeKeep = 8
+// spanFreeKeep bounds how many span buffers are kept for reuse.
+const spanFreeKeep = 16
 
 // spanBuffer returns a buffer for a run's read of n bytes (the backend may
-// need some more, to align a direct read): a recycled one if one is large
-// enough and not twice too large, since the budget counts its capacity.
+// need some more, to align a direct read): a recycled one when one is large
+// enough and at most spanSlack larger (the budget counts its capacity),
+// else a new one spanSlack larger than needed, so that it fits the runs
+// that follow, of about the same length (a prefetcher's batches). A fresh
+// buffer costs a page fault per 4 KiB in the read that fills it.
 func (c *cache) spanBuffer(n int) []byte {
 	want := n + 3*4096
 	c.mu.Lock()
 	for i, b := range c.spans {
-		if cap(b) >= want && cap(b) <= 2*want {
+		if cap(b) >= want && cap(b) <= want+spanSlack {
 			c.spans = append(c.spans[:i], c.spans[i+1:]...)
 			c.mu.Unlock()
 			return b[:0]
@@ -164,8 +167,11 @@ func (c *cache) spanBuffer(n int) []byte {
 	}
 	c.mu.Unlock()
 	const step = 64 << 10
-	return make([]byte, 0, (want+step-1)/step*step)
+	return make([]byte, 0, (want+spanSlack/2+step-1)/step*step)
 }
+
+// spanSlack is how much larger than a run's read a recycled buffer may be.
+const spanSlack = 512 << 10
 
 // newSpan wraps buf, the buffer of a run's read, for entries whose data
 // lie in it; reuse says whether buf may be reused once they are gone. The
@@ -180,8 +186,23 @@ func (c *cache) releaseSpanLocked(sp *spanBuf) {
 	if sp.live--; sp.live > 0 {
 		return
 	}
-	if sp.reuse && len(c.spans) < spanFreeKeep {
+	// Kept: at most spanFreeKeep buffers, of at most an eighth of the
+	// budget in all (memory beside the budget); the larger ones, since a
+	// short run's buffer fits few others.
+	var kept int
+	small := -1
+	for i, b := range c.spans {
+		kept += cap(b)
+		if small < 0 || cap(b) < cap(c.spans[small]) {
+			small = i
+		}
+	}
+	switch room := int(c.budget/8) - kept; {
+	case !sp.reuse:
+	case len(c.spans) < spanFreeKeep && cap(sp.buf) <= room:
 		c.spans = append(c.spans, sp.buf)
+	case small >= 0 && cap(sp.buf) > cap(c.spans[small]) && cap(sp.buf)-cap(c.spans[small]) <= room:
+		c.spans[small] = sp.buf
 	}
 	sp.buf, sp.members = nil, nil
 }

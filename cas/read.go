@@ -56,6 +56,22 @@ func (s *Store) AcquireChunk(ctx context.Context, ref ChunkRef) (*Chunk, error) 
 	return k, nil
 }
 
+// AcquireCached is AcquireChunk for a chunk in the cache only: it never
+// loads nor waits (ok false: not cached, or not of ref's length). A reader
+// takes its cached chunks with it and starts loads only for the others.
+func (s *Store) AcquireCached(ref ChunkRef) (*Chunk, bool) {
+	e, ok := s.cache.peek(ref.ID)
+	if !ok {
+		return nil, false
+	}
+	k := &Chunk{Data: e.data, c: s.cache, e: e}
+	if len(e.data) != int(ref.Len) {
+		k.Release()
+		return nil, false // AcquireChunk reports it
+	}
+	return k, true
+}
+
 // Cached reports whether chunk id is in the decoded-chunk cache.
 func (s *Store) Cached(id ID) bool { return s.cache.has(id) }
 
