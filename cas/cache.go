@@ -25,6 +25,7 @@ type cache struct {
 
 	free    [cacheClasses][][]byte // recycled buffers by class: cap bufSize>>class
 	bufSize int
+	spans   [][]byte // recycled span buffers (spanBuf), at most spanFreeKeep
 }
 
 type cacheEntry struct {
@@ -33,6 +34,30 @@ type cacheEntry struct {
 	holders int  // Chunks not released yet
 	shared  bool // handed out as a plain slice: never recycled
 	evicted bool // no longer in the cache: recycle when the last holder goes
+	// span is the buffer data lies in when the entry is a raw chunk
+	// verified in place in a run's read (spanBuf); charge is then what the
+	// budget counts for it, the entries of a span together its whole
+	// buffer.
+	span   *spanBuf
+	charge int64
+}
+
+// spanBuf is the buffer of one read of a run of packed chunks
+// (AcquireChunks) whose raw chunks' entries keep their bytes where the read
+// put them, verified in place: no copy into buffers of their own (16 % of
+// the daemon's CPU in a cold read of incompressible bytes, issue #25). The
+// budget counts the whole buffer, spread over its entries, so gaps and
+// headers between them are counted too; evicting one of them evicts all
+// (evictLocked), so the buffer is never kept alive by one small chunk beyond
+// what the budget counts. The buffer is reused (spanBuffer) once every
+// entry is gone and released and the run itself is done (live counts the
+// run as one), unless an entry was handed out as a plain slice (get): then
+// the garbage collector keeps it for whoever still has it.
+type spanBuf struct {
+	buf     []byte // the read's buffer, its whole capacity
+	live    int    // entries not recycled yet, plus one while the run runs
+	reuse   bool   // buf is the cache's to reuse (not memory of a backend's)
+	members []*cacheEntry
 }
 
 type load struct {
@@ -113,8 +138,81 @@ func (c *cache) buffer(n int) []byte {
 }
 
 // held is the memory an entry's buffer holds, which the budget counts: its
-// capacity, not its length.
-func held(e *cacheEntry) int64 { return int64(cap(e.data)) }
+// capacity, not its length (its charge, for an entry in a span).
+func held(e *cacheEntry) int64 {
+	if e.span != nil {
+		return e.charge
+	}
+	return int64(cap(e.data))
+}
+
+// spanFreeKeep bounds how many span buffers are kept for reuse.
+const spanFreeKeep = 16
+
+// spanBuffer returns a buffer for a run's read of n bytes (the backend may
+// need some more, to align a direct read): a recycled one when one is large
+// enough and at most spanSlack larger (the budget counts its capacity),
+// else a new one spanSlack larger than needed, so that it fits the runs
+// that follow, of about the same length (a prefetcher's batches). A fresh
+// buffer costs a page fault per 4 KiB in the read that fills it.
+func (c *cache) spanBuffer(n int) []byte {
+	want := n + 3*4096
+	c.mu.Lock()
+	for i, b := range c.spans {
+		if cap(b) >= want && cap(b) <= want+spanSlack {
+			c.spans = append(c.spans[:i], c.spans[i+1:]...)
+			c.mu.Unlock()
+			return b[:0]
+		}
+	}
+	c.mu.Unlock()
+	const step = 64 << 10
+	return make([]byte, 0, (want+spanSlack/2+step-1)/step*step)
+}
+
+// spanSlack is how much larger than a run's read a recycled buffer may be.
+const spanSlack = 512 << 10
+
+// newSpan wraps buf, the buffer of a run's read, for entries whose data
+// lie in it; reuse says whether buf may be reused once they are gone. The
+// caller ends its own use with releaseSpan.
+func (c *cache) newSpan(buf []byte, reuse bool) *spanBuf {
+	return &spanBuf{buf: buf[:0:cap(buf)], live: 1, reuse: reuse}
+}
+
+// releaseSpan drops one use of sp (an entry recycled, or the run done);
+// the last one gives its buffer back for reuse (mu held).
+func (c *cache) releaseSpanLocked(sp *spanBuf) {
+	if sp.live--; sp.live > 0 {
+		return
+	}
+	// Kept: at most spanFreeKeep buffers, of at most an eighth of the
+	// budget in all (memory beside the budget); the larger ones, since a
+	// short run's buffer fits few others.
+	var kept int
+	small := -1
+	for i, b := range c.spans {
+		kept += cap(b)
+		if small < 0 || cap(b) < cap(c.spans[small]) {
+			small = i
+		}
+	}
+	switch room := int(c.budget/8) - kept; {
+	case !sp.reuse:
+	case len(c.spans) < spanFreeKeep && cap(sp.buf) <= room:
+		c.spans = append(c.spans, sp.buf)
+	case small >= 0 && cap(sp.buf) > cap(c.spans[small]) && cap(sp.buf)-cap(c.spans[small]) <= room:
+		c.spans[small] = sp.buf
+	}
+	sp.buf, sp.members = nil, nil
+}
+
+// releaseSpan is releaseSpanLocked for the run that read sp.
+func (c *cache) releaseSpan(sp *spanBuf) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.releaseSpanLocked(sp)
+}
 
 // get returns chunk id as a shared slice (never recycled).
 func (c *cache) get(ctx context.Context, id ID, fill func(ctx context.Context, buf func(int) []byte) ([]byte, error)) ([]byte, error) {
@@ -220,6 +318,14 @@ func (c *cache) evictLocked(el *list.Element) {
 	delete(c.entries, e.id)
 	c.used -= held(e)
 	e.evicted = true
+	if sp := e.span; sp != nil {
+		// The span's other entries go with it (spanBuf).
+		for _, m := range sp.members {
+			if mel, ok := c.entries[m.id]; ok && !m.evicted && mel.Value.(*cacheEntry) == m {
+				c.evictLocked(mel)
+			}
+		}
+	}
 	c.maybeRecycleLocked(e)
 }
 
@@ -227,6 +333,11 @@ func (c *cache) evictLocked(el *list.Element) {
 // holds it (mu held).
 func (c *cache) maybeRecycleLocked(e *cacheEntry) {
 	if !e.evicted || e.holders > 0 || e.shared || e.data == nil {
+		return
+	}
+	if e.span != nil {
+		e.data = nil
+		c.releaseSpanLocked(e.span)
 		return
 	}
 	if k, ok := c.class(cap(e.data)); ok && cap(e.data) == c.bufSize>>k && len(c.free[k]) < cacheFreeKeep {
@@ -299,6 +410,25 @@ func (c *cache) claim(ids []ID) []*load {
 		c.loading[id] = ls[i]
 	}
 	return ls
+}
+
+// finishSpan ends claimed load l of chunk id with data, bytes that lie in
+// span sp and were verified there (the budget counts charge for them), or
+// with err, and returns its entry with one holder counted for the caller.
+func (c *cache) finishSpan(id ID, l *load, data []byte, sp *spanBuf, charge int64, err error) (*cacheEntry, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.loading, id)
+	l.err = err
+	if err == nil {
+		l.entry = &cacheEntry{id: id, data: data, holders: l.waiters, evicted: true, span: sp, charge: charge}
+		sp.live++
+		sp.members = append(sp.members, l.entry)
+		c.insertLocked(l.entry)
+		c.maybeRecycleLocked(l.entry)
+	}
+	close(l.done)
+	return l.entry, l.err
 }
 
 // finish runs claimed load l of chunk id on this goroutine and returns its

@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"sort"
+
+	"github.com/ckptfs/ckptfs/cas/object"
 )
 
 const (
@@ -130,6 +132,13 @@ func runEnd(locs []packLoc, packed []int, i int) int {
 // another caller is loading is waited for. If the span cannot be read, each
 // claimed chunk is loaded as AcquireChunk loads it (a missing pack may be
 // found in a remote tier).
+//
+// Raw chunks (incompressible bytes) are verified where the read put them
+// (object.RawInPlace: their BLAKE3, no CRC, no copy) and, when they fill at
+// least half of the read's buffer, cached there (spanBuf): the buffer is
+// then theirs until the cache lets them all go. Otherwise a verified raw
+// chunk is copied into a buffer of its own, and any other chunk is decoded
+// as AcquireChunk decodes it.
 func (s *Store) acquireRun(ctx context.Context, refs []ChunkRef, locs []packLoc) ([]*Chunk, error) {
 	ids := make([]ID, len(refs))
 	for i, ref := range refs {
@@ -137,17 +146,19 @@ func (s *Store) acquireRun(ctx context.Context, refs []ChunkRef, locs []packLoc)
 	}
 	claimed := s.cache.claim(ids)
 	first, last := locs[0], locs[len(locs)-1]
-	// The span goes into a recycled buffer, as loadChunk's objects do: read
-	// into fresh memory, the pread faulted in every page of it, which cost
-	// more than the copy (decoding never aliases the object).
-	buf, _ := s.rd.objBufs.Get().(*[]byte)
-	if buf == nil {
-		buf = new([]byte)
-	}
-	defer s.rd.objBufs.Put(buf)
-	span, spanErr := s.packs.getRange(ctx, packLoc{first.pack, first.off, last.off + last.n - first.off}, *buf)
-	if spanErr == nil && cap(span) > cap(*buf) {
-		*buf = span
+	n := last.off + last.n - first.off
+	buf := s.cache.spanBuffer(int(n))
+	span, spanErr := s.packs.getRange(ctx, packLoc{first.pack, first.off, n}, buf)
+	var sp *spanBuf
+	var raws []inPlace
+	if spanErr == nil {
+		if sameArray(span, buf) {
+			sp = s.cache.newSpan(buf, true)
+		} else {
+			sp = s.cache.newSpan(span, false)
+		}
+		defer s.cache.releaseSpan(sp)
+		raws = s.verifyInPlace(claimed, refs, locs, span, sp)
 	}
 	out := make([]*Chunk, len(refs))
 	var firstErr error
@@ -167,9 +178,19 @@ func (s *Store) acquireRun(ctx context.Context, refs []ChunkRef, locs []packLoc)
 			continue
 		}
 		id := refs[i].ID
+		if raws != nil && (raws[i].charge > 0 || raws[i].err != nil) {
+			e, err := s.cache.finishSpan(id, l, raws[i].raw, sp, raws[i].charge, raws[i].err)
+			keep(i, e, err)
+			continue
+		}
 		e, err := s.cache.finish(ctx, id, l, func(ctx context.Context, alloc func(int) []byte) ([]byte, error) {
 			if spanErr != nil {
 				return s.rd.loadChunk(ctx, id, alloc)
+			}
+			if raw := raws[i].raw; raw != nil { // verified in place: a copy of its own
+				out := alloc(len(raw))
+				copy(out, raw)
+				return out, nil
 			}
 			obj := span[locs[i].off-first.off : locs[i].off-first.off+locs[i].n]
 			raw, baseErr, err := s.rd.decodeChunk(ctx, id, obj, alloc)
@@ -199,4 +220,58 @@ func (s *Store) acquireRun(ctx context.Context, refs []ChunkRef, locs []packLoc)
 		return nil, firstErr
 	}
 	return out, nil
+}
+
+// inPlace is a claimed chunk of a run that is a raw object in the run's
+// read: its bytes there, verified (or err), and the share of the read's
+// buffer the cache counts for it when it is cached in place (zero: copy it).
+type inPlace struct {
+	raw    []byte
+	err    error
+	charge int64
+}
+
+// verifyInPlace verifies the claimed chunks of a run that are raw objects
+// where span (the run's read, in sp) holds them, and decides whether they
+// are cached in place: when their bytes fill at least half of sp's buffer,
+// each is charged its length, the last the rest of the buffer.
+func (s *Store) verifyInPlace(claimed []*load, refs []ChunkRef, locs []packLoc, span []byte, sp *spanBuf) []inPlace {
+	raws := make([]inPlace, len(refs))
+	var total int64
+	lastOK := -1
+	for i, l := range claimed {
+		if l == nil {
+			continue
+		}
+		o := locs[i].off - locs[0].off
+		raw, ok, err := object.RawInPlace(refs[i].ID, span[o:o+locs[i].n])
+		if !ok {
+			continue
+		}
+		raws[i] = inPlace{raw: raw, err: err}
+		if err == nil {
+			s.storeReadBytes.Add(int64(len(raw)))
+			total += int64(len(raw))
+			lastOK = i
+		}
+	}
+	if lastOK < 0 || 2*total < int64(cap(sp.buf)) {
+		return raws // copied: too little of the buffer would be used
+	}
+	for i := range raws {
+		if raws[i].err == nil && raws[i].raw != nil {
+			raws[i].charge = int64(len(raws[i].raw))
+		}
+	}
+	raws[lastOK].charge += int64(cap(sp.buf)) - total
+	return raws
+}
+
+// sameArray reports whether a and b are slices of one array (they end at
+// the same last element of their capacity).
+func sameArray(a, b []byte) bool {
+	if cap(a) == 0 || cap(b) == 0 {
+		return false
+	}
+	return &a[:cap(a)][cap(a)-1] == &b[:cap(b)][cap(b)-1]
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -172,5 +173,220 @@ func damageChunk(t *testing.T, s *Store, dir string, id ID) {
 	c[0] ^= 0x10
 	if _, err := f.WriteAt(c[:], at); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAcquireChunksInPlace: the raw chunks of a run read by AcquireChunks
+// are verified and cached where the read put them (one buffer, which the
+// budget counts whole), when they fill at least half of it; compressible
+// chunks of the same run are decoded into buffers of their own; a sparse
+// run is copied out. Every chunk reads back its own bytes, from the run
+// and later from the cache, and once the cache lets the chunks go and the
+// readers release them, the buffer is kept for the next run.
+func TestAcquireChunksInPlace(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "store")
+	s, _ := packedStore(t, dir, nil)
+	defer s.Close()
+	b := s.NewBatch()
+	var refs []ChunkRef
+	var data [][]byte
+	for i := range 64 {
+		d := pseudoRandom(16<<10, byte(i))
+		d[0], d[1] = byte(i), 0xfe
+		if i%8 == 3 { // compressible: zstd, not raw
+			d = bytes.Repeat([]byte{byte(i), 'x', 'y', 'z'}, 4<<10)
+		}
+		ref, err := b.Put(context.Background(), d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs, data = append(refs, ref), append(data, d)
+	}
+	if err := s.Commit(context.Background(), b, func(*Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	all, sparse := make([]int, 64), []int{}
+	for i := range all {
+		all[i] = i
+		if i%3 == 0 {
+			sparse = append(sparse, i)
+		}
+	}
+	tests := []struct {
+		name    string
+		idx     []int
+		inPlace bool // the run's raw chunks share the read's buffer
+	}{
+		{"all, raw and compressible", all, true},
+		{"every third: gaps", sparse, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s.cache = newCache(s.cache.budget, s.cache.bufSize) // cold
+			want := make([]ChunkRef, len(tt.idx))
+			for i, x := range tt.idx {
+				want[i] = refs[x]
+			}
+			ks, err := s.AcquireChunks(context.Background(), want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var raws []*Chunk
+			for i, k := range ks {
+				if !bytes.Equal(k.Data, data[tt.idx[i]]) {
+					t.Errorf("chunk %d: wrong bytes", tt.idx[i])
+				}
+				if tt.idx[i]%8 == 3 {
+					if k.e.span != nil {
+						t.Errorf("compressible chunk %d cached in the read's buffer", tt.idx[i])
+					}
+				} else {
+					raws = append(raws, k)
+				}
+			}
+			for _, k := range raws {
+				if got := k.e.span != nil && k.e.span == raws[0].e.span; got != tt.inPlace {
+					t.Fatalf("raw chunk in the read's buffer: %v, want %v", got, tt.inPlace)
+				}
+			}
+			if tt.inPlace {
+				sp := raws[0].e.span
+				var entries int64
+				for _, k := range raws {
+					entries += held(k.e)
+				}
+				if entries != int64(cap(sp.buf)) {
+					t.Errorf("the budget counts %d bytes for the span's entries, its buffer holds %d", entries, cap(sp.buf))
+				}
+			}
+			// From the cache, while the run's Chunks are still held.
+			for i, ref := range want {
+				k, err := s.AcquireChunk(context.Background(), ref)
+				if err != nil || !bytes.Equal(k.Data, data[tt.idx[i]]) {
+					t.Fatalf("chunk %d from the cache: %v", tt.idx[i], err)
+				}
+				k.Release()
+			}
+			for _, id := range want {
+				s.cache.drop(id.ID)
+			}
+			// In place, the buffer is the chunks' until they are released;
+			// copied out, it was free once the run was done.
+			if n, want := len(s.cache.spans), map[bool]int{true: 0, false: 1}[tt.inPlace]; n != want {
+				t.Fatalf("%d span buffers kept while the run's chunks are held, want %d", n, want)
+			}
+			for _, k := range ks {
+				k.Release()
+			}
+			if n := len(s.cache.spans); n != 1 {
+				t.Fatalf("%d span buffers kept after the run's chunks went, want 1", n)
+			}
+		})
+	}
+}
+
+// TestAcquireChunksInPlaceDamaged: a damaged raw chunk in a run read in
+// place fails AcquireChunks and every read of it with ErrCorrupt, and its
+// neighbours in the same buffer read back their own bytes, whole.
+func TestAcquireChunksInPlaceDamaged(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "store")
+	s, _ := packedStore(t, dir, nil)
+	defer s.Close()
+	b := s.NewBatch()
+	refs, data := putChunks(t, b, 64, 16<<10, 9)
+	if err := s.Commit(context.Background(), b, func(*Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for _, damaged := range []int{0, 31, 63} {
+		t.Run(fmt.Sprint(damaged), func(t *testing.T) {
+			damageChunk(t, s, dir, refs[damaged].ID)
+			defer damageChunk(t, s, dir, refs[damaged].ID) // the same flip again: repaired
+			s.cache = newCache(s.cache.budget, s.cache.bufSize)
+			if _, err := s.AcquireChunks(context.Background(), refs); !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("AcquireChunks: %v, want ErrCorrupt", err)
+			}
+			var span *spanBuf
+			for i, ref := range refs {
+				k, err := s.AcquireChunk(context.Background(), ref)
+				if i == damaged {
+					if !errors.Is(err, ErrCorrupt) {
+						t.Fatalf("damaged chunk %d: %v, want ErrCorrupt", i, err)
+					}
+					continue
+				}
+				if err != nil || !bytes.Equal(k.Data, data[i]) {
+					t.Fatalf("chunk %d beside the damaged one: %v", i, err)
+				}
+				if k.e.span == nil || (span != nil && k.e.span != span) {
+					t.Fatalf("chunk %d was not cached in the run's buffer", i)
+				}
+				span = k.e.span
+				k.Release()
+			}
+		})
+	}
+}
+
+// TestAcquireChunksInPlaceEviction: runs read in place into a cache too
+// small for them all, by several readers at once, while their chunks are
+// evicted and their buffers reused: every chunk read has its own bytes,
+// the budget holds, and the buffers kept for reuse stay few.
+func TestAcquireChunksInPlaceEviction(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "store")
+	s, _ := packedStore(t, dir, nil)
+	defer s.Close()
+	var refs []ChunkRef
+	var data [][]byte
+	for p := range 4 { // four packs of 64 chunks
+		b := s.NewBatch()
+		for i := range 64 {
+			d := pseudoRandom(16<<10, byte(40*p+i))
+			d[0], d[1], d[2] = byte(i), byte(p), 0xfd // distinct
+			ref, err := b.Put(context.Background(), d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			refs, data = append(refs, ref), append(data, d)
+		}
+		if err := s.Commit(context.Background(), b, func(*Tx) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.cache = newCache(3<<20, s.cache.bufSize) // three runs of 1 MiB at most
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for w := range 4 {
+		wg.Go(func() {
+			for round := range 8 {
+				for at := (w * 32) % len(refs); at+32 <= len(refs); at += 32 {
+					ks, err := s.AcquireChunks(context.Background(), refs[at:at+32])
+					if err != nil {
+						errs <- err
+						return
+					}
+					for i, k := range ks {
+						if !bytes.Equal(k.Data, data[at+i]) {
+							errs <- fmt.Errorf("round %d: chunk %d: wrong bytes", round, at+i)
+						}
+					}
+					for _, k := range ks {
+						k.Release()
+					}
+					if used := s.cache.bytes(); used > s.cache.budget {
+						errs <- fmt.Errorf("cache holds %d bytes, budget %d", used, s.cache.budget)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	s.cache.mu.Lock()
+	defer s.cache.mu.Unlock()
+	if n := len(s.cache.spans); n > spanFreeKeep {
+		t.Fatalf("%d span buffers kept", n)
 	}
 }

@@ -56,6 +56,22 @@ func (s *Store) AcquireChunk(ctx context.Context, ref ChunkRef) (*Chunk, error) 
 	return k, nil
 }
 
+// AcquireCached is AcquireChunk for a chunk in the cache only: it never
+// loads nor waits (ok false: not cached, or not of ref's length). A reader
+// takes its cached chunks with it and starts loads only for the others.
+func (s *Store) AcquireCached(ref ChunkRef) (*Chunk, bool) {
+	e, ok := s.cache.peek(ref.ID)
+	if !ok {
+		return nil, false
+	}
+	k := &Chunk{Data: e.data, c: s.cache, e: e}
+	if len(e.data) != int(ref.Len) {
+		k.Release()
+		return nil, false // AcquireChunk reports it
+	}
+	return k, true
+}
+
 // Cached reports whether chunk id is in the decoded-chunk cache.
 func (s *Store) Cached(id ID) bool { return s.cache.has(id) }
 
@@ -105,6 +121,9 @@ func (s *Store) VerifyObjectBase(ctx context.Context, id ID) (info ChunkInfo, ba
 func (r *reader) verifyObject(ctx context.Context, id ID) (ChunkInfo, object.Header, error) {
 	raw, obj, err := r.readObject(ctx, id, nil, nil)
 	if err != nil {
+		return ChunkInfo{}, object.Header{}, err
+	}
+	if err := object.CheckCRC(id, obj); err != nil { // a read skips it for raw objects
 		return ChunkInfo{}, object.Header{}, err
 	}
 	h, _ := object.ParseHeader(obj) // Decode parsed it already

@@ -250,7 +250,11 @@
 // at once and loads them with cas.Store.AcquireChunks: one catalog
 // transaction locates them all, chunks near each other in a pack (a file of
 // FastCDC's ~32 KiB chunks) are read with one pread, and each is verified
-// (CRC, BLAKE3) and decoded on the worker, off the reader's path. A batch of
+// (BLAKE3; a coded chunk's CRC too) and decoded on the worker, off the
+// reader's path; a raw chunk (incompressible bytes) stays where the pread
+// put it, verified there (cas's doc.go, "Raw chunks of a run"). A READ
+// takes the chunks it finds cached without a goroutine each
+// (Store.AcquireCached) and loads only the others. A batch of
 // a tensor file's 1 MiB chunks is one chunk, loaded as before. The
 // alternative, resolving each chunk's place once per manifest load and
 // keeping it with the manifest, was not taken: with one transaction per

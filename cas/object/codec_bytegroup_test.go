@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 
@@ -543,4 +544,60 @@ func FuzzByteGroupRoundTrip(f *testing.F) {
 			t.Fatalf("%v: %v", codec, err)
 		}
 	})
+}
+
+// TestRawObjectCRC: the CRC-32C of a standalone raw object's payload is not
+// computed by a hashed decode (the hash covers every payload byte), so a
+// damaged payload is found by the hash, a damaged CRC field alone decodes
+// to the right bytes, and both are still found by CheckCRC and by
+// DecodeBase (which does not hash). A coded payload keeps its CRC.
+func TestRawObjectCRC(t *testing.T) {
+	c := newTestCoder(t)
+	random := tensortest.PseudoRandom(5000, 7)
+	text := bytes.Repeat([]byte("step 10 loss 0.123\n"), 500)
+	cases := []struct {
+		name      string
+		data      []byte
+		codec     Codec
+		pos       int  // byte to flip
+		decodeOK  bool // Decode still returns the right bytes
+		wantInMsg string
+	}{
+		{"raw payload", random, CodecRaw, HeaderSize + 1234, false, "content hash"},
+		{"raw CRC field", random, CodecRaw, 16, true, ""},
+		{"zstd payload", text, CodecZstd, HeaderSize + 7, false, "checksum"},
+		{"zstd CRC field", text, CodecZstd, 16, false, "checksum"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			obj, codec := c.Encode(tc.data, Hint{})
+			if codec != tc.codec {
+				t.Fatalf("codec %v, want %v", codec, tc.codec)
+			}
+			id := Sum(tc.data)
+			if _, err := c.Decode(id, obj); err != nil {
+				t.Fatalf("sound object: %v", err)
+			}
+			bad := bytes.Clone(obj)
+			bad[tc.pos] ^= 0x10
+			got, err := c.Decode(id, bad)
+			switch {
+			case tc.decodeOK && (err != nil || !bytes.Equal(got, tc.data)):
+				t.Fatalf("Decode: %v, right bytes %v", err, bytes.Equal(got, tc.data))
+			case !tc.decodeOK && !errors.Is(err, ErrCorrupt):
+				t.Fatalf("Decode: %v, want ErrCorrupt", err)
+			case !tc.decodeOK && !strings.Contains(err.Error(), tc.wantInMsg):
+				t.Fatalf("Decode: %v, want %q", err, tc.wantInMsg)
+			}
+			if err := CheckCRC(id, bad); !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("CheckCRC: %v, want ErrCorrupt", err)
+			}
+			if err := CheckCRC(id, obj); err != nil {
+				t.Fatalf("CheckCRC of the sound object: %v", err)
+			}
+			if _, err := c.DecodeBase(id, bad, nil); !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("DecodeBase: %v, want ErrCorrupt", err)
+			}
+		})
+	}
 }
