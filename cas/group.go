@@ -22,8 +22,9 @@ import (
 //
 // The first commit to find no transaction in progress leads: it waits (up
 // to groupWindow) for the commits that said they are coming
-// (Batch.Committing) to queue, takes the caller's lock, collects every
-// commit queued so far (its own first), runs
+// (Batch.Committing) to queue, and for the writers of the last cycle to
+// come back (see "Expected members" below), takes the caller's lock,
+// collects every commit queued so far (its own first), runs
 // their catalog changes in one transaction, applies their in-memory changes,
 // releases the lock, and tells each its result. Commits queued meanwhile wait
 // for the leader to end; then the oldest of them leads the next group.
@@ -35,6 +36,24 @@ import (
 // take it meanwhile (fusefs: only what cannot see the members' in-memory
 // state before their Apply, such as a create), so that a commit's fdatasyncs
 // no longer stall every operation that needs the lock.
+//
+// Expected members. Writers that each close one small file after another
+// (8 threads writing 4 KiB files) come back to the store a few hundred µs
+// after their commit returns: FLUSH returns, then RELEASE, LOOKUP, CREATE,
+// WRITE and the next FLUSH. Without waiting for them, the group that starts
+// as one ends holds only the commits queued during it, and the writers
+// settle into two halves that alternate, each committing a group of about
+// half of them per transaction (8 writers: 3.75 commits per transaction on
+// average, measured). So a group's end records how many commits took part
+// in the last cycle (its members and those queued behind it): the next
+// leader waits until as many have queued, or until the wait would exceed
+// the time the last group spent in its transaction (at most groupWindow).
+// The bound keeps a wait for writers that are not coming back (a writer
+// that finished, a lone close after a burst) below the cost of the
+// transaction it could have shared, and the expectation follows what
+// actually arrives: a group formed after a wait that ran out sets the next
+// expectation to its own size. A lone writer expects itself and never
+// waits.
 //
 // A member whose changes fail (or a transaction that fails to commit) rolls
 // the whole transaction back; each member is then committed alone, in order,
@@ -65,6 +84,11 @@ type GroupItem struct {
 // fdatasyncs the group shares (~1 ms or more).
 const groupWindow = 2 * time.Millisecond
 
+// expectFresh is how long after a group's end the next leader still waits
+// for the writers of its cycle (see "Expected members"): they come back
+// within a few hundred µs when they write one small file after another.
+const expectFresh = 10 * time.Millisecond
+
 // FlushUnlocker is a lock passed to CommitGroup that may be released while
 // a group's transaction is being made durable (see above).
 type FlushUnlocker interface {
@@ -82,6 +106,42 @@ type grouper struct {
 	pending   []*groupReq
 	busy      bool // a leader is running a group
 	preparing int  // batches between Committing and CommitGroup
+	// expect is the number of commits of the last cycle (the last group's
+	// members and the commits queued when it ended); lastRun is how long
+	// that group took (see "Expected members").
+	expect  int
+	lastRun time.Duration
+	ended   time.Time     // when the last group ended
+	wake    chan struct{} // a commit queued or arrived (1 buffered; made on first use)
+
+	// window and fresh replace groupWindow and expectFresh when set (tests
+	// that must not depend on the machine's speed).
+	window, fresh time.Duration
+}
+
+// limits returns how long a leader may wait for commits that said they are
+// coming, and how long after a group's end the next leader still waits for
+// the writers of its cycle.
+func (g *grouper) limits() (window, fresh time.Duration) {
+	window, fresh = groupWindow, expectFresh
+	if g.window > 0 {
+		window = g.window
+	}
+	if g.fresh > 0 {
+		fresh = g.fresh
+	}
+	return window, fresh
+}
+
+// signal wakes a leader waiting in awaitComing. g.mu held.
+func (g *grouper) signal() {
+	if g.wake == nil {
+		g.wake = make(chan struct{}, 1)
+	}
+	select {
+	case g.wake <- struct{}{}:
+	default:
+	}
 }
 
 // Committing tells the store that b will be committed by CommitGroup soon
@@ -110,16 +170,44 @@ func (g *grouper) arrived(b *Batch) {
 	if b.coming {
 		b.coming = false
 		g.preparing--
+		g.signal()
 	}
 }
 
-// awaitComing waits, up to groupWindow, until no commit that said it is
-// coming is still on its way. g.mu held (released while waiting).
+// awaitComing waits until no commit that said it is coming is still on its
+// way (up to groupWindow) and until as many commits as the last cycle had
+// have queued (up to the last group's run time, at most groupWindow; see
+// "Expected members"). g.mu held (released while waiting).
 func (g *grouper) awaitComing() {
-	deadline := time.Now().Add(groupWindow)
-	for g.preparing > 0 && time.Now().Before(deadline) {
+	window, fresh := g.limits()
+	start := time.Now()
+	expectFor := min(g.lastRun, window)
+	if start.Sub(g.ended) > fresh {
+		expectFor = 0 // the last cycle's writers are not coming back soon
+	}
+	for {
+		waited := time.Since(start)
+		var left time.Duration
+		if g.preparing > 0 {
+			left = window - waited
+		}
+		if len(g.pending) < g.expect {
+			left = max(left, expectFor-waited)
+		}
+		if left <= 0 {
+			return
+		}
+		if g.wake == nil {
+			g.wake = make(chan struct{}, 1)
+		}
+		wake := g.wake
 		g.mu.Unlock()
-		time.Sleep(50 * time.Microsecond)
+		t := time.NewTimer(left)
+		select {
+		case <-wake:
+		case <-t.C:
+		}
+		t.Stop()
 		g.mu.Lock()
 	}
 }
@@ -153,6 +241,7 @@ func (s *Store) CommitGroup(ctx context.Context, b *Batch, lock sync.Locker, pre
 	g.mu.Lock()
 	g.arrived(b)
 	g.pending = append(g.pending, r)
+	g.signal()
 	if g.busy {
 		g.mu.Unlock()
 		select {
@@ -168,9 +257,12 @@ func (s *Store) CommitGroup(ctx context.Context, b *Batch, lock sync.Locker, pre
 	g.pending = nil
 	g.mu.Unlock()
 
+	began := time.Now()
 	s.runGroup(lock, members)
+	ran := time.Since(began)
 
 	g.mu.Lock()
+	g.expect, g.lastRun, g.ended = len(members)+len(g.pending), ran, time.Now()
 	if len(g.pending) > 0 {
 		close(g.pending[0].lead) // it is waiting: the next group is its
 	} else {

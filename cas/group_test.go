@@ -122,3 +122,108 @@ func commitGen(t *testing.T, s *Store) uint64 {
 	}
 	return gen
 }
+
+// TestCommitGroupWaitsForReturningWriters: writers that commit one file
+// after another come back a moment after their group ends; the next leader
+// waits for as many commits as the last cycle had (bounded by the last
+// group's run time), so they share one transaction instead of the first one
+// back committing alone. A writer left alone afterwards stops waiting once
+// the expectation has followed it down.
+func TestCommitGroupWaitsForReturningWriters(t *testing.T) {
+	s := testStore(t, Options{})
+	// Limits that do not depend on the machine's load: the leader waits for
+	// the returning writers up to the last group's run (hold, below), and
+	// the cycle stays fresh however slowly the goroutines are scheduled.
+	s.group.window, s.group.fresh = time.Minute, time.Minute
+	const hold = 500 * time.Millisecond
+	ctx := context.Background()
+	var lock sync.Mutex
+	commit := func(i int, b *Batch, apply func()) error {
+		ref, err := b.Put(ctx, pseudoRandom(1000, byte(i)))
+		if err != nil {
+			return err
+		}
+		return s.CommitGroup(ctx, b, &lock, func() GroupItem {
+			return GroupItem{
+				Update: func(tx *Tx) error { return tx.PutManifest(uint64(100+i), &Manifest{Chunks: []ChunkRef{ref}}) },
+				Apply:  apply,
+			}
+		})
+	}
+	run := func(first int, n int, apply func()) {
+		t.Helper()
+		// Every writer says it is coming before the first one commits: one
+		// group of n (the leader waits for the comers).
+		bs := make([]*Batch, n)
+		for i := range bs {
+			bs[i] = s.NewBatch()
+			bs[i].Committing()
+		}
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var a func()
+				if i == 0 {
+					a = apply
+				}
+				errs[i] = commit(first+i, bs[i], a)
+			}()
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("commit %d: %v", first+i, err)
+			}
+		}
+	}
+
+	// A cycle of 4 writers, one group whose run takes hold.
+	gen0 := commitGen(t, s)
+	run(0, 4, func() { time.Sleep(hold) })
+	if got := commitGen(t, s) - gen0; got != 1 {
+		t.Fatalf("%d transactions for the first 4 commits, want 1", got)
+	}
+
+	// The writers come back one by one, none having said it is coming: the
+	// first leads and waits for the other three.
+	gen1 := commitGen(t, s)
+	lead := make(chan error, 1)
+	go func() { lead <- commit(10, s.NewBatch(), nil) }()
+	for !s.groupBusy() && len(lead) == 0 { // it leads, or it is done
+		time.Sleep(time.Millisecond)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i := range 3 {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = commit(11+i, s.NewBatch(), nil) }()
+	}
+	wg.Wait()
+	if err := <-lead; err != nil {
+		t.Fatal(err)
+	}
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("commit %d: %v", 11+i, err)
+		}
+	}
+	if got := commitGen(t, s) - gen1; got != 1 {
+		t.Errorf("%d transactions for 4 returning writers, want 1 (they share the leader's group)", got)
+	}
+
+	// One writer left: its first commit waits for the others (at most the
+	// last run), then the expectation is its own and it no longer waits.
+	start := time.Now()
+	if err := commit(20, s.NewBatch(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > time.Minute/2 {
+		t.Errorf("a lone commit after a cycle of 4 took %v: the wait is bounded by the last group's run", took)
+	}
+	if s.group.expect != 1 {
+		t.Errorf("expecting %d commits after a lone one, want 1", s.group.expect)
+	}
+}

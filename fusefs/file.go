@@ -111,7 +111,7 @@ func (n *fileNode) openHandle(ctx context.Context, flags uint32) (*handle, uint3
 // openLocked is openHandle with mu held, or for a new node that no other
 // goroutine can reach yet (Create, under nsMu, which comes after mu).
 func (n *fileNode) openLocked(ctx context.Context, flags uint32) (*handle, uint32, error) {
-	h := newHandle(ctx, isWrite(flags))
+	h := newHandle(ctx, isWrite(flags), &n.fsys.tgids)
 	h.n = n
 	if err := n.loadManifestLocked(); err != nil {
 		return nil, 0, err

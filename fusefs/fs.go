@@ -72,6 +72,8 @@ type FS struct {
 	openMu    sync.Mutex
 	openFiles map[*fileNode]int
 
+	tgids threadGroups // callers' thread groups (handle's FLUSH rule)
+
 	// The nodes the kernel has looked up, and the pruner that keeps them
 	// near a limit; the files that must outlive the kernel's interest
 	// (nodes.go: the structures; prune.go, pins.go: their use).

@@ -1,12 +1,7 @@
 package fusefs
 
 import (
-	"bufio"
 	"context"
-	"fmt"
-	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -25,7 +20,8 @@ import (
 // changed the file through this handle, or, when nothing was changed through
 // it, the process that opened it (touch, open(O_TRUNC) then close). Processes
 // are told apart by thread-group id: FUSE gives the caller's thread id, and
-// /proc/<tid>/status names its thread group.
+// /proc/<tid>/status names its thread group (threadGroups keeps the answers
+// a second, for every handle of the mount).
 //
 // When a process cannot be named (the daemon is out of file descriptors and
 // cannot open /proc/<tid>/status, or the thread is gone) the rule errs toward
@@ -44,10 +40,11 @@ type handle struct {
 	creator bool // made the file (O_CREAT), even read-only
 
 	mu       sync.Mutex
-	opener   int          // thread group that opened the description, or a caller constant
-	changers map[int]bool // thread groups that changed the file through it
-	unknown  bool         // a change came from a thread group that could not be named
-	tgids    map[uint32]int
+	opener   int            // thread group that opened the description, or a caller constant
+	changers map[int]bool   // thread groups that changed the file through it
+	unknown  bool           // a change came from a thread group that could not be named
+	tgids    map[uint32]int // made on first use
+	groups   *threadGroups  // the file system's answers (nil: ask /proc)
 }
 
 // Callers that are not a thread group (tgidLocked's results below 0).
@@ -56,8 +53,8 @@ const (
 	kernelCaller  = -2 // the kernel itself (writeback of mmapped pages: pid 0), or no FUSE request
 )
 
-func newHandle(ctx context.Context, write bool) *handle {
-	h := &handle{write: write, changers: map[int]bool{}, tgids: map[uint32]int{}}
+func newHandle(ctx context.Context, write bool, groups *threadGroups) *handle {
+	h := &handle{write: write, groups: groups}
 	h.opener = h.tgidLocked(ctx)
 	return h
 }
@@ -71,6 +68,9 @@ func (h *handle) noteChange(ctx context.Context) {
 	defer h.mu.Unlock()
 	switch tg := h.tgidLocked(ctx); {
 	case tg >= 0:
+		if h.changers == nil {
+			h.changers = make(map[int]bool)
+		}
 		h.changers[tg] = true
 	case tg == unknownCaller:
 		h.unknown = true
@@ -112,32 +112,14 @@ func (h *handle) tgidLocked(ctx context.Context) int {
 	if tg, ok := h.tgids[c.Pid]; ok {
 		return tg
 	}
-	tg := threadGroup(c.Pid)
+	tg := h.groups.of(c.Pid)
 	if tg >= 0 && len(h.tgids) < 64 { // an unknown one may be known next time
+		if h.tgids == nil {
+			h.tgids = make(map[uint32]int)
+		}
 		h.tgids[c.Pid] = tg
 	}
 	return tg
-}
-
-// threadGroup returns the thread group (process) id of thread tid, or
-// unknownCaller.
-func threadGroup(tid uint32) int {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", tid))
-	if err != nil {
-		return unknownCaller
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "Tgid:"); ok {
-			tg, err := strconv.Atoi(strings.TrimSpace(v))
-			if err != nil {
-				return unknownCaller
-			}
-			return tg
-		}
-	}
-	return unknownCaller
 }
 
 var (

@@ -22,6 +22,7 @@ type DB struct {
 	db        *bolt.DB
 	format    uint32 // the format at Open, after any migration
 	chunkSize int
+	tail      tail // the file's written tail (prealloc.go); writable Open only
 }
 
 // Options are how Open opens a catalog.
@@ -62,6 +63,9 @@ func Open(path string, opts Options) (*DB, error) {
 			db.Close()
 			return nil, err
 		}
+	}
+	if !opts.ReadOnly && !opts.NoSync {
+		d.tail = openTail(path)
 	}
 	return d, nil
 }
@@ -264,7 +268,7 @@ func (d *DB) createNewBuckets() error {
 }
 
 // Close closes the catalog. Transactions must have ended.
-func (d *DB) Close() error { return d.db.Close() }
+func (d *DB) Close() error { return errors.Join(d.db.Close(), d.tail.close()) }
 
 // Format is the catalog's format at Open (after any migration); Tx.Format
 // says what it is now (a first delta moves it to 3).
@@ -288,7 +292,10 @@ func (d *DB) View(fn func(*Tx) error) (err error) {
 // panic inside bbolt is returned as View's is.
 func (d *DB) Update(fn func(*Tx) error) (err error) {
 	defer recoverDamage(&err)
-	return d.db.Update(func(tx *bolt.Tx) error { return fn(d.tx(tx)) })
+	return d.db.Update(func(tx *bolt.Tx) error {
+		d.tail.extend(tx)
+		return fn(d.tx(tx))
+	})
 }
 
 // UpdateAround is Update for a caller that holds a lock its fn needs but
@@ -313,6 +320,9 @@ func (d *DB) UpdateAround(fn func(*Tx) error, around func() (after func())) (err
 	}
 	after := around()
 	defer after()
+	// With the caller's lock released: its holders do not wait for the
+	// zeros. Past the mark as it is now, pages fn allocated included.
+	d.tail.extend(tx)
 	return tx.Commit()
 }
 

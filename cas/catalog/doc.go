@@ -12,6 +12,8 @@
 //	         tier's generations and uploaded chunks (index.go, queue.go,
 //	         deltas.go, uploads.go)
 //	Check    the walk of the file's pages before bbolt opens it (check.go)
+//	tail     zeros written ahead of bbolt's high-water mark, so that commits
+//	         do not allocate blocks at their fdatasync (prealloc.go)
 //
 // schema.go lists the buckets and keys. The catalog knows nothing of
 // objects, backends or codecs: cas keeps objects and rows in step (an index
