@@ -38,8 +38,11 @@
 // cas.ErrCatalogDamaged, naming the page or record, never a panic): dangling
 // directory entries, unreachable nodes, manifests without nodes or with the
 // wrong size, chunks that are not indexed or have no object, index rows whose
-// object is missing or of another size (or, with ReadData, codec), counters
-// that disagree with what they count, and, with ReadData, objects that do not
+// object is missing or of another size (or, with ReadData, codec), inline
+// objects (chunks kept in the catalog itself) without an inline index row
+// ("inline-orphan": a sweep frees an inline object only through its row, so
+// nothing else would), counters that disagree with what they count (the
+// inline ones included), and, with ReadData, objects that do not
 // decode and hash to their name. A delta whose read fails because its base's
 // object is damaged or missing (cas.BaseError) is not a fault of its own: the
 // base is reported once, with the number of its deltas and the files that use
