@@ -94,10 +94,10 @@ func (c *fscker) checkObjects(ctx context.Context) error {
 	// on read, so it is checked in the remote, read and verified (a fetched
 	// copy here only with ReadData).
 	for i := 0; i < c.named.len(); i += checkBatch {
-		batch := c.named.sorted[i:min(i+checkBatch, c.named.len())]
 		var unindexed []cas.ID
 		err := c.s.View(func(tx *cas.Tx) error {
-			for _, id := range batch {
+			for k := i; k < min(i+checkBatch, c.named.len()); k++ {
+				id := c.named.get(k)
 				if _, indexed, err := tx.Chunk(id); err != nil {
 					return err
 				} else if !indexed {
