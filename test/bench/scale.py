@@ -358,6 +358,37 @@ def in_cgroup(d, mib, n, out, every):
         cg.remove()
 
 
+def walk_phase(a, d, plain, files, out):
+    """The walks of the plain directory and of the mount (restarted cold
+    before each), their ratios and costs per file, and the daemon's memory
+    after the stat walk and after the read; returns the files found."""
+    def cold_mount():
+        d.stop()
+        drop_caches()
+        d.start()
+
+    def mem_after_stat():  # the daemon's memory with no file read yet (no chunk cached)
+        for k, v in d.memory().items():
+            out[f"mem.after_stat_{k.lower()}_mib"] = v / (1 << 20)
+
+    pf, ps, pr, pn = walks(plain, drop_caches, read=not a.no_plain_read, every=a.read_every)
+    cf, cs, cr, cn = walks(d.mnt, cold_mount, after_stat=mem_after_stat, every=a.read_every)
+    if pn != cn or (cn != files and not a.reuse):
+        raise SystemExit(f"find: {cn} files in the mount, {pn} in the plain directory, {files} created")
+    for k, p, c in (("find", pf, cf), ("stat", ps, cs), ("read", pr, cr)):
+        if p is not None:
+            out[f"walk.{k}_ratio"] = c / p
+            out[f"walk.{k}_plain_us_per_file"] = 1e6 * p / pn
+        out[f"walk.{k}_ckptfs_us_per_file"] = 1e6 * c / cn
+    out["walk.find_stat_ratio"] = (cf + cs) / (pf + ps)
+    mem = d.memory()
+    # after the read of every file: the chunk cache (a quarter of the budget) is full
+    out["mem.vmrss_mib"] = mem["VmRSS"] / (1 << 20)
+    out["mem.rssanon_mib"] = mem["RssAnon"] / (1 << 20)
+    out["mem.rssfile_mib"] = mem["RssFile"] / (1 << 20)
+    return cn
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", required=True)
@@ -375,6 +406,8 @@ def main():
     ap.add_argument("--read-every", type=int, default=1,
                     help="read every K-th file only (spread over the tree; at 10⁶ a read-all takes a quarter hour): "
                          "the read's seconds are scaled to all files")
+    ap.add_argument("--skip-walks", action="store_true",
+                    help="no walks (with --reuse: gc, fsck and the cgroup phase of a kept store again)")
     ap.add_argument("--keep", action="store_true", help="keep the scratch directory (for --reuse)")
     ap.add_argument("--reuse", action="store_true", help="--dir holds a kept run: measure it again, no creates")
     a = ap.parse_args()
@@ -411,31 +444,11 @@ def main():
         if a.creates_only:
             raise StopIteration
 
-        def cold_mount():
-            d.stop()
-            drop_caches()
-            d.start()
-
-        progress("walks", out)
-        pf, ps, pr, pn = walks(plain, drop_caches, read=not a.no_plain_read, every=a.read_every)
-        def mem_after_stat():  # the daemon's memory with no file read yet (no chunk cached)
-            for k, v in d.memory().items():
-                out[f"mem.after_stat_{k.lower()}_mib"] = v / (1 << 20)
-
-        cf, cs, cr, cn = walks(mnt, cold_mount, after_stat=mem_after_stat, every=a.read_every)
-        if pn != cn or (cn != files and not a.reuse):
-            raise SystemExit(f"find: {cn} files in the mount, {pn} in the plain directory, {files} created")
-        for k, p, c in (("find", pf, cf), ("stat", ps, cs), ("read", pr, cr)):
-            if p is not None:
-                out[f"walk.{k}_ratio"] = c / p
-                out[f"walk.{k}_plain_us_per_file"] = 1e6 * p / pn
-            out[f"walk.{k}_ckptfs_us_per_file"] = 1e6 * c / cn
-        out["walk.find_stat_ratio"] = (cf + cs) / (pf + ps)
-        mem = d.memory()
-        # after the read of every file: the chunk cache (a quarter of the budget) is full
-        out["mem.vmrss_mib"] = mem["VmRSS"] / (1 << 20)
-        out["mem.rssanon_mib"] = mem["RssAnon"] / (1 << 20)
-        out["mem.rssfile_mib"] = mem["RssFile"] / (1 << 20)
+        if a.skip_walks:
+            cn = len(find(mnt))  # untimed: the files for the costs per file
+        else:
+            progress("walks", out)
+            cn = walk_phase(a, d, plain, files, out)
 
         progress("gc, fsck", out)
         store_ops(d, cn, out, "store")
