@@ -59,6 +59,15 @@ func Check(path string) error {
 		return fmt.Errorf("map %s: %w", path, err)
 	}
 	defer syscall.Munmap(data)
+	// The walk goes in key order, which is no order in the file: without
+	// this advice each fault reads around the page (read_ahead_kb, 8 MiB on
+	// this machine's disk), and in a 128 MiB memory cgroup those reads
+	// evict the pages the walk needs next. A catalog of 609 MiB read 45 GiB
+	// there and the mount did not finish in four minutes. bbolt gives its
+	// own mapping the same advice.
+	if err := syscall.Madvise(data, syscall.MADV_RANDOM); err != nil && !errors.Is(err, syscall.ENOSYS) {
+		return fmt.Errorf("madvise %s: %w", path, err)
+	}
 	if _, err := checkBoltPages(data); err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrCatalogDamaged, path, err)
 	}
