@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -83,8 +84,10 @@ func TestCheckMemoryPerPage(t *testing.T) {
 // (read_ahead_kb: 8 MiB on the disk this was found on), which in a 128 MiB
 // memory cgroup evicted what the walk needed next: a catalog of 609 MiB
 // read 45 GiB and the mount did not finish. Here a file most of whose pages
-// are free is checked with its page cache dropped, and the pages cached
-// afterwards are counted (mincore).
+// are free is walked with its page cache dropped, and the pages cached
+// afterwards are counted (mincore). Check reads the file through in order
+// before the walk, so that a catalog that fits in memory is read at the
+// disk's sequential pace: TestCheckReadsThrough.
 func TestCheckReadsOnlyPagesInUse(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "catalog.db")
 	db, err := bolt.Open(path, 0o600, &bolt.Options{NoFreelistSync: true})
@@ -170,11 +173,74 @@ func TestCheckReadsOnlyPagesInUse(t *testing.T) {
 	if total < 10*len(inUse) {
 		t.Fatalf("%d pages in use of %d: the file is not mostly free pages", len(inUse), total)
 	}
-	if err := Check(path); err != nil {
+	if err := walkFile(f, path, st.Size()); err != nil { // Check without its read-through
 		t.Fatal(err)
 	}
 	t.Logf("in use %d, total %d, cached %d", len(inUse), total, cached())
 	if n, limit := cached(), 2*len(inUse)+16; n > limit {
 		t.Errorf("the check left %d of the file's %d pages cached, %d in use: want at most %d", n, total, len(inUse), limit)
+	}
+}
+
+// TestCheckReadsThrough: Check reads the whole file in order before its walk
+// (a cold catalog that fits in memory is then read at the disk's sequential
+// pace, not a page a fault), and still refuses a damaged one.
+func TestCheckReadsThrough(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "catalog.db")
+	if err := Create(path, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		t.Fatal(err)
+	}
+	data, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(data)
+	pages := len(data) / os.Getpagesize()
+	vec := make([]byte, pages)
+	cached := func() int {
+		if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&data[0])), uintptr(len(data)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+			t.Fatal(e)
+		}
+		n := 0
+		for _, v := range vec {
+			n += int(v & 1)
+		}
+		return n
+	}
+	if n := cached(); n == pages {
+		t.Skipf("all %d pages still cached after FADV_DONTNEED: this file system keeps them (tmpfs?), nothing to measure", pages)
+	}
+	if err := Check(path); err != nil {
+		t.Fatal(err)
+	}
+	if n := cached(); n != pages {
+		t.Errorf("after Check %d of the file's %d pages are cached, want all", n, pages)
+	}
+	ps, inUse, err := PagesInUse(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw[int(inUse[len(inUse)-1])*ps+8] ^= 0xFF // a page in use: its flags
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := Check(path); !errors.Is(err, ErrCatalogDamaged) {
+		t.Errorf("Check of a damaged catalog: %v, want ErrCatalogDamaged", err)
 	}
 }
