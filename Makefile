@@ -130,11 +130,15 @@ bench-delta: build
 # fsync'd: the same durability as a close in the mount), then find, stat and
 # read of every file after a restart and a cache drop, gc, fsck, the daemon's
 # RSS, and a run of STEPS tiny checkpoints for log/best/report. Ratios to plain
-# and cost per item. Root needed. N=1000000 by hand.
+# and cost per item. Root needed. N=1000000 by hand. CGROUP_MIB=128: then the
+# daemon restarted in a memory cgroup of that size (no swap) walks, reads,
+# collects and checks the same store (whether it completes, peak, anon, file).
+# SCALE_FLAGS: more of scale.py's (--help), e.g. --n1 0 --read-every 10 at 10^6.
 N ?= 100000
 STEPS ?= 10000
+CGROUP_MIB ?= 0
 bench-scale: build
-	python3 test/bench/scale.py --bin $(BIN) -n $(N) --steps $(STEPS) --out bench-scale-results.txt
+	python3 test/bench/scale.py --bin $(BIN) -n $(N) --steps $(STEPS) --cgroup-mib $(CGROUP_MIB) $(SCALE_FLAGS) --out bench-scale-results.txt
 
 clean:
 	rm -rf bin

@@ -444,6 +444,11 @@
 //     page. bbolt trusts its pages and panics (once in a goroutine of its
 //     own, while rebuilding the freelist at Open: unrecoverable) or faults
 //     on them. View and Update also recover a bbolt panic into the same error.
+//     The walk holds a bit a page, reads the file through in order first and
+//     then walks its mapping under MADV_RANDOM (read-around on its faults
+//     thrashed a 128 MiB cgroup): a mount still reads the whole catalog, and
+//     bbolt's freelist rebuild walks it again (NoFreelistSync), so at 10⁶
+//     small files (several GB of inline chunks) a cold mount takes minutes.
 //   - Records: every value of the nodes, dirents, manifests, chunks and
 //     reencode buckets is sealed with a CRC-32C over its key and value
 //     (catalog/record.go), and decoders check lengths strictly, so a flipped byte is

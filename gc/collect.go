@@ -351,8 +351,8 @@ func markDeltaBases(s *cas.Store, marked *idSet) (*idSet, keptBases, error) {
 			return err
 		}
 		bases.seal()
-		for _, b := range bases.sorted {
-			info, ok, err := tx.Chunk(b)
+		for i := range bases.len() {
+			info, ok, err := tx.Chunk(bases.get(i))
 			if err != nil {
 				return err
 			}
@@ -374,8 +374,8 @@ func markDeltaBases(s *cas.Store, marked *idSet) (*idSet, keptBases, error) {
 	if err != nil {
 		return nil, kept, fmt.Errorf("mark delta bases: %w", err)
 	}
-	for _, b := range bases.sorted {
-		marked.add(b)
+	for i := range bases.len() {
+		marked.add(bases.get(i))
 	}
 	marked.seal()
 	isDelta.seal()

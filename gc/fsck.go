@@ -115,6 +115,9 @@ func Fsck(ctx context.Context, s *cas.Store, opts FsckOptions) (FsckResult, erro
 	if err := c.checkObjects(ctx); err != nil {
 		return c.res, err
 	}
+	if err := c.checkInlineObjects(ctx); err != nil {
+		return c.res, fmt.Errorf("check inline objects: %w", err)
+	}
 	if err := c.checkDeltas(ctx); err != nil {
 		return c.res, err
 	}

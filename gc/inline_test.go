@@ -2,6 +2,8 @@ package gc
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/ckptfs/ckptfs/cas"
@@ -53,4 +55,66 @@ func TestInlineChunksCollectAndFsck(t *testing.T) {
 		t.Fatalf("after deleting b: %+v, %d inline chunks of %d bytes; want none left", gres, n, b)
 	}
 	mustFsck(t, s)
+}
+
+// TestFsckInlineObjectsAgainstIndex: an inline object whose index row is
+// gone, or whose row says the chunk is stored elsewhere, is damage that no
+// sweep frees (a sweep frees inline objects through their rows); fsck names
+// it, and the inline counters that disagree with the inline bucket. Each
+// case damages the catalog of a store whose files were removed (so that no
+// manifest names the chunk and only the inline object is wrong).
+func TestFsckInlineObjectsAgainstIndex(t *testing.T) {
+	cases := []struct {
+		name   string
+		damage func(tx *cas.Tx, id cas.ID, info cas.ChunkInfo) error
+		kind   string // the problem fsck must report
+		detail string // a part of its detail
+	}{
+		{"row deleted, object kept", func(tx *cas.Tx, id cas.ID, info cas.ChunkInfo) error {
+			info.Inline = false // Delete drops the row and leaves the inline object
+			return tx.Index().Delete(id, info)
+		}, "inline-orphan", "no index row"},
+		{"row says stored as a file", func(tx *cas.Tx, id cas.ID, info cas.ChunkInfo) error {
+			row := info
+			row.Inline = false
+			if err := tx.Index().Delete(id, row); err != nil {
+				return err
+			}
+			_, err := tx.Index().Add(id, row)
+			return err
+		}, "inline-orphan", "stored elsewhere"},
+		{"inline_bytes counter off", func(tx *cas.Tx, id cas.ID, info cas.ChunkInfo) error {
+			info.StoredLen++ // the counters lose one byte more than the object holds
+			return tx.Index().Delete(id, info)
+		}, "counter", "inline_bytes counter is -1"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStoreOpts(t, cas.Options{InlineMaxChunk: cas.DefaultInlineMaxChunk})
+			_, m := commitFile(t, s, "a", chunkData(3, 3<<10))
+			removeFile(t, s, "a")
+			if res := fsck(t, s); !res.OK() {
+				t.Fatalf("fsck before the damage: %+v", res.Problems)
+			}
+			id := m.Chunks[0].ID
+			err := s.Update(func(tx *cas.Tx) error {
+				info, ok, err := tx.Chunk(id)
+				if err != nil || !ok || !info.Inline {
+					return fmt.Errorf("chunk %v: row %+v indexed %v (want inline): %v", id, info, ok, err)
+				}
+				return tc.damage(tx, id, info)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := fsck(t, s)
+			found := false
+			for _, p := range res.Problems {
+				found = found || p.Kind == tc.kind && strings.Contains(p.Detail, tc.detail)
+			}
+			if !found {
+				t.Fatalf("fsck problems %+v, want a %q one saying %q", res.Problems, tc.kind, tc.detail)
+			}
+		})
+	}
 }

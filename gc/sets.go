@@ -7,26 +7,40 @@ import (
 	"github.com/ckptfs/ckptfs/cas"
 )
 
-// idSet is a set of chunk IDs held compactly: a sorted slice, 32 bytes a
-// chunk (a map costs about twice that), for the chunks a collection marks
-// and those fsck finds named. Adds go to a buffer that is sorted into the
-// set when it grows to a quarter of the set (so adding n IDs to a set of m
-// costs O(n log n + 4n), and the set takes at most 2.5 times its size while
-// it merges); has and len need seal first.
+// idSet is a set of chunk IDs held compactly, for the chunks a collection
+// marks and those fsck finds named: 32 bytes a chunk (a map costs about
+// twice that), sorted, in blocks of idBlock IDs so that it grows without
+// being copied. Adds go to a buffer that is merged into the set when it
+// grows to a quarter of the set: its IDs already in the set are dropped,
+// the set is extended by the rest and the two are merged from the back, in
+// place. So adding n IDs to a set of m costs O(n log m + 4m), and the set
+// takes at most 1.25 times its size, with no garbage (at 10⁶ chunks: 40 MiB
+// at most, where merging into a new slice took 80 MiB at the last merge, and
+// more before the collector caught up: within a 128 MiB cgroup, the
+// difference between a collection that runs and one that is OOM-killed).
+// has, len and get need seal first.
 type idSet struct {
-	sorted  []cas.ID
-	pending []cas.ID
+	blocks  [][]cas.ID // every block but the last holds idBlock IDs
+	n       int        // the IDs of the set: blocks' first n slots, sorted
+	pending []cas.ID   // adds not merged yet (the buffer is reused)
 }
 
-// minPending is the buffer size below which adds are not merged yet.
-const minPending = 1 << 12
+const (
+	// minPending is the buffer size below which adds are not merged yet.
+	minPending   = 1 << 12
+	idBlockShift = 12 // 4096 IDs, 128 KiB a block
+	idBlock      = 1 << idBlockShift
+)
 
 func compareIDs(a, b cas.ID) int { return bytes.Compare(a[:], b[:]) }
+
+// at returns slot i of the blocks.
+func (s *idSet) at(i int) *cas.ID { return &s.blocks[i>>idBlockShift][i&(idBlock-1)] }
 
 // add puts id in the set.
 func (s *idSet) add(id cas.ID) {
 	s.pending = append(s.pending, id)
-	if len(s.pending) >= max(minPending, len(s.sorted)/4) {
+	if len(s.pending) >= max(minPending, s.n/4) {
 		s.seal()
 	}
 }
@@ -37,36 +51,75 @@ func (s *idSet) seal() {
 		return
 	}
 	slices.SortFunc(s.pending, compareIDs)
-	s.pending = slices.Compact(s.pending)
-	merged := make([]cas.ID, 0, len(s.sorted)+len(s.pending))
-	i, j := 0, 0
-	for i < len(s.sorted) && j < len(s.pending) {
-		switch c := compareIDs(s.sorted[i], s.pending[j]); {
-		case c < 0:
-			merged = append(merged, s.sorted[i])
-			i++
-		case c > 0:
-			merged = append(merged, s.pending[j])
-			j++
-		default:
-			merged = append(merged, s.sorted[i])
-			i, j = i+1, j+1
+	add := slices.Compact(s.pending)
+	k := 0
+	for _, id := range add {
+		if !s.has(id) {
+			add[k] = id
+			k++
 		}
 	}
-	merged = append(merged, s.sorted[i:]...)
-	merged = append(merged, s.pending[j:]...)
-	s.sorted = slices.Clip(merged)
+	add = add[:k]
+	s.grow(s.n + k)
+	// From the back: slot w is never one of the set's IDs not yet moved.
+	i, j := s.n-1, k-1
+	for w := s.n + k - 1; j >= 0; w-- {
+		if i >= 0 && compareIDs(*s.at(i), add[j]) > 0 {
+			*s.at(w) = *s.at(i)
+			i--
+		} else {
+			*s.at(w) = add[j]
+			j--
+		}
+	}
+	s.n += k
 	s.pending = s.pending[:0]
 }
 
-// has reports whether id is in the set (sealed).
+// grow makes room for n IDs in the blocks: the last block is extended (a
+// copy of at most one block), then whole blocks added.
+func (s *idSet) grow(n int) {
+	for {
+		l := len(s.blocks)
+		room := 0
+		if l > 0 {
+			room = (l-1)*idBlock + len(s.blocks[l-1])
+		}
+		switch {
+		case room >= n:
+			return
+		case l > 0 && len(s.blocks[l-1]) < idBlock:
+			last := s.blocks[l-1]
+			s.blocks[l-1] = append(last, make([]cas.ID, min(idBlock, n-(l-1)*idBlock)-len(last))...)
+		default:
+			s.blocks = append(s.blocks, make([]cas.ID, min(idBlock, n-l*idBlock)))
+		}
+	}
+}
+
+// has reports whether id is in the set (sealed; IDs not merged yet are not
+// seen).
 func (s *idSet) has(id cas.ID) bool {
-	_, ok := slices.BinarySearchFunc(s.sorted, id, compareIDs)
-	return ok
+	lo, hi := 0, s.n
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		switch c := compareIDs(*s.at(m), id); {
+		case c == 0:
+			return true
+		case c < 0:
+			lo = m + 1
+		default:
+			hi = m
+		}
+	}
+	return false
 }
 
 // len is the number of IDs in the set (sealed).
-func (s *idSet) len() int { return len(s.sorted) }
+func (s *idSet) len() int { return s.n }
+
+// get returns the set's i-th ID in order (sealed).
+func (s *idSet) get(i int) cas.ID { return *s.at(i) }
 
 // inoSet is a set of inode numbers: a bitmap in pages of 64Ki numbers,
 // allocated as numbers fall in them (inode numbers are handed out in
