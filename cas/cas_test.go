@@ -67,9 +67,7 @@ func put(t *testing.T, s *Store, data []byte) ChunkRef {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Commit(context.Background(), b, func(*Tx) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
+	mustCommit(t, s, b)
 	return ref
 }
 
@@ -212,9 +210,7 @@ func TestConcurrentPutsOfOneChunkCountOnce(t *testing.T) {
 	}
 	wg.Wait()
 	for _, b := range batches {
-		if err := s.Commit(context.Background(), b, func(*Tx) error { return nil }); err != nil {
-			t.Fatal(err)
-		}
+		mustCommit(t, s, b)
 	}
 	st, err := s.Stats()
 	if err != nil {
@@ -523,9 +519,7 @@ func TestPutHinted(t *testing.T) {
 	if ref, err := b.Put(ctx, bf); err != nil || ref != refBF {
 		t.Fatalf("unhinted put: %v %v", ref, err)
 	}
-	if err := s.Commit(context.Background(), b, func(*Tx) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
+	mustCommit(t, s, b)
 	b.Release()
 	for _, c := range []struct {
 		ref  ChunkRef
@@ -580,6 +574,14 @@ func TestPutHinted(t *testing.T) {
 	wg.Wait()
 	close(errs)
 	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// mustCommit commits batch b to s with nothing else in its transaction.
+func mustCommit(t testing.TB, s *Store, b *Batch) {
+	t.Helper()
+	if err := s.Commit(context.Background(), b, func(*Tx) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -118,9 +118,7 @@ func TestPackedChunksRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Commit(context.Background(), b, func(*Tx) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
+	mustCommit(t, s, b)
 	st, err := s.Stats()
 	if err != nil {
 		t.Fatal(err)
@@ -219,9 +217,7 @@ func TestPackCrashBeforeCommit(t *testing.T) {
 	s, _ := packedStore(t, dir, nil)
 	committed := s.NewBatch()
 	cRefs, cData := putChunks(t, committed, 4, 20<<10, 3)
-	if err := s.Commit(context.Background(), committed, func(*Tx) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
+	mustCommit(t, s, committed)
 	crashed := s.NewBatch()
 	refs, _ := putChunks(t, crashed, 4, 20<<10, 50)
 	if err := crashed.Sync(context.Background()); err != nil {
@@ -286,9 +282,7 @@ func TestPackReleaseWithoutCommit(t *testing.T) {
 	putChunks(t, first, 4, 20<<10, 5)
 	putChunks(t, second, 4, 20<<10, 5) // the same chunks, in flight in both
 	for _, b := range []*Batch{first, second} {
-		if err := s.Commit(context.Background(), b, func(*Tx) error { return nil }); err != nil {
-			t.Fatal(err)
-		}
+		mustCommit(t, s, b)
 	}
 	st, err := s.Stats()
 	if err != nil {
@@ -307,9 +301,7 @@ func TestPackedChunkDamaged(t *testing.T) {
 	defer s.Close()
 	b := s.NewBatch()
 	refs, data := putChunks(t, b, 3, 30<<10, 6)
-	if err := s.Commit(context.Background(), b, func(*Tx) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
+	mustCommit(t, s, b)
 	var info ChunkInfo
 	if err := s.View(func(tx *Tx) error { var err error; info, _, err = tx.Chunk(refs[1].ID); return err }); err != nil {
 		t.Fatal(err)
@@ -431,9 +423,7 @@ func TestPackConcurrentPuts(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	if err := s.Commit(context.Background(), b, func(*Tx) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
+	mustCommit(t, s, b)
 	s.Close()
 	s, _ = packedStore(t, dir, nil)
 	defer s.Close()

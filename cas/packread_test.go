@@ -22,9 +22,7 @@ func TestAcquireChunksOutOfOrder(t *testing.T) {
 	defer s.Close()
 	b := s.NewBatch()
 	refs, data := putChunks(t, b, 64, 16<<10, 3) // 1 MiB: one pack
-	if err := s.Commit(context.Background(), b, func(*Tx) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
+	mustCommit(t, s, b)
 	// Pairs swapped: the order a reader of the file would ask for if the
 	// writers had put each pair the other way round.
 	swapped := func(idx []int) []int {
@@ -98,9 +96,7 @@ func TestAcquireChunksReadersMeanwhile(t *testing.T) {
 	defer s.Close()
 	b := s.NewBatch()
 	refs, data := putChunks(t, b, 64, 16<<10, 5)
-	if err := s.Commit(context.Background(), b, func(*Tx) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
+	mustCommit(t, s, b)
 	damaged := 17
 	damageChunk(t, s, dir, refs[damaged].ID)
 	for round := range 20 {
@@ -202,9 +198,7 @@ func TestAcquireChunksInPlace(t *testing.T) {
 		}
 		refs, data = append(refs, ref), append(data, d)
 	}
-	if err := s.Commit(context.Background(), b, func(*Tx) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
+	mustCommit(t, s, b)
 	all, sparse := make([]int, 64), []int{}
 	for i := range all {
 		all[i] = i
@@ -294,9 +288,7 @@ func TestAcquireChunksInPlaceDamaged(t *testing.T) {
 	defer s.Close()
 	b := s.NewBatch()
 	refs, data := putChunks(t, b, 64, 16<<10, 9)
-	if err := s.Commit(context.Background(), b, func(*Tx) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
+	mustCommit(t, s, b)
 	for _, damaged := range []int{0, 31, 63} {
 		t.Run(fmt.Sprint(damaged), func(t *testing.T) {
 			damageChunk(t, s, dir, refs[damaged].ID)
@@ -348,9 +340,7 @@ func TestAcquireChunksInPlaceEviction(t *testing.T) {
 			}
 			refs, data = append(refs, ref), append(data, d)
 		}
-		if err := s.Commit(context.Background(), b, func(*Tx) error { return nil }); err != nil {
-			t.Fatal(err)
-		}
+		mustCommit(t, s, b)
 	}
 	s.cache = newCache(3<<20, s.cache.bufSize) // three runs of 1 MiB at most
 	var wg sync.WaitGroup

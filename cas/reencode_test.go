@@ -23,9 +23,7 @@ func putHinted(t *testing.T, s *Store, data []byte, h Hint) ChunkRef {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Commit(context.Background(), b, func(*Tx) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
+	mustCommit(t, s, b)
 	return ref
 }
 
