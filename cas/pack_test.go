@@ -62,6 +62,16 @@ func putChunks(t *testing.T, b *Batch, n, size int, seed byte) ([]ChunkRef, [][]
 	return refs, data
 }
 
+// commitChunks puts n chunks of size bytes (seeds from seed) in a batch of
+// s and commits it.
+func commitChunks(t *testing.T, s *Store, n, size int, seed byte) ([]ChunkRef, [][]byte) {
+	t.Helper()
+	b := s.NewBatch()
+	refs, data := putChunks(t, b, n, size, seed)
+	mustCommit(t, s, b)
+	return refs, data
+}
+
 // chunkFiles counts the object files of chunks of their own under dir.
 func chunkFiles(t *testing.T, dir string) int {
 	t.Helper()
@@ -299,9 +309,7 @@ func TestPackedChunkDamaged(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "store")
 	s, _ := packedStore(t, dir, nil)
 	defer s.Close()
-	b := s.NewBatch()
-	refs, data := putChunks(t, b, 3, 30<<10, 6)
-	mustCommit(t, s, b)
+	refs, data := commitChunks(t, s, 3, 30<<10, 6)
 	var info ChunkInfo
 	if err := s.View(func(tx *Tx) error { var err error; info, _, err = tx.Chunk(refs[1].ID); return err }); err != nil {
 		t.Fatal(err)

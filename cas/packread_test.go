@@ -20,9 +20,7 @@ func TestAcquireChunksOutOfOrder(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "store")
 	s, be := packedStore(t, dir, nil)
 	defer s.Close()
-	b := s.NewBatch()
-	refs, data := putChunks(t, b, 64, 16<<10, 3) // 1 MiB: one pack
-	mustCommit(t, s, b)
+	refs, data := commitChunks(t, s, 64, 16<<10, 3) // 1 MiB: one pack
 	// Pairs swapped: the order a reader of the file would ask for if the
 	// writers had put each pair the other way round.
 	swapped := func(idx []int) []int {
@@ -94,9 +92,7 @@ func TestAcquireChunksReadersMeanwhile(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "store")
 	s, _ := packedStore(t, dir, nil)
 	defer s.Close()
-	b := s.NewBatch()
-	refs, data := putChunks(t, b, 64, 16<<10, 5)
-	mustCommit(t, s, b)
+	refs, data := commitChunks(t, s, 64, 16<<10, 5)
 	damaged := 17
 	damageChunk(t, s, dir, refs[damaged].ID)
 	for round := range 20 {
@@ -286,9 +282,7 @@ func TestAcquireChunksInPlaceDamaged(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "store")
 	s, _ := packedStore(t, dir, nil)
 	defer s.Close()
-	b := s.NewBatch()
-	refs, data := putChunks(t, b, 64, 16<<10, 9)
-	mustCommit(t, s, b)
+	refs, data := commitChunks(t, s, 64, 16<<10, 9)
 	for _, damaged := range []int{0, 31, 63} {
 		t.Run(fmt.Sprint(damaged), func(t *testing.T) {
 			damageChunk(t, s, dir, refs[damaged].ID)

@@ -21,28 +21,7 @@ import (
 // page).
 func TestCheckMemoryPerPage(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "catalog.db")
-	db, err := bolt.Open(path, 0o600, &bolt.Options{NoFreelistSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	val := make([]byte, 1500) // two or three rows a 4 KiB leaf page
-	for batch := range 20 {
-		err := db.Update(func(tx *bolt.Tx) error {
-			b, err := tx.CreateBucketIfNotExists([]byte("rows"))
-			if err != nil {
-				return err
-			}
-			for i := range 1000 {
-				if err := b.Put(fmt.Appendf(nil, "%08d", batch*1000+i), val); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	db := rowsCatalog(t, path, 20)
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -90,31 +69,8 @@ func TestCheckMemoryPerPage(t *testing.T) {
 // disk's sequential pace: TestCheckReadsThrough.
 func TestCheckReadsOnlyPagesInUse(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "catalog.db")
-	db, err := bolt.Open(path, 0o600, &bolt.Options{NoFreelistSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	val := make([]byte, 1500)
-	put := func(from, to int) error {
-		return db.Update(func(tx *bolt.Tx) error {
-			b, err := tx.CreateBucketIfNotExists([]byte("rows"))
-			if err != nil {
-				return err
-			}
-			for i := from; i < to; i++ {
-				if err := b.Put(fmt.Appendf(nil, "%08d", i), val); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-	}
-	for k := range 8 {
-		if err := put(k*1000, (k+1)*1000); err != nil {
-			t.Fatal(err)
-		}
-	}
-	err = db.Update(func(tx *bolt.Tx) error { // most pages free, the rest spread over the file
+	db := rowsCatalog(t, path, 8)
+	err := db.Update(func(tx *bolt.Tx) error { // most pages free, the rest spread over the file
 		b := tx.Bucket([]byte("rows"))
 		for i := range 8000 {
 			if i%50 != 0 {
@@ -144,22 +100,7 @@ func TestCheckReadsOnlyPagesInUse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cached := func() int {
-		data, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_SHARED)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer unix.Munmap(data)
-		vec := make([]byte, (len(data)+os.Getpagesize()-1)/os.Getpagesize())
-		if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&data[0])), uintptr(len(data)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
-			t.Fatal(e)
-		}
-		n := 0
-		for _, v := range vec {
-			n += int(v & 1)
-		}
-		return n * os.Getpagesize() / ps
-	}
+	cached := func() int { return cachedPages(t, f, st.Size()) * os.Getpagesize() / ps }
 	if err := f.Sync(); err != nil {
 		t.Fatal(err)
 	}
@@ -202,23 +143,8 @@ func TestCheckReadsThrough(t *testing.T) {
 	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
 		t.Fatal(err)
 	}
-	data, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Munmap(data)
-	pages := len(data) / os.Getpagesize()
-	vec := make([]byte, pages)
-	cached := func() int {
-		if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&data[0])), uintptr(len(data)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
-			t.Fatal(e)
-		}
-		n := 0
-		for _, v := range vec {
-			n += int(v & 1)
-		}
-		return n
-	}
+	pages := int(st.Size()) / os.Getpagesize()
+	cached := func() int { return cachedPages(t, f, st.Size()) }
 	if n := cached(); n == pages {
 		t.Skipf("all %d pages still cached after FADV_DONTNEED: this file system keeps them (tmpfs?), nothing to measure", pages)
 	}
@@ -243,4 +169,54 @@ func TestCheckReadsThrough(t *testing.T) {
 	if err := Check(path); !errors.Is(err, ErrCatalogDamaged) {
 		t.Errorf("Check of a damaged catalog: %v, want ErrCatalogDamaged", err)
 	}
+}
+
+// rowsCatalog opens a bbolt file at path (as the catalog does: no synced
+// freelist) and puts txs transactions of 1,000 rows of 1,500 bytes, two or
+// three a 4 KiB leaf page, in bucket "rows".
+func rowsCatalog(t *testing.T, path string, txs int) *bolt.DB {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{NoFreelistSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	val := make([]byte, 1500)
+	for k := range txs {
+		err := db.Update(func(tx *bolt.Tx) error {
+			b, err := tx.CreateBucketIfNotExists([]byte("rows"))
+			if err != nil {
+				return err
+			}
+			for i := k * 1000; i < (k+1)*1000; i++ {
+				if err := b.Put(fmt.Appendf(nil, "%08d", i), val); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return db
+}
+
+// cachedPages counts the OS pages of f's first size bytes that are in the
+// page cache (mincore of a mapping of them).
+func cachedPages(t *testing.T, f *os.File, size int64) int {
+	t.Helper()
+	data, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(data)
+	vec := make([]byte, (len(data)+os.Getpagesize()-1)/os.Getpagesize())
+	if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&data[0])), uintptr(len(data)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+		t.Fatal(e)
+	}
+	n := 0
+	for _, v := range vec {
+		n += int(v & 1)
+	}
+	return n
 }
