@@ -6,6 +6,7 @@ import (
 	"os"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/ckptfs/ckptfs/cas"
 )
@@ -33,6 +34,19 @@ func TestOpenAfterRemoteRemoval(t *testing.T) {
 	n, ok := in.Operations().(*fileNode)
 	if !ok {
 		t.Fatalf("runs/a.bin is a %T", in.Operations())
+	}
+	// close(2) returns before the kernel's RELEASE reaches the daemon: the
+	// node stays pinned (its handle open) until then.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		n.mu.Lock()
+		settled := n.settled()
+		n.mu.Unlock()
+		if settled {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("runs/a.bin still has state beyond the catalog 10 s after its close (no RELEASE?)")
+		}
 	}
 	n.mu.Lock()
 	n.manifest = nil // not open: a node holds no manifest once closed
