@@ -1,10 +1,6 @@
 package cas
 
-import (
-	"fmt"
-
-	"github.com/ckptfs/ckptfs/cas/object"
-)
+import "fmt"
 
 // Inline chunks (doc.go, "Inline chunks", has the decisions): a new chunk
 // of at most Options.InlineMaxChunk raw bytes is kept by its batch in
@@ -37,13 +33,15 @@ func (b *Batch) reserveInline(n int) bool {
 }
 
 // putInline keeps chunk id (data, not indexed) for its commit's
-// transaction, stored raw (codec 0): a small chunk gains little from a
-// codec, and the commit of a small file would pay for it. The chunk is
+// transaction, encoded as any object (zstd when that saves at least
+// 1/32, else raw): it is never re-encoded, so this is its form for
+// good, and the cost is bounded by the batch's inline budget
+// (Options.InlineMaxChunk raw bytes). The chunk is
 // readable at once through the registry of live batches' chunks (packs:
 // as if in a pack already written out by no one), until the batch is
 // released; from its commit on, through its index row.
 func (b *Batch) putInline(id ID, data []byte, h Hint) {
-	obj := object.EncodeRaw(data)
+	obj, codec := b.s.coder.Encode(data, Hint{})
 	b.packMu.Lock()
 	defer b.packMu.Unlock()
 	b.mu.Lock()
@@ -52,7 +50,7 @@ func (b *Batch) putInline(id ID, data []byte, h Hint) {
 		return
 	}
 	b.inline[id] = obj
-	b.added[id] = ChunkInfo{RawLen: uint32(len(data)), StoredLen: uint32(len(obj)), Codec: CodecRaw, Inline: true}
+	b.added[id] = ChunkInfo{RawLen: uint32(len(data)), StoredLen: uint32(len(obj)), Codec: codec, Inline: true}
 	b.hints[id] = h
 	// Nothing to sync: the object becomes durable with the transaction
 	// that indexes it.
