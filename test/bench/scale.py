@@ -25,6 +25,7 @@ creates take most of an hour)."""
 import argparse
 import json
 import os
+import random
 import shutil
 import signal
 import struct
@@ -170,9 +171,19 @@ def paths(root, n):
     return [root / f"d{i // PER_DIR:05d}" / f"f{i:07d}" for i in range(n)]
 
 
-def create(files, writers, fsync):
-    """Writes every file of files (4 KiB each, distinct bytes) from writers
-    threads; with fsync, each is fsync'd before its close. Returns seconds."""
+def file_bytes(i, content, salt=0):
+    """File i's 4 KiB: its number repeated (pattern: compresses ~100x, as
+    nothing real does) or pseudo-random bytes (random: incompressible, as a
+    rank's tensor shard); distinct for each (i, salt)."""
+    if content == "random":
+        return random.Random(salt << 32 | i).randbytes(FILE_BYTES)
+    return (b"%08d%08d" % (salt, i)) * (FILE_BYTES // 16)
+
+
+def create(files, writers, fsync, content="pattern", salt=0):
+    """Writes every file of files (4 KiB each, distinct bytes, see
+    file_bytes) from writers threads; with fsync, each is fsync'd before its
+    close. Returns seconds."""
     for d in sorted({p.parent for p in files}):
         d.mkdir(parents=True, exist_ok=True)
     if fsync:  # the directories are durable before the timed part, as ckptfs's are
@@ -182,7 +193,7 @@ def create(files, writers, fsync):
     def work(k):
         try:
             for i in range(k, len(files), writers):
-                data = (b"%016d" % i) * (FILE_BYTES // 16)
+                data = file_bytes(i, content, salt)
                 fd = os.open(files[i], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
                 os.write(fd, data)
                 if fsync:
@@ -402,6 +413,8 @@ def main():
     ap.add_argument("-n", type=int, default=100_000, help="files created by 8 writers (1000000 by hand)")
     ap.add_argument("--n1", type=int, default=None, help="files created by 1 writer (default n/10; 0: none)")
     ap.add_argument("--writers", type=int, default=8)
+    ap.add_argument("--content", choices=("pattern", "random"), default="pattern",
+                    help="the files' bytes: a repeated number (compressible) or pseudo-random (incompressible)")
     ap.add_argument("--steps", type=int, default=10_000, help="tiny checkpoints of the run (0: no run)")
     ap.add_argument("--dir", default=None, help="scratch directory (default: a new one under /tmp)")
     ap.add_argument("--out", default=None)
@@ -426,7 +439,7 @@ def main():
     store, mnt, plain = base / "store", base / "mnt", base / "plain"
     plain.mkdir(exist_ok=a.reuse)
     d = Daemon(Path(a.bin).resolve(), store, mnt)
-    out = {"n": a.n, "n1": n1, "writers": a.writers, "steps": a.steps, "read_every": a.read_every,
+    out = {"n": a.n, "n1": n1, "writers": a.writers, "content": a.content, "steps": a.steps, "read_every": a.read_every,
            "load_start": " ".join(Path("/proc/loadavg").read_text().split()[:3])}
     # the files the walks find: both passes' (the mount's run directory is not there yet)
     files = a.n + n1
@@ -442,12 +455,14 @@ def main():
             if a.reuse or n == 0:
                 continue
             progress(f"create {n} files with {w} writers", out)
-            tp = create(paths(plain / f"w{w}", n), w, True)
-            tc = create(paths(mnt / f"w{w}", n), w, False)
+            tp = create(paths(plain / f"w{w}", n), w, True, a.content, w)
+            tc = create(paths(mnt / f"w{w}", n), w, False, a.content, w)
             out[f"create_w{w}.plain_files_per_s"] = n / tp
             out[f"create_w{w}.ckptfs_files_per_s"] = n / tc
             out[f"create_w{w}.ratio"] = tc / tp
 
+        if not a.reuse:
+            out["store.catalog_bytes_per_file"] = (store / "catalog.db").stat().st_size / files
         if a.creates_only:
             raise StopIteration
 
