@@ -219,7 +219,7 @@ func (c *Coder) appendPlane(dst []byte, s *bgEnc, p []byte) (byte, []byte) {
 		size = n
 	}
 	if float64(maxCount) > bgZstdTry*float64(n) {
-		s.tmp = c.zenc.EncodeAll(p, s.tmp[:0])
+		s.tmp = c.zstdFor(len(p)).EncodeAll(p, s.tmp[:0])
 		if len(s.tmp) < size && float64(len(s.tmp)) <= float64(n)*(1-bgPlaneSaving) {
 			return bgZstd, append(dst, s.tmp...)
 		}

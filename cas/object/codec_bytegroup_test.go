@@ -601,3 +601,43 @@ func TestRawObjectCRC(t *testing.T) {
 		})
 	}
 }
+
+// TestSmallInputEncoder: inputs up to smallInput go to an encoder of their
+// own, so that a small file's commit does not queue behind a large chunk's
+// encode (zenc runs one at a time); it encodes them as small as zenc does,
+// and its frames decode to the input.
+func TestSmallInputEncoder(t *testing.T) {
+	c := newTestCoder(t)
+	if c.zstdFor(4<<10) == c.zstdFor(4<<20) || c.zstdFor(smallInput) != c.zsmall || c.zstdFor(smallInput+1) != c.zenc {
+		t.Fatal("small and large inputs share one encoder")
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	noise := make([]byte, 16<<10)
+	for i := range noise {
+		noise[i] = byte(rng.Uint32())
+	}
+	cases := []struct {
+		name     string
+		raw      []byte
+		wantZstd bool
+	}{
+		{"text", []byte(strings.Repeat(`{"step": 100, "loss": 2.31},`, 140)), true},
+		{"random", noise, false},
+		{"at the limit", bytes.Repeat([]byte("abcdefgh"), smallInput/8), true},
+	}
+	for _, tc := range cases {
+		small := c.zsmall.EncodeAll(tc.raw, nil)
+		large := c.zenc.EncodeAll(tc.raw, nil)
+		if len(small) > len(large)+16 { // a frame header may differ by some bytes
+			t.Errorf("%s: %d bytes from the small-input encoder, %d from the other", tc.name, len(small), len(large))
+		}
+		obj, codec := c.Encode(tc.raw, Hint{})
+		if (codec == CodecZstd) != tc.wantZstd {
+			t.Errorf("%s: codec %v, want zstd %v", tc.name, codec, tc.wantZstd)
+		}
+		got, err := c.Decode(Sum(tc.raw), obj)
+		if err != nil || !bytes.Equal(got, tc.raw) {
+			t.Fatalf("%s: decode: %v (equal %v)", tc.name, err, bytes.Equal(got, tc.raw))
+		}
+	}
+}
