@@ -130,7 +130,7 @@ func ingest(ctx context.Context, src source, maxChunk int, put putFunc) ([]cas.C
 		if b, ok := src.(borrower); ok {
 			blk, data = b.borrow(size, n)
 		} else {
-			blk = blocks.block(size)
+			blk = blocks.block(size, n)
 			data = blk.buf[:n]
 			if err := readFull(src, data, size); err != nil {
 				blk.unref()
@@ -195,14 +195,17 @@ type blockPool struct {
 
 const blockPoolKeep = 16
 
-// block returns a block of the file at off holding one reference.
-func (p *blockPool) block(off int64) *block {
-	b := &block{buf: p.get(), off: off, pool: p}
+// block returns a block of the file at off holding one reference, with room
+// for n bytes: a whole readBlock, recycled, unless n is less and none is
+// free (a spooled file of 4 KiB allocated and faulted in 4 MiB, some ms of
+// CPU, for an ingest whose pool lives as long as the file's commit).
+func (p *blockPool) block(off int64, n int64) *block {
+	b := &block{buf: p.get(n), off: off, pool: p}
 	b.refs.Store(1)
 	return b
 }
 
-func (p *blockPool) get() []byte {
+func (p *blockPool) get(n int64) []byte {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if k := len(p.free); k > 0 {
@@ -210,13 +213,16 @@ func (p *blockPool) get() []byte {
 		p.free = p.free[:k-1]
 		return b
 	}
+	if n < readBlock {
+		return make([]byte, n)
+	}
 	return make([]byte, readBlock)
 }
 
 func (p *blockPool) put(b []byte) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.free) < blockPoolKeep {
+	if cap(b) >= readBlock && len(p.free) < blockPoolKeep {
 		p.free = append(p.free, b[:readBlock])
 	}
 }

@@ -164,7 +164,7 @@ func (s *stream) borrow(off, n int64) (*block, []byte) {
 		b = s.blocks[i]
 		b.refs.Add(1)
 	} else {
-		b = s.pool.blocks.block(off)
+		b = s.pool.blocks.block(off, streamBlock)
 	}
 	if written := max(s.appended-off, 0); written < n {
 		clear(b.buf[written:n])
@@ -210,7 +210,7 @@ func (s *stream) write(data []byte, off int64) (ok bool, err error) {
 		rel := s.appended - s.base
 		i := int(rel / streamBlock)
 		if i == len(s.blocks) {
-			s.blocks = append(s.blocks, s.pool.blocks.block(s.base+rel))
+			s.blocks = append(s.blocks, s.pool.blocks.block(s.base+rel, streamBlock))
 		}
 		c := copy(s.blocks[i].buf[rel%streamBlock:], data)
 		data = data[c:]
