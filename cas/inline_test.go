@@ -243,10 +243,22 @@ func TestInlineDamaged(t *testing.T) {
 // through PackedObject; a sweep frees it with its row; a batch released
 // without a commit leaves nothing.
 func TestInlineBeforeCommitAndSweep(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		data    []byte
+		encoded bool
+	}{
+		{"raw", pseudoRandom(3<<10, 12), false},
+		{"encoded", bytes.Repeat([]byte(`{"lr": 0.0003, "step": 7}`), 120), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) { inlineBeforeCommitAndSweep(t, tc.data, tc.encoded) })
+	}
+}
+
+func inlineBeforeCommitAndSweep(t *testing.T, data []byte, encoded bool) {
 	ctx := context.Background()
 	s := inlineStore(t, filepath.Join(t.TempDir(), "store"), DefaultInlineMaxChunk)
 	defer s.Close()
-	data := pseudoRandom(3<<10, 12)
 	b := s.NewBatch()
 	ref, err := b.Put(ctx, data)
 	if err != nil {
@@ -257,6 +269,9 @@ func TestInlineBeforeCommitAndSweep(t *testing.T) {
 	}
 	if err := s.Commit(ctx, b, func(*Tx) error { return nil }); err != nil {
 		t.Fatal(err)
+	}
+	if info := chunkRow(t, s, ref.ID); (info.Codec != CodecRaw) != encoded {
+		t.Fatalf("stored as %v, want encoded %v", info.Codec, encoded)
 	}
 	obj, packed, err := s.PackedObject(ctx, ref.ID, nil)
 	if err != nil || !packed {
