@@ -402,8 +402,9 @@
 //     cut of this rule, per chunk, did: a test's catalog of 3.9 MiB of
 //     chunks grew from ~100 pages to ~1,000). Negative: none.
 //   - Form: the object an object file would hold (header, payload, CRC),
-//     encoded at once as any object is (zstd at its fastest level when that
-//     saves 1/32, else raw), never through the re-encode queue. It was raw
+//     encoded at once as a new object is when one of Options.InlineEncoders
+//     is free (zstd at its fastest level when that saves 1/32, else raw),
+//     raw when none is, never through the re-encode queue. It was raw
 //     at first ("a few KiB gain little from a codec"): wrong for the small
 //     files of a checkpoint (JSON, configs, pickled metadata), and costly
 //     in bbolt, where a raw 4 KiB object is larger than a page: its leaf

@@ -1,6 +1,10 @@
 package cas
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/ckptfs/ckptfs/cas/object"
+)
 
 // Inline chunks (doc.go, "Inline chunks", has the decisions): a new chunk
 // of at most Options.InlineMaxChunk raw bytes is kept by its batch in
@@ -34,14 +38,20 @@ func (b *Batch) reserveInline(n int) bool {
 
 // putInline keeps chunk id (data, not indexed) for its commit's
 // transaction, encoded as any object (zstd when that saves at least
-// 1/32, else raw): it is never re-encoded, so this is its form for
-// good, and the cost is bounded by the batch's inline budget
-// (Options.InlineMaxChunk raw bytes). The chunk is
+// 1/32, else raw) when one of Options.InlineEncoders is free, as a new
+// object is; raw otherwise (no slot free, or none at all: InlineEncoders
+// -1). It is never re-encoded, so this is its form for good; the cost is
+// bounded by the batch's inline budget (Options.InlineMaxChunk raw
+// bytes). The chunk is
 // readable at once through the registry of live batches' chunks (packs:
 // as if in a pack already written out by no one), until the batch is
 // released; from its commit on, through its index row.
 func (b *Batch) putInline(id ID, data []byte, h Hint) {
-	obj, codec := b.s.coder.Encode(data, Hint{})
+	obj, codec := object.EncodeRaw(data), CodecRaw
+	if release, ok := b.s.re.tryEncodeSlot(len(data)); ok {
+		obj, codec = b.s.coder.Encode(data, Hint{})
+		release()
+	}
 	b.packMu.Lock()
 	defer b.packMu.Unlock()
 	b.mu.Lock()

@@ -158,6 +158,21 @@ func TestInlineEncoded(t *testing.T) {
 	if _, err := s.ReadChunk(ctx, ref); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("read of a damaged encoded inline chunk: %v, want ErrCorrupt", err)
 	}
+
+	// No encoder on the commit path (--inline-encoders -1): raw, as a new
+	// object would be.
+	noenc, err := openLocal(filepath.Join(t.TempDir(), "store"), Options{InlineMaxChunk: DefaultInlineMaxChunk, InlineEncoders: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer noenc.Close()
+	r := put(t, noenc, state.Bytes())
+	if info := chunkRow(t, noenc, r.ID); !info.Inline || info.Codec != CodecRaw {
+		t.Fatalf("with no inline encoder: %+v, want inline and raw", info)
+	}
+	if got, err := noenc.ReadChunk(ctx, r); err != nil || !bytes.Equal(got, state.Bytes()) {
+		t.Fatalf("read: %v", err)
+	}
 }
 
 // TestInlineDedup: an inline chunk is stored once however many batches put
