@@ -413,9 +413,11 @@
 //     runs fragment the freelist, so the file grew past its free pages.
 //     bench-scale's 4 KiB files (compressible) at 10⁵: catalog 624 MB raw
 //     (6.2 KB a file, 5,253 free pages stranded) against 74 MB encoded; the
-//     daemon's CPU per create 0.711 against 0.726 ms (zstd of 4 KiB: some
-//     µs; at most InlineMaxChunk raw bytes a commit). Incompressible bytes
-//     stay raw and cost what they did. It is never queued for re-encoding, nor planned
+//     daemon's CPU per create 0.711 against 0.726 ms. Its cost shows on
+//     real text: zstd of a few KiB takes 35–90 µs here, and 8 writers
+//     copying 7,033 small files of a Python environment took 5.4 s (median)
+//     against 5.0 s raw, for a catalog of 25.6 MB against 57 MB. Incompressible
+//     bytes stay raw and cost what they did. It is never queued for re-encoding, nor planned
 //     as a delta (either would move it out of the catalog), but may be a
 //     delta's base. Its index row is record version 3 and its object is
 //     in the catalog's inline bucket (catalog/inline.go), both written by
