@@ -439,6 +439,18 @@ func commitBatch(t *Tx, b *Batch) error {
 	return dropDeadPacks(t, b)
 }
 
+// encodeIfFree encodes data (an object's bytes) when one of the inline
+// encoders is free (Options.InlineEncoders), and reports whether it did.
+func (s *Store) encodeIfFree(data []byte, h Hint) (obj []byte, codec Codec, ok bool) {
+	release, ok := s.re.tryEncodeSlot(len(data))
+	if !ok {
+		return nil, CodecRaw, false
+	}
+	defer release()
+	obj, codec = s.coder.Encode(data, h)
+	return obj, codec, true
+}
+
 // writeObject stores data as chunk id's object, unless a verified object is
 // already there. Making it durable is Batch.Sync's job.
 //
@@ -460,25 +472,22 @@ func (s *Store) writeObject(ctx context.Context, id ID, data []byte, h Hint) (in
 			return ChunkInfo{}, false, ctx.Err()
 		}
 	}
-	var obj []byte
-	codec := CodecRaw
-	release, ok := s.re.tryEncodeSlot(len(data))
+	obj, codec, ok := s.encodeIfFree(data, h)
 	if !ok && s.re.slots != nil && s.ReencodeBacklog() >= s.re.maxBacklog {
 		// The queue is full: this commit waits for an encoder rather than
 		// add to it, so a store written without pause keeps at most
 		// maxBacklog raw (reencode.go).
 		select {
 		case s.re.slots <- struct{}{}:
-			release, ok = func() { <-s.re.slots }, true
+			obj, codec = s.coder.Encode(data, h)
+			<-s.re.slots
+			ok = true
 		case <-ctx.Done():
 			return ChunkInfo{}, false, ctx.Err()
 		}
 	}
-	if ok {
-		obj, codec = s.coder.Encode(data, h)
-		release()
-	} else {
-		obj, pending = object.EncodeRaw(data), true
+	if !ok {
+		obj, codec, pending = object.EncodeRaw(data), CodecRaw, true
 	}
 	if err := s.objects.Put(ctx, chunkHandle(id), obj, backend.PutOptions{}); err != nil {
 		return ChunkInfo{}, false, fmt.Errorf("write chunk %v: %w", id, err)

@@ -47,10 +47,9 @@ func (b *Batch) reserveInline(n int) bool {
 // as if in a pack already written out by no one), until the batch is
 // released; from its commit on, through its index row.
 func (b *Batch) putInline(id ID, data []byte, h Hint) {
-	obj, codec := object.EncodeRaw(data), CodecRaw
-	if release, ok := b.s.re.tryEncodeSlot(len(data)); ok {
-		obj, codec = b.s.coder.Encode(data, Hint{})
-		release()
+	obj, codec, ok := b.s.encodeIfFree(data, Hint{})
+	if !ok {
+		obj, codec = object.EncodeRaw(data), CodecRaw
 	}
 	b.packMu.Lock()
 	defer b.packMu.Unlock()
