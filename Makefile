@@ -138,7 +138,8 @@ N ?= 100000
 STEPS ?= 10000
 CGROUP_MIB ?= 0
 bench-scale: build
-	python3 test/bench/scale.py --bin $(BIN) -n $(N) --steps $(STEPS) --cgroup-mib $(CGROUP_MIB) $(SCALE_FLAGS) --out bench-scale-results.txt
+	$(GO) build -o bin/fusefloor ./test/bench/fusefloor
+	python3 test/bench/scale.py --bin $(BIN) --floor-bin bin/fusefloor -n $(N) --steps $(STEPS) --cgroup-mib $(CGROUP_MIB) $(SCALE_FLAGS) --out bench-scale-results.txt
 
 clean:
 	rm -rf bin

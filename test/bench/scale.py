@@ -3,7 +3,9 @@ a plain directory on the same disk, side by side in one run.
 
   creates   N files of 4 KiB from 8 writers (and N1 from 1 writer), in the mount
             (close = durable) and in a plain directory (each file fsync'd: the
-            same durability); files/s and the ratio of times ckptfs ÷ plain
+            same durability); files/s and the ratio of times ckptfs ÷ plain;
+            with --floor-bin the same creates through fusefloor's noop mount
+            (FUSE's own ceiling here) and its loopback with fsync
   walks     after a daemon restart and a drop of the page cache: find, stat of
             every path, read of every file; ratio to plain and µs per file
   store     gc and fsck of the mount: µs per file
@@ -88,6 +90,59 @@ class Daemon:
             if k in ("VmRSS", "RssAnon", "RssFile"):
                 out[k] = int(v.split()[0]) * 1024
         return out
+
+
+class FloorMount:
+    """A mount of test/bench/fusefloor: FUSE with nothing (noop) or a
+    loopback of a directory on the same disk (fsync passed down) behind it,
+    with ckptfs's mount options: what FUSE itself costs a create here."""
+
+    def __init__(self, binary, mode, mnt, backing=None):
+        self.mnt = mnt
+        mnt.mkdir(parents=True, exist_ok=True)
+        argv = [str(binary), "-mode", mode]
+        if backing is not None:
+            backing.mkdir(parents=True, exist_ok=True)
+            argv += ["-backing", str(backing)]
+        self.proc = subprocess.Popen([*argv, str(mnt)], stdout=subprocess.PIPE, stderr=sys.stderr, text=True)
+        line = self.proc.stdout.readline()
+        if "serving" not in line:
+            self.proc.kill()
+            raise SystemExit(f"fusefloor -mode {mode} failed: {line!r}")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            rc = "killed"
+        if rc != 0:
+            subprocess.run(["umount", "-l", str(self.mnt)], check=False, capture_output=True)
+            if exc[0] is None:
+                raise SystemExit(f"fusefloor at {self.mnt} exited with {rc}")
+
+
+def floor_creates(binary, base, w, n, content, tp, out):
+    """The same creates (n files, w writers) into fusefloor's noop mount
+    (closed, nothing durable: FUSE's own ceiling here) and its loopback of a
+    directory on this disk (each file fsync'd, as plain's): files/s and the
+    ratio of times to plain's tp, measured right after it."""
+    with FloorMount(binary, "noop", base / "floor-noop") as m:
+        t = create(paths(m.mnt / f"w{w}", n), w, False, content, w)
+    out[f"create_w{w}.fuse_noop_files_per_s"] = n / t
+    out[f"create_w{w}.fuse_noop_ratio"] = t / tp
+    with FloorMount(binary, "loopback", base / "floor-loop", base / "floor-loop-backing") as m:
+        t = create(paths(m.mnt / f"w{w}", n), w, True, content, w)
+    out[f"create_w{w}.fuse_loopback_fsync_files_per_s"] = n / t
+    out[f"create_w{w}.fuse_loopback_fsync_ratio"] = t / tp
+    shutil.rmtree(base / "floor-loop-backing")  # not part of the walks that follow
+    for d in ("floor-noop", "floor-loop"):
+        (base / d).rmdir()
 
 
 class MemoryCgroup:
@@ -418,6 +473,9 @@ def main():
     ap.add_argument("--steps", type=int, default=10_000, help="tiny checkpoints of the run (0: no run)")
     ap.add_argument("--dir", default=None, help="scratch directory (default: a new one under /tmp)")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--floor-bin", default=None,
+                    help="test/bench/fusefloor built: also time the creates through FUSE with nothing behind it and "
+                         "through a loopback with fsync (what FUSE itself costs a create on this machine)")
     ap.add_argument("--creates-only", action="store_true", help="stop after the creates (while iterating)")
     ap.add_argument("--run-only", action="store_true", help="only the run of --steps checkpoints (while iterating)")
     ap.add_argument("--no-plain-read", action="store_true", help="skip the plain directory's read-all (10⁶: saves time)")
@@ -460,6 +518,9 @@ def main():
             out[f"create_w{w}.plain_files_per_s"] = n / tp
             out[f"create_w{w}.ckptfs_files_per_s"] = n / tc
             out[f"create_w{w}.ratio"] = tc / tp
+            if a.floor_bin:
+                progress(f"the same {n} creates through fusefloor (noop, loopback)", out)
+                floor_creates(Path(a.floor_bin).resolve(), base, w, n, a.content, tp, out)
 
         if not a.reuse:
             out["store.catalog_bytes_per_file"] = (store / "catalog.db").stat().st_size / files
