@@ -9,7 +9,11 @@
 //     It is the ceiling of any FUSE filesystem's create rate here.
 //   - loopback: go-fuse's loopback of a directory; an fsync in the mount is
 //     an fsync of the file below. It is what the same durability costs the
-//     simplest FUSE filesystem that has it.
+//     simplest FUSE filesystem that has it. Where the kernel allows FUSE
+//     passthrough (Linux 6.9 or later, root), go-fuse opens files with it,
+//     so reads and writes go to the file below without the daemon: a floor
+//     for creates (whose LOOKUP, CREATE, FLUSH, FSYNC and RELEASE still go
+//     through the daemon), not for reads.
 //
 // Usage: fusefloor -mode noop|loopback [-backing DIR] MOUNTPOINT. It prints
 // "serving" once the mount is live and unmounts on SIGTERM or SIGINT.
