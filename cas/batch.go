@@ -95,6 +95,19 @@ func (b *Batch) SuggestBase(id, prev ID) {
 	b.mu.Unlock()
 }
 
+// DeltaCandidate reports whether chunk id, put in b, would be planned as a
+// delta at commit if a base were suggested for it (SuggestBase): a chunk b
+// added as an object of its own. An inline or packed chunk is never a
+// delta, and a chunk the store held already is not b's to plan; a
+// committer skips the search for a previous version when no chunk is one.
+func (b *Batch) DeltaCandidate(id ID) bool {
+	b.mu.Lock() // inPack is written holding both mu and packMu
+	defer b.mu.Unlock()
+	info, added := b.added[id]
+	_, packed := b.inPack[id]
+	return added && !info.Inline && !packed
+}
+
 // Put stores data as a chunk and returns its reference. When the chunk is
 // already indexed nothing is written. data is not retained. It is
 // PutHinted(ctx, data, Hint{}).

@@ -348,3 +348,67 @@ func TestInlineBudgetPerBatch(t *testing.T) {
 		}
 	}
 }
+
+// TestDeltaCandidate: a batch says which of its chunks a suggested base
+// would make a delta, and its commit agrees: an inline chunk, a packed one,
+// one the store held already and one never put are not candidates; a chunk
+// of an object of its own is, and gets a delta plan from its suggestion.
+func TestDeltaCandidate(t *testing.T) {
+	ctx := context.Background()
+	s := inlineStore(t, filepath.Join(t.TempDir(), "store"), DefaultInlineMaxChunk)
+	defer s.Close()
+	held := pseudoRandom(1<<20, 40)
+	put(t, s, held)
+	cases := []struct {
+		name string
+		data []byte // nil: never put
+		want bool
+	}{
+		{"inline", pseudoRandom(4<<10, 41), false},
+		{"packed", pseudoRandom(64<<10, 42), false},
+		{"own object", pseudoRandom(1<<20, 43), true},
+		{"held already", held, false},
+		{"never put", nil, false},
+	}
+	b := s.NewBatch()
+	ids := make([]ID, len(cases))
+	for i, c := range cases {
+		if c.data == nil {
+			ids[i] = Sum([]byte("never put"))
+			continue
+		}
+		// A base of the same length, committed: what a previous step left.
+		base := put(t, s, pseudoRandom(len(c.data), byte(60+i)))
+		ref, err := b.Put(ctx, c.data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = ref.ID
+		b.SuggestBase(ref.ID, base.ID)
+	}
+	for i, c := range cases {
+		if got := b.DeltaCandidate(ids[i]); got != c.want {
+			t.Errorf("%s: DeltaCandidate %v, want %v", c.name, got, c.want)
+		}
+	}
+	mustCommit(t, s, b)
+	if err := s.View(func(tx *Tx) error {
+		for i, c := range cases {
+			_, _, planned, err := tx.DeltaPlan(ids[i])
+			if err != nil {
+				return err
+			}
+			if !planned { // or planned and already re-encoded as a delta
+				if _, _, planned, err = tx.Delta(ids[i]); err != nil {
+					return err
+				}
+			}
+			if planned != c.want {
+				t.Errorf("%s: delta planned %v at commit, DeltaCandidate said %v", c.name, planned, c.want)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}

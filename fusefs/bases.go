@@ -52,8 +52,10 @@ type hintPlace struct {
 // suggestBases finds the previous version of the file at place and suggests
 // its chunks as bases for refs (the new content, indexed by ix, may be nil).
 func (f *FS) suggestBases(batch *cas.Batch, place hintPlace, m *cas.Manifest, ix *FileIndex) {
-	if !slices.ContainsFunc(m.Chunks, func(c cas.ChunkRef) bool { return c.Len >= minHintChunk }) {
-		return // nothing to pair: no need to look for the previous version
+	if !slices.ContainsFunc(m.Chunks, func(c cas.ChunkRef) bool {
+		return c.Len >= minHintChunk && batch.DeltaCandidate(c.ID)
+	}) {
+		return // nothing to pair (small files: inline; small chunks: packed): no need to look for the previous version
 	}
 	var prev *cas.Manifest
 	_ = f.store.View(func(tx *cas.Tx) error {

@@ -1,6 +1,7 @@
 package fusefs
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -109,6 +110,21 @@ func TestHintAmongManySteps(t *testing.T) {
 		}
 	}
 	want(fmt.Sprintf("step-%d", steps), steps, fmt.Sprintf("step-%d", steps-1))
+
+	// A small file's chunk goes inline, and an inline chunk is never a
+	// delta: its commit does not look for a previous version, though the
+	// step before has one.
+	small := func(n int) []byte { return bytes.Repeat([]byte(fmt.Sprintf("%08d", n)), 512) }
+	mustWrite(t, m.path(fmt.Sprintf("run/step-%d/config.json", steps-1)), small(1))
+	mu.Lock()
+	seen = nil
+	mu.Unlock()
+	mustWrite(t, m.path(fmt.Sprintf("run/step-%d/config.json", steps)), small(2))
+	mu.Lock()
+	if len(seen) != 0 {
+		t.Errorf("a 4 KiB file's commit looked for its previous version (%d searches)", len(seen))
+	}
+	mu.Unlock()
 
 	// Renamed and removed through the mount.
 	if err := os.Rename(m.path(fmt.Sprintf("run/step-%d", steps-1)), m.path(fmt.Sprintf("run/step-%db", steps-1))); err != nil {
