@@ -98,6 +98,9 @@ func Mount(f *FS, mountpoint string, opts MountOptions) (*fuse.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
 	}
+	if err := fuseFDsCloseOnExec(); err != nil {
+		f.log.Printf("mount %s: %v", mountpoint, err)
+	}
 	go srv.Serve()
 	if err := srv.WaitMount(); err != nil {
 		// The kernel mounted, but its first look at the root failed (a
@@ -113,6 +116,30 @@ func Mount(f *FS, mountpoint string, opts MountOptions) (*fuse.Server, error) {
 		}
 	}
 	return srv, nil
+}
+
+// fuseFDsCloseOnExec marks this process's descriptors of /dev/fuse
+// close-on-exec. go-fuse's direct mount (root) opens /dev/fuse with
+// syscall.Open, which, unlike os.Open, leaves the descriptor inheritable:
+// every program started afterwards (a test's subprocess, a hook) would hold
+// the connection open, so that once the daemon died its mount would hang
+// its callers instead of failing them with ENOTCONN, until those programs
+// exit. A descriptor passed by fusermount3 is close-on-exec already.
+func fuseFDsCloseOnExec() error {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return fmt.Errorf("list descriptors to make /dev/fuse's close-on-exec: %w", err)
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err == nil && target == "/dev/fuse" {
+			syscall.CloseOnExec(fd)
+		}
+	}
+	return nil
 }
 
 // renameTracker counts the renames in flight (FS.renames): go-fuse moves a

@@ -372,3 +372,46 @@ func TestBlksize(t *testing.T) {
 		t.Errorf("committed file: st_blksize %d, want %d", st.Blksize, blksize)
 	}
 }
+
+// TestChildHoldsNoFuseConnection: a program started while the mount is live
+// does not inherit its /dev/fuse descriptor (go-fuse's direct mount, as root,
+// opens it inheritable), so a daemon that dies leaves a mount that fails with
+// ENOTCONN, not one that hangs its callers while that program runs.
+func TestChildHoldsNoFuseConnection(t *testing.T) {
+	m := newMount(t)
+	if _, err := os.Stat(m.path(".")); err != nil { // the mount serves
+		t.Fatal(err)
+	}
+	own := fuseFDs(t, os.Getpid())
+	if len(own) == 0 {
+		t.Fatal("this process holds no /dev/fuse descriptor though it serves a mount")
+	}
+	child := exec.Command("sleep", "30")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		child.Process.Kill()
+		child.Wait()
+	}()
+	if got := fuseFDs(t, child.Process.Pid); len(got) > 0 {
+		t.Errorf("a child process inherited /dev/fuse as descriptors %v (this process holds %v)", got, own)
+	}
+}
+
+// fuseFDs lists process pid's descriptors open on /dev/fuse.
+func fuseFDs(t *testing.T, pid int) []string {
+	t.Helper()
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fds []string
+	for _, e := range ents {
+		if target, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil && target == "/dev/fuse" {
+			fds = append(fds, e.Name())
+		}
+	}
+	return fds
+}
