@@ -9,15 +9,25 @@ package cas
 //   - The commit that indexes a new chunk with a suggestion turns it into a
 //     plan, in the same transaction: the bucket "deltaplans" (chunk → base,
 //     distance), and a re-encode queue row. The base is the suggested
-//     chunk's own base when that chunk is (or is planned to be) a delta, so
-//     that every delta of a run points at one standalone keyframe, at a
-//     distance one more than the suggestion's; at distance Options.
-//     DeltaKeyframe the new chunk gets no plan and becomes the next
-//     keyframe. Depth 1 therefore holds by construction, and is checked
-//     again when the delta is written.
+//     chunk's own base when that chunk is a delta, so that every delta of a
+//     run points at one standalone keyframe, at a distance one more than
+//     the suggestion's; when the suggestion is only planned to be a delta,
+//     the plan names the suggestion itself, and what it becomes decides
+//     (below). At distance Options.DeltaKeyframe the new chunk gets no plan
+//     and becomes the next keyframe. Depth 1 holds by construction, and is
+//     checked again when the delta is written.
 //   - The re-encoder (reencode.go) carries a plan out: it encodes the chunk
-//     against its (verified) base and keeps the delta only when it is
-//     smaller than the best standalone encoding by more than 1/32. Before
+//     against a base and keeps the delta only when it is smaller than the
+//     best standalone encoding by more than 1/32. The bases it tries, in
+//     order (catalog.Tx.PlanCandidates): the keyframe the plans lead to,
+//     then the chunks on the way, standalone as long as their own plans
+//     have not paid. Plans used to name the suggestion's planned keyframe
+//     outright; when that plan did not pay (a new run's first save,
+//     suggested against the previous run's file of the same name, which
+//     fusefs finds one directory level up), every later save of the run
+//     was planned against the unrelated chunk and none became a delta
+//     until the next keyframe (make bench step 9 measured its second and
+//     third rounds without a delta). Before
 //     it renames the delta object into place it commits the delta's rows:
 //     "deltas" (chunk → base, distance) and the reverse index "bases"
 //     (base ‖ chunk), and moves the store to format 3 (an older ckptfs

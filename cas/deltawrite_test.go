@@ -159,6 +159,40 @@ func TestDeltaWriter(t *testing.T) {
 	}
 }
 
+// TestDeltaAfterUnrelatedSuggestion: a new run's first save is suggested
+// against the previous run's file of the same name (fusefs looks one level
+// up), an unrelated chunk; the run's next saves, committed before the
+// re-encoder got to any of them, still become deltas against that first
+// save. Their plans named the unrelated chunk's keyframe before, and none
+// of the run's chunks became a delta.
+func TestDeltaAfterUnrelatedSuggestion(t *testing.T) {
+	s := testStore(t, Options{InlineEncoders: -1})
+	other := stepChain(1, 256<<10, 1, 0.01)[0]
+	k := commitVersion(t, s, other, nil)
+	vs := stepChain(2, 256<<10, 3, 0.01)
+	refs := []ChunkRef{commitVersion(t, s, vs[0], &k)}
+	for _, v := range vs[1:] {
+		refs = append(refs, commitVersion(t, s, v, &refs[len(refs)-1]))
+	}
+	drain(t, s)
+	for i, r := range refs {
+		// Version i is i versions from version 0; its distance may count the
+		// unrelated chunk's step too when version 0's failed plan was
+		// dropped first (PlanCandidates): a keyframe one version early.
+		st := deltaOf(t, s, r.ID)
+		delta := i > 0
+		if st.isDelta != delta || st.object != delta || (delta && (st.base != refs[0].ID || st.dist < i || st.dist > i+1)) {
+			t.Errorf("version %d: %+v, want delta %v against version 0 at %d or %d", i, st, delta, i, i+1)
+		}
+		s.cache.drop(r.ID)
+		s.cache.drop(refs[0].ID)
+		if got, err := s.ReadChunk(context.Background(), r); err != nil || !bytes.Equal(got, vs[i]) {
+			t.Fatalf("version %d reads back wrong: %v", i, err)
+		}
+	}
+	checkCounters(t, s)
+}
+
 // TestDeltaWriterRefusals: no delta against a swept base, over the length
 // limit of the suggestion, or when it does not pay; an old delta object
 // found on disk is not reused.

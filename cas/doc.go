@@ -185,9 +185,10 @@
 //   - Depth 1: a base is always a standalone (version-1) object. The reader
 //     refuses a delta where a base is required (ErrCorrupt), so a read touches
 //     at most two objects and a cycle of bases cannot loop. The writer plans
-//     against the suggestion's own base at distance+1, and starts a new chain
-//     (a standalone keyframe) every Options.DeltaKeyframe versions (default
-//     5, chosen from measurements: DefaultDeltaKeyframe).
+//     against the suggestion's own base at distance+1 (or against the
+//     suggestion while its own plan is pending: deltaplan.go), and starts a
+//     new chain (a standalone keyframe) every Options.DeltaKeyframe versions
+//     (default 5, chosen from measurements: DefaultDeltaKeyframe).
 //   - A wrong, damaged or missing base can only fail a read (ErrCorrupt or
 //     ErrMissing, EIO through the mount), never give wrong bytes: the result
 //     is hashed against the ID.

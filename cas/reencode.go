@@ -236,7 +236,7 @@ func (r *reencoder) nextQueued(n int) (ids []ID, more bool, err error) {
 
 // reencodeRows returns chunk id's index row, its re-encode queue row and its
 // delta plan.
-func (r *reencoder) reencodeRows(id ID) (info ChunkInfo, indexed bool, p PendingReencode, queued bool, plan catalog.DeltaLink, planned bool, err error) {
+func (r *reencoder) reencodeRows(id ID) (info ChunkInfo, indexed bool, p PendingReencode, queued bool, plan []catalog.DeltaLink, err error) {
 	s := r.s
 	err = s.View(func(tx *Tx) error {
 		var err error
@@ -246,13 +246,10 @@ func (r *reencoder) reencodeRows(id ID) (info ChunkInfo, indexed bool, p Pending
 		if p, queued, err = tx.PendingReencode(id); err != nil {
 			return err
 		}
-		var base ID
-		var dist int
-		base, dist, planned, err = tx.DeltaPlan(id)
-		plan = catalog.DeltaLink{Base: base, Dist: uint8(dist)}
+		plan, _, err = tx.PlanCandidates(id)
 		return err
 	})
-	return info, indexed, p, queued, plan, planned, err
+	return info, indexed, p, queued, plan, err
 }
 
 // deltaMinGain: a delta is kept only when it is smaller than the best
@@ -293,10 +290,8 @@ func (r *reencoder) reencode(ctx context.Context, ids []ID, afterRename func(ID)
 			break
 		}
 		pinned = append(pinned, id)
-		it, base, err := r.decide(ctx, id)
-		if base != nil {
-			pinned = append(pinned, *base)
-		}
+		it, bases, err := r.decide(ctx, id)
+		pinned = append(pinned, bases...)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("re-encode chunk %v: %w", id, err))
 			if it == nil {
@@ -369,12 +364,12 @@ func (r *reencoder) reencode(ctx context.Context, ids []ID, afterRename func(ID)
 }
 
 // decide reads chunk id's rows and object and says what its re-encode does.
-// It returns the plan's base when it pinned it (the caller unpins). An item
+// It returns the plan's bases it pinned (the caller unpins). An item
 // with an error is still to be finished (a corrupt or missing object is
 // dropped from the queue); an error without an item leaves the row.
-func (r *reencoder) decide(ctx context.Context, id ID) (*reencodeItem, *ID, error) {
+func (r *reencoder) decide(ctx context.Context, id ID) (*reencodeItem, []ID, error) {
 	s := r.s
-	info, indexed, p, queued, plan, planned, err := r.reencodeRows(id)
+	info, indexed, p, queued, plan, err := r.reencodeRows(id)
 	if err != nil || !queued {
 		return nil, nil, err
 	}
@@ -421,15 +416,18 @@ func (r *reencoder) decide(ctx context.Context, id ID) (*reencodeItem, *ID, erro
 			it.alt, it.altC = enc, codec
 		}
 	}
-	var pinned *ID
-	if planned {
-		if err := s.gc.pin(ctx, plan.Base); err != nil {
-			return nil, nil, err
+	// The plan's candidate bases in order (catalog.Tx.PlanCandidates): the
+	// first whose delta pays is kept.
+	var pinned []ID
+	for _, l := range plan {
+		if err := s.gc.pin(ctx, l.Base); err != nil {
+			return nil, pinned, err
 		}
-		pinned = &plan.Base
-		if dobj := r.deltaObject(ctx, raw, plan.Base, p.Hint); dobj != nil && len(dobj) < len(best)-len(best)/deltaMinGain {
+		pinned = append(pinned, l.Base)
+		if dobj := r.deltaObject(ctx, raw, l.Base, p.Hint); dobj != nil && len(dobj) < len(best)-len(best)/deltaMinGain {
 			dh, _ := object.ParseHeader(dobj)
-			best, bestCodec, it.delta, it.link = dobj, dh.Codec, true, plan
+			best, bestCodec, it.delta, it.link = dobj, dh.Codec, true, l
+			break
 		}
 	}
 	if len(best) < len(obj) || it.delta {

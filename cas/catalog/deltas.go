@@ -72,11 +72,71 @@ func (t *Tx) Delta(id ID) (base ID, dist int, ok bool, err error) {
 	return l.Base, int(l.Dist), ok, err
 }
 
-// DeltaPlan returns chunk id's plan: the base the re-encoder will try.
+// DeltaPlan returns chunk id's plan row: the chunk its plan names (the
+// chain's keyframe, or its suggestion when that was a plan itself; see
+// Plan) and the distance.
 func (t *Tx) DeltaPlan(id ID) (base ID, dist int, ok bool, err error) {
 	l, ok, err := t.link(bucketDeltaPlans, id)
 	return l.Base, int(l.Dist), ok, err
 }
+
+// PlanCandidates returns the bases chunk id's plan may be carried out
+// against as of t, in the order the re-encoder tries them (ok false: no
+// plan). The plan row names a chunk B at distance d (Plan); from B the
+// walk follows plan rows, which name the chunk each was suggested against,
+// until a chunk that is a delta or has no plan:
+//
+//   - First the chain's keyframe as if every plan on the way will be
+//     carried out: the base of the delta the walk ended on (at its distance
+//     plus the walk's), or the chunk it ended on, at d. For a row that
+//     names a keyframe (every row before plans could name a plan) this is
+//     the only candidate, and what was always tried.
+//   - Then the chunks the walk passed, farthest first, each at the number
+//     of versions between it and id: standalone now, they serve when the
+//     plans that would have made them deltas do not pay (a suggestion from
+//     an unrelated run: its first step's plan fails, and the steps after it
+//     must not all be planned against that unrelated chunk). A chunk that
+//     becomes a base is no delta's afterwards (Deltas.Put refuses it), so
+//     depth 1 holds whichever is kept.
+func (t *Tx) PlanCandidates(id ID) (cands []DeltaLink, ok bool, err error) {
+	l, ok, err := t.link(bucketDeltaPlans, id)
+	if err != nil || !ok {
+		return nil, ok, err
+	}
+	var passed []DeltaLink // nearest first
+	cur, hop := l.Base, 1
+	far := DeltaLink{Base: cur, Dist: l.Dist}
+	for {
+		if d, isDelta, err := t.link(bucketDeltas, cur); err != nil {
+			return nil, false, err
+		} else if isDelta {
+			far = DeltaLink{Base: d.Base, Dist: uint8(min(hop+int(d.Dist), 255))}
+			break
+		}
+		p, planned, err := t.link(bucketDeltaPlans, cur)
+		if err != nil {
+			return nil, false, err
+		}
+		if !planned || p.Base == cur || p.Base == id || hop >= maxPlanWalk {
+			far = DeltaLink{Base: cur, Dist: l.Dist}
+			break
+		}
+		passed = append(passed, DeltaLink{Base: cur, Dist: uint8(min(hop, 255))})
+		cur, hop = p.Base, hop+1
+	}
+	cands = append(cands, far)
+	for i := len(passed) - 1; i >= 0; i-- {
+		if passed[i].Base != far.Base {
+			cands = append(cands, passed[i])
+		}
+	}
+	return cands, true, nil
+}
+
+// maxPlanWalk bounds PlanCandidates' walk along plan rows: a chain has at
+// most a keyframe's length of them (Options.DeltaKeyframe, at most 255);
+// the bound holds against a damaged catalog's cycle.
+const maxPlanWalk = 256
 
 // ForEachDelta calls fn for every delta row.
 func (t *Tx) ForEachDelta(fn func(id, base ID, dist int) error) error {
@@ -197,7 +257,13 @@ func (x Deltas) Plan(id, prev ID, h Hint, rawLen uint32, keyframe int) error {
 	} else if p, ok, err := t.link(bucketDeltaPlans, prev); err != nil {
 		return err
 	} else if ok {
-		l = DeltaLink{Base: p.Base, Dist: p.Dist + 1}
+		// prev's own plan is not carried out yet, and may not pay (a
+		// suggestion from an unrelated run): name prev, and let the
+		// re-encoder choose between the keyframe prev's plan leads to and
+		// prev itself when it carries this plan out (PlanCandidates). A
+		// plan naming prev's keyframe directly left every later step of a
+		// new run planned against an unrelated chunk, and without deltas.
+		l = DeltaLink{Base: prev, Dist: p.Dist + 1}
 	}
 	if int(l.Dist) >= keyframe || l.Base == id {
 		return nil // id starts a new chain
