@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log"
 	"path/filepath"
 	"strings"
@@ -112,19 +113,12 @@ func TestReencoderRunsOnlyWhenIdle(t *testing.T) {
 	end()
 	stopped := time.Now()
 
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	waitFor(t, 5*time.Second, 10*time.Millisecond, func() bool { _, left := r.snapshot(); return left == 0 }, func() string {
 		calls, left := r.snapshot()
-		if left == 0 {
-			if first := calls[0].Sub(stopped); first < idle {
-				t.Fatalf("first call %v after the last activity, want ≥ %v", first, idle)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("queue not drained: %d left after %d calls", left, len(calls))
-		}
-		time.Sleep(10 * time.Millisecond)
+		return fmt.Sprintf("queue not drained: %d left after %d calls", left, len(calls))
+	})
+	if calls, _ := r.snapshot(); calls[0].Sub(stopped) < idle {
+		t.Fatalf("first call %v after the last activity, want ≥ %v", calls[0].Sub(stopped), idle)
 	}
 	// Activity again: the runner stops between chunks.
 	r.mu.Lock()
@@ -149,17 +143,10 @@ func TestReencoderKeepsUpWhileBusy(t *testing.T) {
 	f, _ := runFake(t, r, reencodePolicy{idle: idle, backoffMin: time.Second, backoffMax: time.Second, busyBacklog: 10 << 20})
 	end := f.beginActivity() // a long operation: never idle meanwhile
 	defer end()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, left := r.snapshot(); left <= 10 {
-			break
-		}
-		if time.Now().After(deadline) {
-			_, left := r.snapshot()
-			t.Fatalf("backlog of %d MiB not worked down while busy", left)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, 10*time.Second, 5*time.Millisecond, func() bool { _, left := r.snapshot(); return left <= 10 }, func() string {
+		_, left := r.snapshot()
+		return fmt.Sprintf("backlog of %d MiB not worked down while busy", left)
+	})
 	time.Sleep(3 * idle)
 	if _, left := r.snapshot(); left != 10 {
 		t.Fatalf("%d MiB left: while busy the runner goes down to the threshold (10), not further", left)
@@ -172,15 +159,9 @@ func TestReencoderLogsAndBacksOff(t *testing.T) {
 	r := &fakeReencoder{queue: 5, err: errors.New("disk on fire")}
 	p := reencodePolicy{idle: 10 * time.Millisecond, backoffMin: 40 * time.Millisecond, backoffMax: 160 * time.Millisecond, busyBacklog: 1 << 40}
 	_, logs := runFake(t, r, p)
-	deadline := time.Now().Add(10 * time.Second)
 	var calls []time.Time
-	for len(calls) < 6 {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d calls", len(calls))
-		}
-		time.Sleep(20 * time.Millisecond)
-		calls, _ = r.snapshot()
-	}
+	waitFor(t, 10*time.Second, 20*time.Millisecond, func() bool { calls, _ = r.snapshot(); return len(calls) >= 6 },
+		func() string { return fmt.Sprintf("only %d calls", len(calls)) })
 	want := []time.Duration{40, 80, 160, 160, 160}
 	for i, w := range want {
 		if gap := calls[i+1].Sub(calls[i]); gap < w*time.Millisecond {
@@ -246,19 +227,10 @@ func TestBackgroundReencodeThroughMount(t *testing.T) {
 	if st := m.stats(); st.UniqueBytes != int64(len(data)) {
 		t.Fatalf("after commit: %+v", st)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		st := m.stats()
-		if st.ReencodePending == 0 {
-			if st.StoredBytes > st.UniqueBytes*3/4 {
-				t.Fatalf("re-encoded, but stored %d of %d bytes", st.StoredBytes, st.UniqueBytes)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the queue did not drain: %+v", st)
-		}
-		time.Sleep(50 * time.Millisecond)
+	waitFor(t, 20*time.Second, 50*time.Millisecond, func() bool { return m.stats().ReencodePending == 0 },
+		func() string { return fmt.Sprintf("the queue did not drain: %+v", m.stats()) })
+	if st := m.stats(); st.StoredBytes > st.UniqueBytes*3/4 {
+		t.Fatalf("re-encoded, but stored %d of %d bytes", st.StoredBytes, st.UniqueBytes)
 	}
 	mustEqualFile(t, m.path("runs/w.bin"), data)
 	m.remount() // read from the objects, not the cache

@@ -399,17 +399,11 @@ func TestFailedSpillOnReadKeepsCommittedVersion(t *testing.T) {
 	// The RELEASE that follows the close (the writer gone, the loss told)
 	// comes on its own; the unmount's final commit would report the loss
 	// again if it came first.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	waitFor(t, 10*time.Second, 10*time.Millisecond, func() bool {
 		n.mu.RLock()
-		writers := n.writers
-		n.mu.RUnlock()
-		if writers == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the writer's RELEASE did not come")
-		}
-	}
+		defer n.mu.RUnlock()
+		return n.writers == 0
+	}, func() string { return "the writer's RELEASE did not come" })
 	m.remount()
 	mustEqualFile(t, p, v1)
 }

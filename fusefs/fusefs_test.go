@@ -924,13 +924,8 @@ func TestAsyncCommit(t *testing.T) {
 	}
 	f.Close()
 	// fsync of a4 waited for its commit; the others were queued before it.
-	deadline := time.Now().Add(10 * time.Second)
-	for m.stats().Files != 5 {
-		if time.Now().After(deadline) {
-			t.Fatalf("background commits did not land: %+v", m.stats())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitFor(t, 10*time.Second, 20*time.Millisecond, func() bool { return m.stats().Files == 5 },
+		func() string { return fmt.Sprintf("background commits did not land: %+v", m.stats()) })
 	last := randBytes(99, 5<<20)
 	mustWrite(t, m.path("runs/last"), last)
 	m.remount() // commits what is pending before the store closes

@@ -399,6 +399,19 @@ func TestChildHoldsNoFuseConnection(t *testing.T) {
 	}
 }
 
+// waitFor polls cond every interval until it holds, and fails t with what()
+// (called then, so that it says what it saw) if it does not within timeout.
+func waitFor(t testing.TB, timeout, interval time.Duration, cond func() bool, what func() string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal(what())
+		}
+		time.Sleep(interval)
+	}
+}
+
 // fuseFDs lists process pid's descriptors open on /dev/fuse.
 func fuseFDs(t *testing.T, pid int) []string {
 	t.Helper()

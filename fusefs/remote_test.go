@@ -37,17 +37,13 @@ func TestOpenAfterRemoteRemoval(t *testing.T) {
 	}
 	// close(2) returns before the kernel's RELEASE reaches the daemon: the
 	// node stays pinned (its handle open) until then.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+	waitFor(t, 10*time.Second, time.Millisecond, func() bool {
 		n.mu.Lock()
-		settled := n.settled()
-		n.mu.Unlock()
-		if settled {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("runs/a.bin still has state beyond the catalog 10 s after its close (no RELEASE?)")
-		}
-	}
+		defer n.mu.Unlock()
+		return n.settled()
+	}, func() string {
+		return "runs/a.bin still has state beyond the catalog 10 s after its close (no RELEASE?)"
+	})
 	n.mu.Lock()
 	n.manifest = nil // not open: a node holds no manifest once closed
 	n.mu.Unlock()
