@@ -464,6 +464,9 @@ func (r *reencoder) deltaObject(ctx context.Context, raw []byte, base ID, h Hint
 	if elem < 0 || elem > 255 {
 		elem = 0
 	}
+	if !object.DeltaMayPay(raw, bd, elem) {
+		return nil // an unrelated base: no transform can pay
+	}
 	return s.coder.EncodeDelta(raw, bd, base, elem, &r.scratch)
 }
 

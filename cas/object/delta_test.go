@@ -254,3 +254,50 @@ func TestDeltaClassGain(t *testing.T) {
 		}
 	}
 }
+
+// TestDeltaMayPay: the sample lets through every base a delta against pays
+// for (an Adam step of 1% and of 30% of the weights' scale) and stops
+// unrelated ones, against which no transform pays (checked: the delta is
+// not 1/32 smaller than the standalone encoding); sizes other than 2 and 4
+// bytes always go through.
+func TestDeltaMayPay(t *testing.T) {
+	c, err := NewCoder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var scratch DeltaScratch
+	for _, elem := range []int{2, 4} {
+		cases := []struct {
+			name string
+			rel  float64 // < 0: an unrelated chunk of the same distribution
+			want bool
+		}{
+			{"1% step", 0.01, true},
+			{"30% step", 0.3, true},
+			{"unrelated", -1, false},
+			{"300% step", 3, false},
+		}
+		for _, tc := range cases {
+			base, next := tensortest.SyntheticStep(5, 256<<10, elem, max(tc.rel, 0.01))
+			if tc.rel < 0 {
+				next, _ = tensortest.SyntheticStep(6, 256<<10, elem, 0.01)
+			}
+			if got := DeltaMayPay(next, base, elem); got != tc.want {
+				t.Errorf("elem %d, %s: DeltaMayPay %v, want %v", elem, tc.name, got, tc.want)
+			}
+			std, _ := c.Encode(next, Hint{ElemSize: elem})
+			d := c.EncodeDelta(next, base, ID{}, elem, &scratch)
+			if pays := len(d) < len(std)-len(std)/32; pays && !tc.want {
+				t.Errorf("elem %d, %s: stopped, but its delta pays (%d bytes against %d)", elem, tc.name, len(d), len(std))
+			} else if !pays && tc.want {
+				t.Errorf("elem %d, %s: the case's delta does not pay (%d bytes against %d): a wrong case", elem, tc.name, len(d), len(std))
+			}
+		}
+	}
+	unrelated := tensortest.PseudoRandom(64<<10, 1)
+	for _, elem := range []int{0, 1, 8} {
+		if !DeltaMayPay(unrelated, tensortest.PseudoRandom(64<<10, 2), elem) {
+			t.Errorf("elem %d: stopped; only float elements are sampled", elem)
+		}
+	}
+}
