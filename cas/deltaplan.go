@@ -18,7 +18,9 @@ package cas
 //     checked again when the delta is written.
 //   - The re-encoder (reencode.go) carries a plan out: it encodes the chunk
 //     against a base and keeps the delta only when it is smaller than the
-//     best standalone encoding by more than 1/32. The bases it tries, in
+//     best standalone encoding by more than 1/32; it skips a base that a
+//     sample of elements says cannot pay (object.DeltaMayPay: an unrelated
+//     chunk). The bases it tries, in
 //     order (catalog.Tx.PlanCandidates): the keyframe the plans lead to,
 //     then the chunks on the way, standalone as long as their own plans
 //     have not paid. Plans used to name the suggestion's planned keyframe
