@@ -159,11 +159,11 @@ func TestMetricsKeepNaN(t *testing.T) {
 }
 
 func TestHelperArgs(t *testing.T) {
-	args, logFile, err := helperArgs([]string{"/srv/store", "/mnt/ckpt", "-o", "rw,noauto,_netdev,x-systemd.automount,cache_size=1GiB,allow_other,metrics_addr=127.0.0.1:9477,log=/tmp/l"})
+	args, logFile, err := helperArgs([]string{"/srv/store", "/mnt/ckpt", "-o", "rw,noauto,_netdev,x-systemd.automount,cache_size=1GiB,write_memory=512MiB,allow_other,metrics_addr=127.0.0.1:9477,log=/tmp/l"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "mount --cache-size=1GiB --allow-other --metrics-addr=127.0.0.1:9477 /srv/store /mnt/ckpt"
+	want := "mount --cache-size=1GiB --write-memory=512MiB --allow-other --metrics-addr=127.0.0.1:9477 /srv/store /mnt/ckpt"
 	if strings.Join(args, " ") != want || logFile != "/tmp/l" {
 		t.Errorf("got %q log %q, want %q", strings.Join(args, " "), logFile, want)
 	}
@@ -176,6 +176,7 @@ func TestHelperArgs(t *testing.T) {
 		{"/s", "/m", "-o", "log="},
 		{"/s", "/m", "-o", "ro"},
 		{"/s", "/m", "-o", "cache_size"},
+		{"/s", "/m", "-o", "write_memory"},
 		{"/s", "/m", "-o", "frobnicate=1"},
 		{"/s", "/m", "-x"},
 	} {
@@ -431,6 +432,8 @@ func TestBackgroundUsageErrors(t *testing.T) {
 		{[]string{"--delta-keyframe", "0"}, "--delta-keyframe must be 1"},
 		{[]string{"--inline-encoders", "-3"}, "--inline-encoders must be -1"},
 		{[]string{"--cache-size", "0"}, "--cache-size must be more than 0"},
+		{[]string{"--write-memory", "0"}, "--write-memory must be more than 0"},
+		{[]string{"--write-memory", "lots"}, `invalid value "lots" for --write-memory: bad size`},
 		{[]string{"--node-limit", "-2"}, "--node-limit must be -1"},
 	} {
 		args := append(append([]string{"mount", "--background", "--log", logFile}, tc.args...), filepath.Join(dir, "s"), filepath.Join(dir, "m"))

@@ -42,6 +42,7 @@ type mountConfig struct {
 	flagArgs      []string // the flags as given, for a daemon started in the background
 
 	cacheSize  int64 // 0: the default share of the memory budget
+	writeMem   int64 // 0: the default share of the memory budget
 	nodeLimit  int   // 0: from the memory budget; -1: never prune
 	readAhead  int
 	debug      bool
@@ -64,8 +65,9 @@ type mountConfig struct {
 // usage error (exit 2) before anything is started or created.
 func parseMount(c command, args []string, stderr io.Writer) (*mountConfig, error) {
 	fl := newFlags(c, stderr)
-	var cacheSize byteSize
+	var cacheSize, writeMem byteSize
 	fl.Var(&cacheSize, "cache-size", "memory for decoded chunks (e.g. 256MiB, 1GiB; default: a quarter of the memory the daemon may use (cgroup limit or RAM), at most 256MiB)")
+	fl.Var(&writeMem, "write-memory", "memory for files being written, which are stored while they are written; a file started when it is spent is staged on disk and stored at close (e.g. 512MiB: about 24MiB a file; default: a quarter of the memory the daemon may use, at most 96MiB)")
 	nodeLimit := fl.Int("node-limit", 0, "files and directories the kernel may keep looked up before the daemon asks it to forget the oldest (0: from the memory budget, 8192 to 16384; -1: never)")
 	readAhead := fl.Int("readahead-kb", fusefs.DefaultReadAheadKB, "kernel readahead of the mount in KiB (0: kernel default)")
 	debug := fl.Bool("debug", false, "log every FUSE request to stderr")
@@ -122,6 +124,10 @@ func parseMount(c command, args []string, stderr io.Writer) (*mountConfig, error
 		fmt.Fprintf(stderr, "ckptfs mount: --cache-size must be more than 0\n")
 		return nil, errUsage
 	}
+	if flagSet(fl, "write-memory") && writeMem <= 0 {
+		fmt.Fprintf(stderr, "ckptfs mount: --write-memory must be more than 0\n")
+		return nil, errUsage
+	}
 	if *nodeLimit < -1 {
 		fmt.Fprintf(stderr, "ckptfs mount: --node-limit must be -1 (never prune), 0 (from the memory budget) or a count, not %d\n", *nodeLimit)
 		return nil, errUsage
@@ -132,7 +138,7 @@ func parseMount(c command, args []string, stderr io.Writer) (*mountConfig, error
 	}
 	return &mountConfig{
 		storeDir: pos[0], mnt: pos[1], flagArgs: flagArgs,
-		cacheSize: int64(cacheSize), nodeLimit: *nodeLimit, readAhead: *readAhead, debug: *debug, commitMode: *commitMode,
+		cacheSize: int64(cacheSize), writeMem: int64(writeMem), nodeLimit: *nodeLimit, readAhead: *readAhead, debug: *debug, commitMode: *commitMode,
 		remoteURL: *remoteURL, remoteTimeout: *remoteTimeout, readOnly: *readOnly, localCache: int64(localCache), encoders: *encoders,
 		keyframe: *keyframe, allowOther: *allowOther, metricsAddr: *metricsAddr, background: *background,
 		logFile: *logFile, nonEmpty: *nonEmpty,
@@ -149,7 +155,7 @@ func serveMount(ctx context.Context, cfg *mountConfig, stdout, stderr io.Writer)
 		fsOpts = append(fsOpts, fusefs.WithAsyncCommit())
 	}
 	ready := readyNotifier() // started by mount.fuse.ckptfs or mount --background
-	mem := planMemory(cfg.cacheSize, cfg.nodeLimit, cgroupFS{root: "/"}.memoryBudget(physicalMemory()))
+	mem := planMemory(cfg.cacheSize, cfg.writeMem, cfg.nodeLimit, cgroupFS{root: "/"}.memoryBudget(physicalMemory()))
 	setMemoryLimit(mem.goLimit)
 	fsOpts = append(fsOpts, fusefs.WithWriteMemory(mem.write), fusefs.WithNodeLimit(mem.nodes))
 	cores := setProcs()

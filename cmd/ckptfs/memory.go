@@ -30,6 +30,10 @@ import (
 // (fusefs.WithWriteMemory) is a quarter of the budget too, at most
 // fusefs.DefaultWriteMemory: under 128 MiB one 24 MiB stream window, further
 // writers spool to disk instead of pushing the heap past the Go limit.
+// --write-memory sets it (a machine where many large files are written at
+// once: each stream holds about 24 MiB, and a spooled file is stored only
+// at its close, two at a time); the Go limit grows by what it adds beyond
+// the default, within the budget's three quarters as ever.
 //
 // The nodes the kernel may keep looked up (fusefs.WithNodeLimit; about 2 KiB
 // of RSS each) get a sixteenth of the budget, between
@@ -191,15 +195,17 @@ func physicalMemory() int64 {
 type memoryPlan struct {
 	cache, goLimit int64
 	write          int64 // memory of streams (fusefs.WithWriteMemory)
+	writeFlag      bool  // write came from --write-memory
 	nodes          int   // node limit (fusefs.WithNodeLimit)
 	budget         memBudget
 	fromBudget     bool // the cache size came from the budget, not --cache-size
 }
 
 // planMemory sizes the cache (unless the user gave one, cacheSize > 0), the
-// node limit (unless the user gave one, nodeLimit != 0) and the Go memory
-// limit from the budget.
-func planMemory(cacheSize int64, nodeLimit int, b memBudget) memoryPlan {
+// write memory (unless the user gave it, writeMem > 0), the node limit
+// (unless the user gave one, nodeLimit != 0) and the Go memory limit from
+// the budget.
+func planMemory(cacheSize, writeMem int64, nodeLimit int, b memBudget) memoryPlan {
 	p := memoryPlan{cache: cacheSize, nodes: nodeLimit, budget: b}
 	if p.nodes == 0 {
 		p.nodes = fusefs.DefaultNodeLimit
@@ -214,13 +220,24 @@ func planMemory(cacheSize int64, nodeLimit int, b memBudget) memoryPlan {
 			p.cache = min(max(b.bytes/4, minCacheSize), cas.DefaultCacheSize)
 		}
 	}
-	p.goLimit = p.cache + memoryOverhead
 	p.write = fusefs.DefaultWriteMemory
 	if b.bytes > 0 {
-		p.goLimit = min(p.goLimit, b.bytes/4*3)
 		p.write = min(p.write, b.bytes/4)
 	}
+	if writeMem > 0 {
+		p.write, p.writeFlag = writeMem, true
+	}
+	p.goLimit = p.need()
+	if b.bytes > 0 {
+		p.goLimit = min(p.goLimit, b.bytes/4*3)
+	}
 	return p
+}
+
+// need is the heap the plan's cache and write memory take with the
+// daemon's other needs (memoryOverhead counts the default write memory).
+func (p memoryPlan) need() int64 {
+	return p.cache + memoryOverhead + max(0, p.write-fusefs.DefaultWriteMemory)
 }
 
 func (p memoryPlan) String() string {
@@ -228,10 +245,14 @@ func (p memoryPlan) String() string {
 	if p.fromBudget {
 		how = "a quarter of the memory budget, at most " + fmtMiB(cas.DefaultCacheSize)
 	}
+	write := fmtMiB(p.write)
+	if p.writeFlag {
+		write += " (--write-memory)"
+	}
 	s := fmt.Sprintf("chunk cache %s (%s); memory budget %s (%s); Go memory limit %s; write memory %s; node limit %d",
-		fmtMiB(p.cache), how, fmtMiB(p.budget.bytes), p.budget.source, fmtMiB(p.goLimit), fmtMiB(p.write), p.nodes)
-	if !p.fromBudget && p.cache+memoryOverhead > p.goLimit {
-		s += fmt.Sprintf("; warning: the cache and the daemon's other %s do not fit the budget", fmtMiB(memoryOverhead))
+		fmtMiB(p.cache), how, fmtMiB(p.budget.bytes), p.budget.source, fmtMiB(p.goLimit), write, p.nodes)
+	if (!p.fromBudget || p.writeFlag) && p.need() > p.goLimit {
+		s += fmt.Sprintf("; warning: the cache, the write memory and the daemon's other %s do not fit the budget", fmtMiB(memoryOverhead))
 	}
 	return s
 }

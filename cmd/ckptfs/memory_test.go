@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/ckptfs/ckptfs/cas"
@@ -102,10 +103,42 @@ func TestPlanMemory(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := planMemory(tt.cacheFlag, tt.nodeFlag, memBudget{tt.budget, "test"})
+			p := planMemory(tt.cacheFlag, 0, tt.nodeFlag, memBudget{tt.budget, "test"})
 			if p.cache != tt.wantCache || p.goLimit != tt.wantLimit || p.write != tt.wantWrite || p.nodes != tt.wantNodes {
 				t.Fatalf("cache %d, Go limit %d, write memory %d, nodes %d; want %d, %d, %d, %d",
 					p.cache, p.goLimit, p.write, p.nodes, tt.wantCache, tt.wantLimit, tt.wantWrite, tt.wantNodes)
+			}
+		})
+	}
+}
+
+// TestPlanWriteMemory: --write-memory replaces the budget's share, and the
+// Go limit grows by what it adds beyond the default (still within three
+// quarters of a budget), with a warning when the flags do not fit.
+func TestPlanWriteMemory(t *testing.T) {
+	tests := []struct {
+		name                 string
+		writeFlag, budget    int64
+		wantWrite, wantLimit int64
+		warn                 bool
+	}{
+		{"default", 0, 24 << 30, fusefs.DefaultWriteMemory, cas.DefaultCacheSize + memoryOverhead, false},
+		{"more on a big machine", 512 << 20, 24 << 30, 512 << 20, cas.DefaultCacheSize + memoryOverhead + 512<<20 - fusefs.DefaultWriteMemory, false},
+		{"less than the default", 32 << 20, 24 << 30, 32 << 20, cas.DefaultCacheSize + memoryOverhead, false},
+		{"more than a 1 GiB cgroup holds", 1 << 30, 1 << 30, 1 << 30, 3 << 28, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := planMemory(0, tt.writeFlag, 0, memBudget{tt.budget, "test"})
+			if p.write != tt.wantWrite || p.goLimit != tt.wantLimit {
+				t.Fatalf("write memory %d, Go limit %d; want %d, %d", p.write, p.goLimit, tt.wantWrite, tt.wantLimit)
+			}
+			s := p.String()
+			if got := strings.Contains(s, "do not fit the budget"); got != tt.warn {
+				t.Errorf("warning %v, want %v: %s", got, tt.warn, s)
+			}
+			if got := strings.Contains(s, "(--write-memory)"); got != (tt.writeFlag > 0) {
+				t.Errorf("says --write-memory %v, want %v: %s", got, tt.writeFlag > 0, s)
 			}
 		})
 	}

@@ -24,7 +24,7 @@ import (
 // returns while the daemon serves. A daemon that fails before that makes the
 // helper exit 32 (mount(8)'s "mount failure") with the daemon's error.
 //
-// Options (-o, comma-separated): cache_size=SIZE, readahead_kb=N,
+// Options (-o, comma-separated): cache_size=SIZE, write_memory=SIZE, readahead_kb=N,
 // commit=sync|async, inline_encoders=N, metrics_addr=HOST:PORT, node_limit=N, allow_other,
 // nonempty (mount over a directory that has files, hiding them), log=FILE
 // (the daemon's log, in a directory that exists; default
@@ -78,7 +78,7 @@ func helperArgs(args []string) (mountArgs []string, logFile string, err error) {
 		k, v, hasV := strings.Cut(strings.TrimSpace(o), "=")
 		switch k {
 		case "":
-		case "cache_size", "readahead_kb", "commit", "inline_encoders", "metrics_addr", "node_limit":
+		case "cache_size", "write_memory", "readahead_kb", "commit", "inline_encoders", "metrics_addr", "node_limit":
 			if !hasV || v == "" {
 				return nil, "", fmt.Errorf("option %s needs a value (%s=...)", k, k)
 			}
@@ -102,7 +102,7 @@ func helperArgs(args []string) (mountArgs []string, logFile string, err error) {
 			if strings.HasPrefix(k, "x-") || strings.HasPrefix(k, "comment") {
 				continue
 			}
-			return nil, "", fmt.Errorf("unknown option %q (ckptfs knows cache_size, readahead_kb, commit, inline_encoders, metrics_addr, node_limit, allow_other, nonempty, log)", o)
+			return nil, "", fmt.Errorf("unknown option %q (ckptfs knows cache_size, write_memory, readahead_kb, commit, inline_encoders, metrics_addr, node_limit, allow_other, nonempty, log)", o)
 		}
 	}
 	return append(append([]string{"mount"}, flags...), pos...), logFile, nil
@@ -220,7 +220,7 @@ func helperWords(msg string) string {
 // valueOptions are the helper's -o options that take a value, each the
 // `ckptfs mount` flag of the same name with dashes.
 func valueOptions() []string {
-	return []string{"cache_size", "readahead_kb", "commit", "inline_encoders", "metrics_addr", "node_limit"}
+	return []string{"cache_size", "write_memory", "readahead_kb", "commit", "inline_encoders", "metrics_addr", "node_limit"}
 }
 
 // startDaemon runs `self mountArgs...` detached (new session, no terminal,
