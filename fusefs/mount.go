@@ -126,20 +126,34 @@ func Mount(f *FS, mountpoint string, opts MountOptions) (*fuse.Server, error) {
 // its callers instead of failing them with ENOTCONN, until those programs
 // exit. A descriptor passed by fusermount3 is close-on-exec already.
 func fuseFDsCloseOnExec() error {
-	ents, err := os.ReadDir("/proc/self/fd")
+	fds, err := fuseFDs("/proc/self/fd")
 	if err != nil {
-		return fmt.Errorf("list descriptors to make /dev/fuse's close-on-exec: %w", err)
+		return fmt.Errorf("make /dev/fuse's descriptors close-on-exec: %w", err)
 	}
+	for _, fd := range fds {
+		syscall.CloseOnExec(fd)
+	}
+	return nil
+}
+
+// fuseFDs lists the descriptors open on /dev/fuse in dir, a process's
+// /proc/PID/fd.
+func fuseFDs(dir string) ([]int, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var fds []int
 	for _, e := range ents {
 		fd, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		if target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err == nil && target == "/dev/fuse" {
-			syscall.CloseOnExec(fd)
+		if target, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil && target == "/dev/fuse" {
+			fds = append(fds, fd)
 		}
 	}
-	return nil
+	return fds, nil
 }
 
 // renameTracker counts the renames in flight (FS.renames): go-fuse moves a

@@ -132,17 +132,15 @@ def floor_creates(binary, base, w, n, content, tp, out):
     (closed, nothing durable: FUSE's own ceiling here) and its loopback of a
     directory on this disk (each file fsync'd, as plain's): files/s and the
     ratio of times to plain's tp, measured right after it."""
-    with FloorMount(binary, "noop", base / "floor-noop") as m:
-        t = create(paths(m.mnt / f"w{w}", n), w, False, content, w)
-    out[f"create_w{w}.fuse_noop_files_per_s"] = n / t
-    out[f"create_w{w}.fuse_noop_ratio"] = t / tp
-    with FloorMount(binary, "loopback", base / "floor-loop", base / "floor-loop-backing") as m:
-        t = create(paths(m.mnt / f"w{w}", n), w, True, content, w)
-    out[f"create_w{w}.fuse_loopback_fsync_files_per_s"] = n / t
-    out[f"create_w{w}.fuse_loopback_fsync_ratio"] = t / tp
-    shutil.rmtree(base / "floor-loop-backing")  # not part of the walks that follow
-    for d in ("floor-noop", "floor-loop"):
-        (base / d).rmdir()
+    for name, mode, fsync, backing in (("fuse_noop", "noop", False, None),
+                                       ("fuse_loopback_fsync", "loopback", True, base / "floor-loop-backing")):
+        with FloorMount(binary, mode, base / f"floor-{mode}", backing) as m:
+            t = create(paths(m.mnt / f"w{w}", n), w, fsync, content, w)
+        out[f"create_w{w}.{name}_files_per_s"] = n / t
+        out[f"create_w{w}.{name}_ratio"] = t / tp
+        (base / f"floor-{mode}").rmdir()
+        if backing is not None:
+            shutil.rmtree(backing)  # not part of the walks that follow
 
 
 class MemoryCgroup:
