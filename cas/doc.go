@@ -51,7 +51,7 @@
 // then one transaction that indexes them and runs the caller's changes, then
 // release the batch's pins, in that order whatever fails. Store.CommitGroup
 // does the same for commits that share one transaction with the concurrent
-// commits of the store (group.go: one pair of catalog fdatasyncs for all the
+// commits of the store (group.go: one catalog flush for all the
 // commits that queued while the previous transaction was being flushed, or
 // that said they were coming; the caller's lock may be released during the
 // flush: FlushUnlocker).
@@ -451,46 +451,35 @@
 // # What bounds a small file's commit (issue #27, measured)
 //
 // With close = durable, a small file's commit is one member of a group
-// transaction (group.go), and on this project's machines (a virtio disk,
-// 2 cores) the transaction is paid by its page writes, not its bytes:
-// bbolt writes each dirty node where its freelist finds room, and
-// fdatasync costs about one request per separate run of pages (a 150 MB
-// file, p50: 1 page 174 µs, 10 scattered pages 371 µs, 35 scattered
-// 1.1 ms, 64 scattered 1.33 ms, 64 contiguous 0.23 ms). A group of about
-// seven new 4 KiB files writes ~42 separate page runs (strace: 7,649
-// pwrite64 in 183 transactions): per file the leaves of the two
-// buckets keyed by chunk ID (the index and the inline objects) and their
-// branches, about four; per transaction ~14 more for the buckets every
-// commit touches (dirents, dirorder, nodes, manifests, meta, the root).
-// bbolt then fdatasyncs twice (pages, meta; p50 0.87 ms each under this
-// load). With 8 writers, a cycle is the leader's wait for the writers'
-// next files (~1.2 ms: LOOKUP, CREATE, GETATTR of the directory, WRITE,
-// FLUSH and RELEASE per file, on 2 cores shared with the writers) plus
-// a transaction of 1.3–3.4 ms: 1,200–1,400 files/s at 10⁵ files against
-// 6,500–9,000 for ext4 with an fsync per file (jbd2 writes a commit's
-// blocks contiguously into its journal: a few requests and a flush for
-// every fsync in flight). Tried and measured, not enough: no wait for
-// returning writers (groups of 3.5 instead of 7, the same rate within
-// noise), 16 KiB bbolt pages for a new catalog (same), encoded inline
-// objects (catalog 7–8× smaller for these files, the rate 10–20 % higher
-// at most, within the swing of plain's from run to run).
+// transaction (group.go). Until the catalog kept a write-ahead log
+// (catalog/wal.go), the transaction was paid by its page writes: bbolt
+// writes each dirty node where its freelist finds room and fdatasyncs
+// twice, and on this project's machines (a virtio disk, 2 cores) fdatasync
+// costs about one request per separate run of pages (a 150 MB file, p50:
+// 1 page 174 µs, 10 scattered pages 371 µs, 35 scattered 1.1 ms, 64
+// scattered 1.33 ms, 64 contiguous 0.23 ms). A group of 8 writers' 4 KiB
+// files (5.5 files a transaction on average) wrote 59 pages in 31.5
+// separate runs (strace of 6,000 files): each inline object rewrites a leaf
+// of up to four of them (12-20 KiB: the keys are random), plus the buckets
+// every commit touches. Two fdatasyncs of that, ~0.9 ms each under load.
+// Tried and measured before the log, not enough: no wait for returning
+// writers, 16 KiB bbolt pages, encoded inline objects, and a read
+// transaction held open so that bbolt would append instead of reusing
+// scattered free pages (its free list was already fragmented: 29 runs a
+// transaction instead of 31).
 //
-// The fdatasyncs are not all of it: with bbolt's fdatasyncs turned off (an
-// experiment, not an option), 8 writers reached 1,926 files/s against
-// 6,792 (3.5): the daemon's CPU is ~0.56 ms a create (FUSE request reads
-// and replies 73 µs, bbolt's page writes into the page cache 72 µs, GC and
-// allocation ~15 %), on 2 cores shared with the writers. So the gap needs
-// both: less CPU a create, and a commit that writes one contiguous run: a
-// write-ahead log of the group's row changes (one append, one fdatasync),
-// with the B+tree brought up to date in checkpoints that spread its
-// scattered writes over thousands of commits, and replayed from the log
-// after a crash. bbolt cannot simply skip its own fdatasyncs for that:
-// after a crash its newest meta page may name pages that never reached
-// the disk, so a checkpoint's tree must stay untouched until the next one
-// (a read transaction held across it keeps its pages from reuse) and its
-// meta page be kept beside the log; or the log's changes must be served
-// from memory until a checkpoint applies them in one transaction. Either is
-// a change of the commit path that the power-loss tests must cover first.
+// With the log, a transaction's pages go to the page cache only (contiguous
+// now: the checkpoint's pin keeps bbolt from reusing pages, so it appends),
+// and the commit is one append of its rows (~19 KB for 5.5 files) inside a
+// file written through in advance, and one fdatasync of it: p50 0.45 ms,
+// p90 0.57 ms (strace, 1,167 of them for 6,000 files); the checkpoints'
+// syncs of the catalog file, every 4 MiB of log, ≤ 8 ms each. 8 writers,
+// 10⁴–2·10⁴ files, the same minute: 1,739–2,128 files/s before, 2,226–2,913
+// after (+20–50 %, plain's own rate moving between 2,500 and 10,000 files/s
+// on this host from one hour to the next). What is left is CPU: ~480–650 µs
+// of daemon CPU a file (bbolt's commit 22 %, of it pwrite 16 %; FUSE I/O
+// 17 %; allocation and GC ~15 %), on 2 cores shared with the writers and
+// the kernel, against ~76 µs for FUSE's own noop floor.
 //
 // # Catalog damage
 //

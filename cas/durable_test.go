@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -49,8 +50,10 @@ func TestOpenAfterInterruptedCreation(t *testing.T) {
 			for _, e := range ents {
 				names = append(names, e.Name())
 			}
-			if len(names) != 3 || names[0] != catalogName || names[1] != objectsName || names[2] != spoolName {
-				t.Fatalf("store holds %v, want catalog, objects, spool", names)
+			// An open store's catalog has its write-ahead log beside it.
+			want := []string{catalogName, "catalog.wal", "catalog.wal.data", objectsName, spoolName}
+			if !slices.Equal(names, want) {
+				t.Fatalf("store holds %v, want %v", names, want)
 			}
 		})
 	}

@@ -9,11 +9,12 @@ import (
 
 // Group commit: commits that arrive while a catalog transaction is being made
 // durable wait for it, then share the next one, as a database groups the
-// flushes of its log. bbolt makes each transaction durable with two
-// fdatasyncs; a commit of a small file costs little else, so without grouping
-// a store commits at most one file per two flushes, whatever the number of
-// writers. With it, the writers that queued during one flush commit together
-// in the next: one transaction, one pair of fdatasyncs.
+// flushes of its log. Each transaction is made durable by a flush (the
+// fdatasync of its record in the catalog's log, catalog/wal.go); a commit of
+// a small file costs little else, so without grouping a store commits at
+// most one file per flush, whatever the number of writers. With it, the
+// writers that queued during one flush commit together in the next: one
+// transaction, one flush.
 //
 // Each commit still makes its own objects durable first (Batch.Sync, outside
 // any lock, concurrently with the others: the file system groups those
@@ -81,7 +82,7 @@ type GroupItem struct {
 // they are coming (Batch.Committing) to join its group. Longer than the
 // work a small file's commit does between Committing and CommitGroup
 // (some µs, more on a loaded machine), far shorter than the pair of
-// fdatasyncs the group shares (~1 ms or more).
+// flush the group shares (~0.5 ms or more).
 const groupWindow = 2 * time.Millisecond
 
 // expectFresh is how long after a group's end the next leader still waits

@@ -205,6 +205,11 @@ func Open(dir string, opts Options) (*Store, error) {
 		}
 	}
 	if exists {
+		// A log left by a daemon that did not stop: the file is whole only
+		// once it is applied (catalog/wal.go), readers included.
+		if err := catalog.Recover(catPath); err != nil {
+			return nil, fmt.Errorf("open store %s: %w", dir, err)
+		}
 		if err := catalog.Check(catPath); err != nil {
 			if catalog.Locked(catPath, opts.ReadOnly) {
 				// Being written by the process that holds it: not damage.

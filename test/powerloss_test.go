@@ -691,7 +691,7 @@ func TestPowerLossCatchesSkippedSync(t *testing.T) {
 	for _, skip := range []string{
 		"object",   // Batch.Sync's fdatasync of the objects
 		"objdir",   // Batch.Sync's fsync of objects/ab/cd, objects/ab, objects
-		"catalog",  // bbolt's fdatasync of the commit transaction
+		"catalog",  // the fdatasync of the commit's record in the catalog's log
 		"storedir", // the store directory's fsync once catalog.db and objects/ are made
 	} {
 		t.Run(skip, func(t *testing.T) {

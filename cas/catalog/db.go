@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -23,6 +24,17 @@ type DB struct {
 	format    uint32 // the format at Open, after any migration
 	chunkSize int
 	tail      tail // the file's written tail (prealloc.go); writable Open only
+
+	// The write-ahead log (wal.go); nil: read-only, or a catalog that
+	// commits with bbolt's fdatasyncs.
+	wal *wal
+	wmu sync.Mutex // write transactions and their appends, one at a time
+	pin *bolt.Tx   // the read transaction at the last checkpoint (wmu)
+	// checkpointBytes is walCheckpointBytes (tests: smaller); onCheckpoint,
+	// if set, runs after each checkpoint (tests).
+	checkpointBytes int64
+	onCheckpoint    func()
+	mapped          int64 // bbolt's fixed mapping of a catalog with a log
 }
 
 // Options are how Open opens a catalog.
@@ -45,14 +57,33 @@ type Options struct {
 // and with ErrCatalogDamaged when bbolt panics on the file (Check the file
 // first: some damage makes bbolt panic where it cannot be recovered).
 func Open(path string, opts Options) (*DB, error) {
-	db, err := openBolt(path, opts.ReadOnly)
+	if err := Recover(path); err != nil {
+		return nil, err
+	}
+	var db *bolt.DB
+	var err error
+	mapped := 0 // bbolt's initial mapping: its default
+	if opts.ReadOnly {
+		db, err = openBolt(path, true, 0)
+	} else {
+		// A log's pin needs a mapping that never grows (wal.go).
+		var size int64
+		if st, serr := os.Stat(path); serr == nil {
+			size = st.Size()
+		}
+		mapped = walMap(size)
+		db, err = openBolt(path, false, mapped)
+		if errors.Is(err, syscall.ENOMEM) && mapped > 0 { // refused all the same: no log
+			mapped = 0
+			db, err = openBolt(path, false, 0)
+		}
+	}
 	if errors.Is(err, bolt.ErrTimeout) {
 		return nil, ErrLocked
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open catalog %s: %w", path, err)
 	}
-	db.NoSync = opts.NoSync
 	d := &DB{db: db}
 	if err := d.init(filepath.Dir(path), opts.ReadOnly, opts.ChunkSize); err != nil {
 		db.Close()
@@ -67,6 +98,20 @@ func Open(path string, opts Options) (*DB, error) {
 	if !opts.ReadOnly && !opts.NoSync {
 		d.tail = openTail(path)
 	}
+	if !opts.ReadOnly && mapped > 0 {
+		d.checkpointBytes, d.mapped = walCheckpointBytes, int64(mapped)
+		dir := filepath.Dir(path)
+		d.wal = &wal{dir: dir, path: filepath.Join(dir, walName), dataPath: filepath.Join(dir, walDataName), noSync: opts.NoSync}
+		d.wmu.Lock()
+		err := d.checkpoint()
+		d.wmu.Unlock()
+		if err != nil {
+			d.tail.close()
+			db.Close()
+			return nil, fmt.Errorf("open catalog %s: %w", path, err)
+		}
+	}
+	db.NoSync = opts.NoSync || d.wal != nil
 	return d, nil
 }
 
@@ -93,16 +138,18 @@ func Create(path string, chunkSize int) error {
 
 // openBolt opens the catalog, turning a panic of bbolt's (on damage that
 // Check let through) into an error.
-func openBolt(path string, readOnly bool) (db *bolt.DB, err error) {
+// mmap is bbolt's initial mapping (0: its default).
+func openBolt(path string, readOnly bool, mmap int) (db *bolt.DB, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			db, err = nil, fmt.Errorf("%w: %s: %v", ErrCatalogDamaged, path, r)
 		}
 	}()
 	return bolt.Open(path, 0o600, &bolt.Options{
-		Timeout:        lockTimeout,
-		ReadOnly:       readOnly,
-		NoFreelistSync: true,
+		Timeout:         lockTimeout,
+		ReadOnly:        readOnly,
+		NoFreelistSync:  true,
+		InitialMmapSize: mmap,
 	})
 }
 
@@ -142,6 +189,9 @@ func (d *DB) init(dir string, readOnly bool, chunkSize int) error {
 		if f > FormatVersion {
 			return fmt.Errorf("store %s has format %d, this ckptfs reads up to %d: %w", dir, f, FormatVersion, ErrNewerFormat)
 		}
+		if v := meta.Get(keyFormatAtRest); len(v) == 4 { // in use, or not closed (wal.go)
+			f = binary.BigEndian.Uint32(v)
+		}
 		d.format = f
 		cs := meta.Get(keyChunkSize)
 		if len(cs) != 4 {
@@ -163,9 +213,16 @@ func (d *DB) init(dir string, readOnly bool, chunkSize int) error {
 			return err
 		}
 		if d.format < formatSealed {
-			return d.migrate(tx)
+			if err := d.migrate(tx); err != nil {
+				return err
+			}
 		}
-		return nil
+		// Before the first log: see "Format while open" in wal.go.
+		meta := tx.Bucket(bucketMeta)
+		if err := meta.Put(keyFormatAtRest, binary.BigEndian.AppendUint32(nil, d.format)); err != nil {
+			return err
+		}
+		return meta.Put(keyFormat, binary.BigEndian.AppendUint32(nil, formatWAL))
 	})
 }
 
@@ -268,7 +325,15 @@ func (d *DB) createNewBuckets() error {
 }
 
 // Close closes the catalog. Transactions must have ended.
-func (d *DB) Close() error { return errors.Join(d.db.Close(), d.tail.close()) }
+func (d *DB) Close() error {
+	var err error
+	if d.wal != nil {
+		d.wmu.Lock()
+		err = d.closeLog()
+		d.wmu.Unlock()
+	}
+	return errors.Join(err, d.db.Close(), d.tail.close())
+}
 
 // Format is the catalog's format at Open (after any migration); Tx.Format
 // says what it is now (a first delta moves it to 3).
@@ -291,11 +356,7 @@ func (d *DB) View(fn func(*Tx) error) (err error) {
 // fn returns nil and rolled back otherwise. Do no slow I/O inside fn. A
 // panic inside bbolt is returned as View's is.
 func (d *DB) Update(fn func(*Tx) error) (err error) {
-	defer recoverDamage(&err)
-	return d.db.Update(func(tx *bolt.Tx) error {
-		d.tail.extend(tx)
-		return fn(d.tx(tx))
-	})
+	return d.update(fn, nil)
 }
 
 // UpdateAround is Update for a caller that holds a lock its fn needs but
@@ -307,23 +368,7 @@ func (d *DB) Update(fn func(*Tx) error) (err error) {
 // until the commit ends); readers see the transaction only once it has
 // committed, as with Update.
 func (d *DB) UpdateAround(fn func(*Tx) error, around func() (after func())) (err error) {
-	defer recoverDamage(&err)
-	tx, err := d.db.Begin(true)
-	if err != nil {
-		return err
-	}
-	// After a Commit it returns ErrTxClosed, harmless; before, on an error
-	// or a panic of fn, it rolls back as Update does.
-	defer func() { _ = tx.Rollback() }()
-	if err := fn(d.tx(tx)); err != nil {
-		return err
-	}
-	after := around()
-	defer after()
-	// With the caller's lock released: its holders do not wait for the
-	// zeros. Past the mark as it is now, pages fn allocated included.
-	d.tail.extend(tx)
-	return tx.Commit()
+	return d.update(fn, around)
 }
 
 func (d *DB) tx(tx *bolt.Tx) *Tx {
@@ -340,8 +385,8 @@ func recoverDamage(err *error) {
 // ReserveInos reserves the next n inode numbers, never handed out before in
 // this catalog, and returns the first.
 func (d *DB) ReserveInos(n uint64) (first uint64, err error) {
-	err = d.db.Update(func(tx *bolt.Tx) error {
-		meta := tx.Bucket(bucketMeta)
+	err = d.Update(func(tx *Tx) error {
+		meta := tx.b(bucketMeta)
 		first = FirstIno
 		if v := meta.Get(keyNextIno); len(v) == 8 {
 			first = binary.BigEndian.Uint64(v)

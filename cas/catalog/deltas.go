@@ -2,7 +2,6 @@ package catalog
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -332,7 +331,7 @@ func (x Deltas) Put(id ID, l DeltaLink) error {
 		return err
 	}
 	if f := t.Format(); f != 0 && f < formatDeltas {
-		return t.b(bucketMeta).Put(keyFormat, binary.BigEndian.AppendUint32(nil, formatDeltas))
+		return t.setFormat(formatDeltas)
 	}
 	return nil
 }

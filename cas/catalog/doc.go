@@ -12,6 +12,9 @@
 //	         tier's generations and uploaded chunks (index.go, queue.go,
 //	         deltas.go, uploads.go)
 //	Check    the walk of the file's pages before bbolt opens it (check.go)
+//	log      a writable catalog's write-ahead log: a commit is one append
+//	         and one fdatasync, bbolt's pages are synced at checkpoints,
+//	         and Recover replays the log after a crash (wal.go)
 //	tail     zeros written ahead of bbolt's high-water mark, so that commits
 //	         do not allocate blocks at their fdatasync (prealloc.go)
 //
@@ -22,7 +25,8 @@
 // # Invariants
 //
 //   - Every change is one bbolt transaction (DB.Update), committed and
-//     fdatasync'd before Update returns, or rolled back whole. The
+//     durable before Update returns (its record in the log fdatasync'd,
+//     or bbolt's own fdatasyncs without a log), or rolled back whole. The
 //     counters (files, directories, logical, unique and stored bytes,
 //     chunks, queue rows and bytes, delta rows) are updated by the same
 //     transaction that changes what they count, so reading them is O(1).

@@ -1,7 +1,6 @@
 package catalog
 
 import (
-	"encoding/binary"
 	"fmt"
 )
 
@@ -56,7 +55,7 @@ func (x Index) AddInline(id ID, c ChunkInfo, obj []byte) (bool, error) {
 		return false, err
 	}
 	if f := t.Format(); f != 0 && f < formatInline {
-		return true, t.b(bucketMeta).Put(keyFormat, binary.BigEndian.AppendUint32(nil, formatInline))
+		return true, t.setFormat(formatInline)
 	}
 	return true, nil
 }

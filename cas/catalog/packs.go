@@ -118,7 +118,7 @@ func (x Index) AddPack(id ID, size int64) error {
 		return err
 	}
 	if f := t.Format(); f != 0 && f < formatPacks {
-		return t.b(bucketMeta).Put(keyFormat, binary.BigEndian.AppendUint32(nil, formatPacks))
+		return t.setFormat(formatPacks)
 	}
 	return nil
 }

@@ -17,8 +17,12 @@ type raw struct {
 	// Each bucket is opened once, and a read transaction looks keys up
 	// with one cursor per bucket: bbolt allocates a bucket and a cursor on
 	// every Tx.Bucket and Get otherwise, and fsck and lookups make millions.
-	buckets [cachedBuckets]*bolt.Bucket
+	buckets [cachedBuckets]bucket
 	cursors [cachedBuckets]*bolt.Cursor
+
+	// rec records a write transaction's changes for the catalog's log
+	// (wal.go); nil in a read transaction or without a log.
+	rec *walRec
 
 	walked int // rows Children and PrevSibling have read (Tx.Walked)
 }
@@ -36,16 +40,26 @@ func bucketIndex(name []byte) int {
 	return -1
 }
 
-// b returns bucket name (nil when the catalog has no such bucket).
-func (t *raw) b(name []byte) *bolt.Bucket {
+// b returns bucket name (nil when the catalog has no such bucket). Its
+// Put and Delete are recorded in the transaction's log record.
+func (t *raw) b(name []byte) *bucket {
 	i := bucketIndex(name)
 	if i < 0 {
-		return t.tx.Bucket(name)
+		b := t.tx.Bucket(name)
+		if b == nil {
+			return nil
+		}
+		return &bucket{Bucket: b, name: name, rec: t.rec}
 	}
-	if t.buckets[i] == nil {
-		t.buckets[i] = t.tx.Bucket(name)
+	wb := &t.buckets[i]
+	if wb.Bucket == nil {
+		b := t.tx.Bucket(name)
+		if b == nil {
+			return nil
+		}
+		*wb = bucket{Bucket: b, name: name, rec: t.rec}
 	}
-	return t.buckets[i]
+	return wb
 }
 
 // get returns the value of key in bucket name, as Bucket.Get does (nil for

@@ -35,15 +35,18 @@ var allBuckets = [][]byte{bucketMeta, bucketNodes, bucketDirents, bucketManifest
 
 // Meta keys.
 var (
-	keyFormat    = []byte("format")
-	keyChunkSize = []byte("chunk_size")
-	keyNextIno   = []byte("next_ino")
-	keyFiles     = []byte("files")
-	keyDirs      = []byte("dirs")
-	keyLogical   = []byte("logical_bytes")
-	keyChunks    = []byte("chunks")
-	keyUnique    = []byte("unique_bytes")
-	keyStored    = []byte("stored_bytes")
+	keyFormat = []byte("format")
+	// keyFormatAtRest is the store's format while a writable Open has
+	// format at formatWAL (wal.go, "Format while open").
+	keyFormatAtRest = []byte("format-at-rest")
+	keyChunkSize    = []byte("chunk_size")
+	keyNextIno      = []byte("next_ino")
+	keyFiles        = []byte("files")
+	keyDirs         = []byte("dirs")
+	keyLogical      = []byte("logical_bytes")
+	keyChunks       = []byte("chunks")
+	keyUnique       = []byte("unique_bytes")
+	keyStored       = []byte("stored_bytes")
 	// Rows of the re-encode queue and the raw bytes of their chunks.
 	keyReencodeChunks = []byte("reencode_chunks")
 	keyReencodeBytes  = []byte("reencode_bytes")
@@ -84,6 +87,13 @@ var (
 // record version 3, whose objects an older ckptfs would look for as files,
 // find missing, and report as lost. A store moves to it in the transaction
 // that indexes its first inline chunk.
+//
+// Format 8 is a catalog that may have a write-ahead log beside it (wal.go):
+// after a crash, the bbolt file alone may name pages that never reached
+// the disk, and only the log's recovery makes it whole, which an older
+// ckptfs would not do. A catalog is at 8 only while open for writing (or
+// left so by a crash); its own format is then kept at keyFormatAtRest, and
+// a clean close puts it back.
 const (
 	formatSealed  = 2
 	formatDeltas  = 3
@@ -91,7 +101,8 @@ const (
 	formatHoles   = 5
 	formatPacks   = 6
 	formatInline  = 7
-	FormatVersion = formatInline // the newest format this code reads and writes
+	formatWAL     = 8
+	FormatVersion = formatWAL // the newest format this code reads and writes
 
 	// FormatDeltas, FormatLinks and FormatHoles are the formats a store
 	// holding deltas, a node with several names, or a manifest with holes

@@ -39,7 +39,7 @@ func RawForEach(tx *Tx, bucket string, fn func(k, v []byte) error) error {
 }
 
 // DeleteBucket deletes bucket, as a catalog made before it existed lacks it.
-func DeleteBucket(tx *Tx, bucket string) error { return tx.tx.DeleteBucket([]byte(bucket)) }
+func DeleteBucket(tx *Tx, bucket string) error { return tx.deleteBucket([]byte(bucket)) }
 
 // IsSealed reports whether v is a sealed record (record.go).
 func IsSealed(v []byte) bool { return len(v) >= 5 && v[0] == recordVersion }

@@ -91,7 +91,7 @@ func (t *Tx) AddLink(ino uint64, now int64) (uint32, error) {
 	n.Nlink++
 	n.Ctime = max(n.Ctime, now)
 	if f := t.Format(); f != 0 && f < formatLinks {
-		if err := t.b(bucketMeta).Put(keyFormat, binary.BigEndian.AppendUint32(nil, formatLinks)); err != nil {
+		if err := t.setFormat(formatLinks); err != nil {
 			return 0, err
 		}
 	}
@@ -216,7 +216,7 @@ func (t *Tx) PutManifest(ino uint64, m *Manifest) error {
 		return err
 	}
 	if f := t.Format(); len(m.Holes) > 0 && f != 0 && f < formatHoles {
-		return t.b(bucketMeta).Put(keyFormat, binary.BigEndian.AppendUint32(nil, formatHoles))
+		return t.setFormat(formatHoles)
 	}
 	return nil
 }
@@ -352,10 +352,26 @@ func (t *Tx) Counts() Counts {
 // Format is the catalog's format version as this transaction sees it (0
 // when unreadable).
 func (t *Tx) Format() int {
-	if v := t.b(bucketMeta).Get(keyFormat); len(v) == 4 {
+	meta := t.b(bucketMeta)
+	v := meta.Get(keyFormatAtRest)
+	if v == nil {
+		v = meta.Get(keyFormat)
+	}
+	if len(v) == 4 {
 		return int(binary.BigEndian.Uint32(v))
 	}
 	return 0
+}
+
+// setFormat moves the store to format f: the format at rest while a log
+// may exist (wal.go), the catalog's format otherwise.
+func (t *Tx) setFormat(f int) error {
+	meta := t.b(bucketMeta)
+	key := keyFormat
+	if meta.Get(keyFormatAtRest) != nil {
+		key = keyFormatAtRest
+	}
+	return meta.Put(key, binary.BigEndian.AppendUint32(nil, uint32(f)))
 }
 
 // OnCommit runs fn after the transaction commits, and never if it does not.

@@ -49,7 +49,7 @@ func (u Uploads) Has(id ID) bool {
 
 // Add records chunks ids as uploaded.
 func (u Uploads) Add(ids []ID) error {
-	b, err := u.t.tx.CreateBucketIfNotExists(bucketRemoteChunk)
+	b, err := u.t.createBucketIfNotExists(bucketRemoteChunk)
 	if err != nil {
 		return err
 	}

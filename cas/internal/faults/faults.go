@@ -8,7 +8,8 @@
 //
 //	object    the fdatasync of each object before a commit names it (cas/backend/local)
 //	objdir    the fsync of the object directories (cas/backend/local)
-//	catalog   bbolt's fdatasync of each commit (DB.NoSync)
+//	catalog   the catalog's fdatasyncs of each commit: its log's (catalog/wal.go),
+//	          bbolt's where it keeps none (DB.NoSync)
 //	storedir  the fsync of the store directory after creating its catalog and objects/
 package faults
 
