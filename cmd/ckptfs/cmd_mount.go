@@ -67,7 +67,7 @@ func parseMount(c command, args []string, stderr io.Writer) (*mountConfig, error
 	fl := newFlags(c, stderr)
 	var cacheSize, writeMem byteSize
 	fl.Var(&cacheSize, "cache-size", "memory for decoded chunks (e.g. 256MiB, 1GiB; default: a quarter of the memory the daemon may use (cgroup limit or RAM), at most 256MiB)")
-	fl.Var(&writeMem, "write-memory", "memory for files being written, which are stored while they are written; a file started when it is spent is staged on disk and stored at close (e.g. 512MiB: about 24MiB a file; default: a quarter of the memory the daemon may use, at most 96MiB)")
+	fl.Var(&writeMem, "write-memory", "memory for files being written, which are stored while they are written; a file started, or grown past 4MiB, when it is spent is staged on disk and stored at close (e.g. 512MiB: 4MiB a small file, about 24MiB a large one; default: a quarter of the memory the daemon may use, at most 96MiB)")
 	nodeLimit := fl.Int("node-limit", 0, "files and directories the kernel may keep looked up before the daemon asks it to forget the oldest (0: from the memory budget, 8192 to 16384; -1: never)")
 	readAhead := fl.Int("readahead-kb", fusefs.DefaultReadAheadKB, "kernel readahead of the mount in KiB (0: kernel default)")
 	debug := fl.Bool("debug", false, "log every FUSE request to stderr")

@@ -28,10 +28,11 @@ import (
 // torch.save file lazily (issue #13); it now gets a 32 MiB cache and a 96 MiB
 // Go limit. The memory that files being written hold in streams
 // (fusefs.WithWriteMemory) is a quarter of the budget too, at most
-// fusefs.DefaultWriteMemory: under 128 MiB one 24 MiB stream window, further
-// writers spool to disk instead of pushing the heap past the Go limit.
-// --write-memory sets it (a machine where many large files are written at
-// once: each stream holds about 24 MiB, and a spooled file is stored only
+// fusefs.DefaultWriteMemory: under 128 MiB one 24 MiB stream window (or a
+// few 4 MiB ones of small files), further writers spool to disk instead of
+// pushing the heap past the Go limit. --write-memory sets it (a machine
+// where many large files are written at once: each stream of a large file
+// holds about 24 MiB, and a spooled file is stored only
 // at its close, two at a time); the Go limit grows by what it adds beyond
 // the default, within the budget's three quarters as ever.
 //

@@ -61,6 +61,18 @@ func (p *Pool) reserveStream(window int64) bool {
 	return true
 }
 
+// growStream takes extra more for a stream that holds have: unless it is
+// the only stream, as reserveStream lets the first one in whatever its size.
+func (p *Pool) growStream(have, extra int64) bool {
+	p.memMu.Lock()
+	defer p.memMu.Unlock()
+	if p.streamUsed > have && p.streamUsed+extra > p.writeMemory {
+		return false
+	}
+	p.streamUsed += extra
+	return true
+}
+
 func (p *Pool) unreserveStream(window int64) {
 	p.memMu.Lock()
 	defer p.memMu.Unlock()
@@ -70,6 +82,9 @@ func (p *Pool) unreserveStream(window int64) {
 // StreamWindow is the memory one stream holds at most for chunks of at most
 // maxChunk bytes (see streamWindow).
 func StreamWindow(maxChunk int) int64 { return streamWindow(maxChunk) }
+
+// StreamBlock is the part of its window a stream takes at first.
+const StreamBlock int64 = streamBlock
 
 // A File is the new content of one file while it is written: in a stream
 // (written from empty, in order: chunked and stored as it fills) or in a

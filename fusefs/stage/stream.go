@@ -47,7 +47,8 @@ type stream struct {
 	stop     bool // Spill wants the streamer to stop
 	cancel   context.CancelFunc
 
-	window   int64 // the most memory it holds: a writer further ahead waits
+	window   int64 // the most memory it holds now: a writer further ahead waits
+	full     int64 // streamWindow: what window grows to (see startStream)
 	reserved int64 // what it took from FS.streamMem, until freeMemory
 
 	done    chan struct{}
@@ -72,14 +73,24 @@ func streamWindow(maxChunk int) int64 {
 
 // startStream starts a stream, or returns nil when the write memory budget
 // has no room for another one: the caller spools instead.
+//
+// A stream takes one block of the budget at first, and its whole window
+// only when its file outgrows that block (write): most files that many
+// writers write at once are small (a rank's shard of a tiny model, a
+// config, metrics), and with whole windows taken up front four of them
+// spent the default budget, so that the fifth writer on went through a
+// spool file (created, written, read back and unlinked for 4 KiB). A
+// stream that cannot grow spills, as a file started with the budget spent
+// is spooled.
 func (p *Pool) startStream() *stream {
-	window := streamWindow(p.store.ChunkSize())
+	full := streamWindow(p.store.ChunkSize())
+	window := min(full, streamBlock)
 	if !p.reserveStream(window) {
 		return nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &stream{pool: p, batch: p.store.NewBatch(), cancel: cancel, done: make(chan struct{}),
-		window: window, reserved: window}
+		window: window, full: full, reserved: window}
 	s.cond = sync.NewCond(&s.mu)
 	go func() {
 		defer close(s.done)
@@ -189,13 +200,22 @@ func (s *stream) release(off int64) {
 	}
 }
 
-// write appends data at off. ok is false when off is not where
-// the stream ends: the caller spills. err is the streamer's failure.
+// write appends data at off. ok is false when off is not where the stream
+// ends, or when its file outgrows the stream's first block and the budget
+// has no room for its whole window: the caller spills. err is the
+// streamer's failure.
 func (s *stream) write(data []byte, off int64) (ok bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if off != s.appended {
 		return false, nil
+	}
+	if s.window < s.full && s.appended+int64(len(data))-s.base > s.window {
+		if !s.pool.growStream(s.reserved, s.full-s.window) {
+			return false, nil // spilled, as a file started with no room is spooled
+		}
+		s.reserved += s.full - s.window
+		s.window = s.full
 	}
 	for len(data) > 0 {
 		for s.appended-s.base >= s.window && !s.ended() {
