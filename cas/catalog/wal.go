@@ -549,9 +549,15 @@ func (d *DB) update(fn func(*Tx) error, around func() (after func())) (err error
 	defer recoverDamage(&err)
 	d.wmu.Lock()
 	locked := true
+	var after func()
 	defer func() {
+		// after takes the caller's lock again: never with wmu held, which
+		// the caller's lock comes before.
 		if locked {
 			d.wmu.Unlock()
+		}
+		if after != nil {
+			after()
 		}
 	}()
 	if d.wal != nil && d.wal.size >= d.checkpointBytes {
@@ -582,8 +588,7 @@ func (d *DB) update(fn func(*Tx) error, around func() (after func())) (err error
 		return err
 	}
 	if around != nil {
-		after := around()
-		defer after()
+		after = around()
 		d.tail.extend(tx)
 	}
 	if err := tx.Commit(); err != nil {

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 	"golang.org/x/sys/unix"
@@ -384,5 +385,52 @@ func TestWALMap(t *testing.T) {
 		if got := walMapFor(tc.limit, tc.size); got != tc.want {
 			t.Errorf("limit %d, catalog %d: mapping %d, want %d", tc.limit, tc.size, got, tc.want)
 		}
+	}
+}
+
+// TestUpdateAroundReleasesBeforeAfter: UpdateAround's after (which takes
+// the caller's lock again) runs once the catalog's writer lock is released,
+// also when the transaction changed nothing or failed: a writer that took
+// the caller's lock meanwhile and waits for the catalog would otherwise
+// never get it.
+func TestUpdateAroundReleasesBeforeAfter(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		fn   func(*Tx) error
+	}{
+		{"no change", func(*Tx) error { return nil }},
+		{"a change", func(tx *Tx) error { return RawPut(tx, "meta", []byte("k"), []byte("v")) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, _ := testDB(t)
+			var mu sync.Mutex // the caller's lock
+			taken := make(chan struct{})
+			done := make(chan error, 2)
+			mu.Lock()
+			go func() {
+				done <- d.UpdateAround(tc.fn, func() func() {
+					mu.Unlock()
+					<-taken // the other writer holds the caller's lock now
+					return mu.Lock
+				})
+				mu.Unlock()
+			}()
+			go func() {
+				mu.Lock()
+				close(taken)
+				done <- d.Update(func(tx *Tx) error { return RawPut(tx, "meta", []byte("k2"), []byte("v")) })
+				mu.Unlock()
+			}()
+			for range 2 {
+				select {
+				case err := <-done:
+					if err != nil {
+						t.Fatal(err)
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatal("deadlock: after waits for the caller's lock with the catalog's held")
+				}
+			}
+		})
 	}
 }
