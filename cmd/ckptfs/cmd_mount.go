@@ -149,7 +149,11 @@ func parseMount(c command, args []string, stderr io.Writer) (*mountConfig, error
 // outside, or by a signal: ctx). A mount that fails changes nothing: the
 // mountpoint and what mounting needs are checked before the store is
 // touched, and a store this call created is removed again.
-func serveMount(ctx context.Context, cfg *mountConfig, stdout, stderr io.Writer) error {
+//
+// "unmounted" is printed once the store is closed (its catalog synced and
+// its write-ahead log removed), so that what a script runs next finds the
+// store free; a store that fails to close is an error.
+func serveMount(ctx context.Context, cfg *mountConfig, stdout, stderr io.Writer) (retErr error) {
 	var fsOpts []fusefs.Option
 	if cfg.commitMode == "async" {
 		fsOpts = append(fsOpts, fusefs.WithAsyncCommit())
@@ -200,10 +204,16 @@ func serveMount(ctx context.Context, cfg *mountConfig, stdout, stderr io.Writer)
 		return err
 	}
 	tier := remoteTier(store, objects)
+	var unmounted string // set when the mount ended cleanly
 	defer func() {
-		store.Close()
+		if err := store.Close(); err != nil && retErr == nil {
+			retErr = fmt.Errorf("close store: %w", err)
+		}
 		if !mounted {
 			removeNew()
+		}
+		if unmounted != "" && retErr == nil {
+			fmt.Fprintf(stdout, "ckptfs: unmounted %s\n", unmounted)
 		}
 	}()
 	every, err := refreshEvery()
@@ -273,7 +283,7 @@ func serveMount(ctx context.Context, cfg *mountConfig, stdout, stderr io.Writer)
 	if err := fsys.CommitAll(context.Background()); err != nil {
 		return fmt.Errorf("commit at unmount: %w", err)
 	}
-	fmt.Fprintf(stdout, "ckptfs: unmounted %s\n", mnt)
+	unmounted = mnt // said once the store is closed (deferred above)
 	return nil
 }
 
