@@ -100,12 +100,17 @@ func Open(path string, opts Options) (*DB, error) {
 	}
 	if !opts.ReadOnly && mapped > 0 {
 		d.checkpointBytes, d.mapped = walCheckpointBytes, int64(mapped)
-		dir := filepath.Dir(path)
-		d.wal = &wal{dir: dir, path: filepath.Join(dir, walName), dataPath: filepath.Join(dir, walDataName), noSync: opts.NoSync}
-		d.wmu.Lock()
-		err := d.checkpoint()
-		d.wmu.Unlock()
+		dir, err := os.Open(filepath.Dir(path))
+		if err == nil {
+			d.wal = &wal{dir: dir, path: filepath.Join(dir.Name(), walName), noSync: opts.NoSync}
+			d.wmu.Lock()
+			err = d.checkpoint()
+			d.wmu.Unlock()
+		}
 		if err != nil {
+			if d.wal != nil {
+				d.closeLog() // failed: closes what it opened, keeps the log
+			}
 			d.tail.close()
 			db.Close()
 			return nil, fmt.Errorf("open catalog %s: %w", path, err)

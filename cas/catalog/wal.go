@@ -200,8 +200,9 @@ func (t *raw) deleteBucket(name []byte) error {
 
 // wal is an open log.
 type wal struct {
-	dir, path, dataPath string
-	noSync              bool // faults: the power-loss suite's missing sync
+	dir    *os.File // the store's directory, where the log lives
+	path   string   // the header's, for messages
+	noSync bool     // faults: the power-loss suite's missing sync
 
 	// Under DB.wmu (f, gen, size and seq: and syncMu, to change them).
 	f    *os.File      // the records file
@@ -279,7 +280,7 @@ func (w *wal) append(rec []byte) (uint64, error) {
 	b = append(b, rec...)
 	binary.BigEndian.PutUint32(b[4:], crc32.Checksum(b[8:], castagnoli))
 	if _, err := w.f.WriteAt(b, w.size); err != nil {
-		return 0, w.fail(fmt.Errorf("append to %s: %w", w.dataPath, err))
+		return 0, w.fail(fmt.Errorf("append to %s: %w", w.f.Name(), err))
 	}
 	w.size += int64(len(b))
 	return w.lsn.Add(1), nil
@@ -305,7 +306,7 @@ func (w *wal) sync(lsn uint64) error {
 	upTo := w.lsn.Load() // appended, to f, before this fdatasync
 	if !w.noSync {
 		if err := unix.Fdatasync(int(f.Fd())); err != nil {
-			return w.fail(fmt.Errorf("fdatasync %s: %w", w.dataPath, err))
+			return w.fail(fmt.Errorf("fdatasync %s: %w", f.Name(), err))
 		}
 	}
 	w.synced = max(w.synced, upTo)
@@ -327,11 +328,22 @@ func readMetas(path string, pageSize int) ([]byte, error) {
 	return metas, nil
 }
 
-// writeHeader writes header to a new file, synced, and renames it over
-// path; the directory is fsync'd.
-func writeHeader(dir, path string, header []byte, noSync bool) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+// openAt opens name in directory dir (a descriptor: the store's directory
+// as it was at Open, wherever it has been moved since, and never a store
+// put in its place).
+func openAt(dir *os.File, name string, flags int) (*os.File, error) {
+	fd, err := unix.Openat(int(dir.Fd()), name, flags|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: filepath.Join(dir.Name(), name), Err: err}
+	}
+	return os.NewFile(uintptr(fd), filepath.Join(dir.Name(), name)), nil
+}
+
+// writeHeader writes header to a new file in dir, synced, and renames it
+// over walName; dir is fsync'd.
+func writeHeader(dir *os.File, header []byte, noSync bool) error {
+	tmp := walName + ".tmp"
+	f, err := openAt(dir, tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC)
 	if err != nil {
 		return err
 	}
@@ -343,20 +355,20 @@ func writeHeader(dir, path string, header []byte, noSync bool) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, path)
+		err = unix.Renameat(int(dir.Fd()), tmp, int(dir.Fd()), walName)
 	}
 	if err != nil {
-		os.Remove(tmp)
+		_ = unix.Unlinkat(int(dir.Fd()), tmp, 0)
 		return err
 	}
-	return syncDir(dir)
+	return dir.Sync()
 }
 
 // openData opens the records file, written through at least walDataBytes
 // (zeros past its end, synced): appends inside it change no metadata, so
 // their fdatasync writes their blocks and nothing else.
-func openData(path string, noSync bool) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+func openData(dir *os.File, noSync bool) (*os.File, error) {
+	f, err := openAt(dir, walDataName, os.O_RDWR|os.O_CREATE)
 	if err != nil {
 		return nil, err
 	}
@@ -662,7 +674,7 @@ func (d *DB) checkpoint() error {
 		return w.fail(err)
 	}
 	if w.f == nil {
-		f, err := openData(w.dataPath, w.noSync)
+		f, err := openData(w.dir, w.noSync)
 		if err != nil {
 			return w.fail(fmt.Errorf("checkpoint: %w", err))
 		}
@@ -672,7 +684,7 @@ func (d *DB) checkpoint() error {
 	}
 	// The records of the last generation are no longer needed once the
 	// header names this one: the next are written over them.
-	if err := writeHeader(w.dir, w.path, walHeader(pageSize, txid, metas), w.noSync); err != nil {
+	if err := writeHeader(w.dir, walHeader(pageSize, txid, metas), w.noSync); err != nil {
 		return w.fail(fmt.Errorf("checkpoint: new log header: %w", err))
 	}
 	// The new pin before the old one goes: no page of the new checkpoint's
@@ -722,8 +734,10 @@ func (d *DB) closeLog() error {
 			err = d.db.Sync()
 		}
 		if err == nil {
-			if err = os.Remove(w.path); err == nil || errors.Is(err, os.ErrNotExist) {
-				err = syncDir(w.dir)
+			// In the directory the log was made in: a store moved keeps
+			// none, a store put in its place keeps its own.
+			if err = unix.Unlinkat(int(w.dir.Fd()), walName, 0); err == nil || errors.Is(err, unix.ENOENT) {
+				err = w.dir.Sync()
 			}
 		}
 	}
@@ -733,6 +747,7 @@ func (d *DB) closeLog() error {
 		w.f = nil
 	}
 	w.syncMu.Unlock()
+	w.dir.Close()
 	if d.pin != nil {
 		_ = d.pin.Rollback()
 		d.pin = nil
