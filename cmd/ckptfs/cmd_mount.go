@@ -163,11 +163,11 @@ func serveMount(ctx context.Context, cfg *mountConfig, stdout, stderr io.Writer)
 	setMemoryLimit(mem.goLimit)
 	fsOpts = append(fsOpts, fusefs.WithWriteMemory(mem.write), fusefs.WithNodeLimit(mem.nodes))
 	cores := setProcs()
-	stopProfile, err := startCPUProfile()
+	stopProfiles, err := startProfiles()
 	if err != nil {
 		return err
 	}
-	defer stopProfile()
+	defer func() { retErr = errors.Join(retErr, stopProfiles()) }()
 
 	mnt, err := checkMountpoint(cfg.mnt, cfg.nonEmpty)
 	if err != nil {

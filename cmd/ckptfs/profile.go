@@ -1,26 +1,36 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"runtime/pprof"
 )
 
-// cpuProfileEnv names a file for a CPU profile of the whole daemon, from
-// serveMount's start to its return (an unmount): `go tool pprof bin/ckptfs
-// FILE`. An environment variable, not a flag, so that a daemon started by
-// mount(8), --background or a test harness can be profiled without changing
-// its command line; unset, it costs nothing.
-const cpuProfileEnv = "CKPTFS_CPUPROFILE"
+// Profiles of the whole daemon, from serveMount's start to its return (an
+// unmount), each written to the file its environment variable names: `go
+// tool pprof bin/ckptfs FILE`. Environment variables, not flags, so that a
+// daemon started by mount(8), --background or a test harness can be
+// profiled without changing its command line; unset, they cost nothing.
+const (
+	cpuProfileEnv = "CKPTFS_CPUPROFILE"
+	// memProfileEnv: the allocations profile (pprof's "allocs": every
+	// allocation since the start, sampled one per 512 KiB by the runtime's
+	// default rate, by bytes and by count; -sample_index=alloc_space or
+	// alloc_objects), written at the unmount. What a workload allocates is
+	// what the collector's share of its CPU follows.
+	memProfileEnv = "CKPTFS_MEMPROFILE"
+)
 
-// startCPUProfile starts the profile cpuProfileEnv asks for, if any, and
-// returns the function that writes it out.
-func startCPUProfile() (stop func(), err error) {
-	path := os.Getenv(cpuProfileEnv)
-	if path == "" {
-		return func() {}, nil
+// startProfiles starts the profiles cpuProfileEnv and memProfileEnv ask
+// for, if any, and returns the function that writes them out.
+func startProfiles() (stop func() error, err error) {
+	memPath := os.Getenv(memProfileEnv)
+	cpuPath := os.Getenv(cpuProfileEnv)
+	if cpuPath == "" {
+		return func() error { return writeAllocsProfile(memPath) }, nil
 	}
-	f, err := os.Create(path)
+	f, err := os.Create(cpuPath)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cpuProfileEnv, err)
 	}
@@ -28,8 +38,31 @@ func startCPUProfile() (stop func(), err error) {
 		f.Close()
 		return nil, fmt.Errorf("%s: %w", cpuProfileEnv, err)
 	}
-	return func() {
+	return func() error {
 		pprof.StopCPUProfile()
-		f.Close()
+		err := f.Close()
+		if err != nil {
+			err = fmt.Errorf("%s: %w", cpuProfileEnv, err)
+		}
+		return errors.Join(err, writeAllocsProfile(memPath))
 	}, nil
+}
+
+// writeAllocsProfile writes the allocations profile to path, if one is named.
+func writeAllocsProfile(path string) error {
+	if path == "" {
+		return nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", memProfileEnv, err)
+	}
+	err = pprof.Lookup("allocs").WriteTo(f, 0)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", memProfileEnv, err)
+	}
+	return nil
 }
