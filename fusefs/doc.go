@@ -110,7 +110,11 @@
 // child closing its inherited copies at exec must not commit a file its parent
 // is half-way through); fsync; and the RELEASE of the last writer. Only then
 // does close(2) return, and commit errors surface from close or fsync (the
-// kernel ignores RELEASE's result). With WithAsyncCommit, close returns first
+// kernel ignores RELEASE's result). A truncate by path commits before it
+// returns, unless a writer's close is to commit it: open(O_TRUNC)'s (no
+// FLUSH has reached its OPEN's handle yet), or that of a writer with changes
+// staged; a writer that has closed, but whose RELEASE has not come yet, does
+// not hold it back (file.go, Setattr). With WithAsyncCommit, close returns first
 // and fsync waits. RELEASE comes after close(2) has returned, so another
 // writer may have opened the file since: a RELEASE commits only if, holding
 // the file's lock, no other handle that may write has it open (else it

@@ -63,6 +63,12 @@ type fileNode struct {
 	// while it stores the file's chunks.
 	attrMu lockorder.Mutex[lockorder.FileAttr]
 
+	// unflushed counts n's own handles that may write and that no FLUSH
+	// has reached yet (Setattr). Atomic, not under mu: a FLUSH notes itself
+	// before its commit, and must not wait for another's (a forked child's
+	// close-on-exec FLUSH would hold its exec for the whole commit).
+	unflushed atomic.Int32
+
 	// Bytes of the content in holes, which st_blocks leaves out (guarded by
 	// attrMu; changed holding mu too): from the catalog's holes row at the
 	// first stat (loadHoles), then from each change (setHoles).
@@ -121,6 +127,7 @@ func (n *fileNode) openLocked(ctx context.Context, flags uint32) (*handle, uint3
 	n.fsys.pin(n)
 	if h.write {
 		n.writers++
+		n.unflushed.Add(1)
 		if n.fork != nil {
 			n.fork.mu.LockNested() // origin's mu → fork's
 			n.fork.writers++
@@ -693,19 +700,30 @@ func (n *fileNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAtt
 		h.noteChange(ctx)
 	}
 	if resize {
+		unflushed := n.unflushed.Load()
 		t := n.changeTarget(f, false)
 		t.mu.Lock()
+		clean := !t.dirty
 		err := t.resize(ctx, int64(size))
 		writers := t.writers
 		t.mu.Unlock()
 		if err != nil {
 			return n.fsys.toErrno("truncate", err)
 		}
-		// truncate(2) by path on a file nobody writes: no close will follow, so
-		// this is the commit. open(O_TRUNC) also arrives without a handle, but
-		// after the OPEN: its writer commits at close, and until then the catalog
-		// keeps the previous version.
-		if f == nil && writers == 0 {
+		// truncate(2) by path: no close will follow, so this is the commit,
+		// unless a writer's close is to commit it. open(O_TRUNC) also arrives
+		// without a handle, but after the OPEN, whose handle no FLUSH has
+		// reached: its writer commits at close, and until then the catalog
+		// keeps the previous version. A writer with changes staged commits
+		// them at its close, never half-written. But a writer whose
+		// descriptors are all closed counts among the writers until its
+		// RELEASE, which the kernel sends after close(2) has returned: a
+		// truncate right after a close must not leave its commit to that
+		// RELEASE (it returned before the commit, and when the RELEASE had
+		// already looked for changes, nothing committed it until unmount).
+		// So once every writer's FLUSH has come and nothing is staged, the
+		// truncate commits.
+		if f == nil && (writers == 0 || clean && unflushed == 0) {
 			if err := t.commit(ctx); err != nil {
 				return n.fsys.toErrno("truncate", err)
 			}

@@ -3,6 +3,7 @@ package fusefs
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -38,6 +39,8 @@ type handle struct {
 	n       *fileNode
 	write   bool // opened for writing
 	creator bool // made the file (O_CREAT), even read-only
+
+	flushed atomic.Bool // a FLUSH has reached it (see fileNode.unflushed)
 
 	mu       sync.Mutex
 	opener   int            // thread group that opened the description, or a caller constant
@@ -248,6 +251,7 @@ func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, 
 
 // Flush commits when the caller's close commits (commitsOnClose).
 func (h *handle) Flush(ctx context.Context) syscall.Errno {
+	h.noteFlush()
 	if !h.commitsOnClose(ctx) {
 		return 0
 	}
@@ -268,6 +272,15 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 		return n.fsys.toErrno("commit", err)
 	}
 	return n.fsys.toErrno("commit", n.commit(context.WithoutCancel(ctx)))
+}
+
+// noteFlush records the first FLUSH (or the RELEASE) of a handle that may
+// write: the open(2) that made it has returned, so it is not an
+// open(O_TRUNC) whose truncation is still to come (see fileNode.Setattr).
+func (h *handle) noteFlush() {
+	if h.write && h.flushed.CompareAndSwap(false, true) {
+		h.n.unflushed.Add(-1)
+	}
 }
 
 // Fsync commits (waiting for a background commit in flight: commits of one
@@ -318,6 +331,7 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	fork := n.fork
 	if h.write {
 		n.writers--
+		h.noteFlush()
 		if fork != nil {
 			fork.releaseWriter()
 		}

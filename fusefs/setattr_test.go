@@ -227,3 +227,71 @@ func TestSizeMismatchStaysEIO(t *testing.T) {
 		}
 	}
 }
+
+// TestTruncateByPathAfterCloseCommits: truncate(2) by path of a file whose
+// writers have all closed is committed when it returns, even while the
+// kernel's RELEASE of the last writer (sent after close(2) has returned) has
+// not been served yet. It used to count that writer as still open, leave the
+// commit to it, and return with the catalog still holding the version
+// before: TestHoles's "shrink, then extend again" failed so under load. The
+// hook holds the RELEASE until the test ends. open(O_TRUNC), whose
+// truncation also arrives by path, still commits only at its close.
+func TestTruncateByPathAfterCloseCommits(t *testing.T) {
+	var armed atomic.Bool
+	entered, proceed := make(chan struct{}), make(chan struct{})
+	hook := func(f *FS) {
+		f.releaseLookHook = func(name string, last bool) {
+			if name != "f" || !armed.CompareAndSwap(true, false) {
+				return
+			}
+			close(entered)
+			<-proceed
+		}
+	}
+	m := &testMount{t: t, store: filepath.Join(t.TempDir(), "store"), dir: t.TempDir(), opts: []Option{hook}}
+	m.mount()
+	t.Cleanup(m.unmount)
+	p := m.path("f")
+	data := randBytes(41, 3<<20)
+	defer close(proceed) // before the unmount, whatever fails
+
+	armed.Store(true)
+	mustWrite(t, p, data) // its close commits; its RELEASE waits in the hook
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out waiting for the RELEASE of the writer")
+	}
+	for _, size := range []int64{1<<20 + 17, 2 << 40} {
+		if err := os.Truncate(p, size); err != nil {
+			t.Fatal(err)
+		}
+		if got := m.committedSize(p); got != size {
+			t.Fatalf("truncate to %d returned with the catalog holding %d bytes", size, got)
+		}
+	}
+	st, err := m.cas.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.LogicalBytes != 2<<40 {
+		t.Errorf("logical %d bytes after the truncates, want %d", st.LogicalBytes, int64(2<<40))
+	}
+
+	// open(O_TRUNC)'s truncation arrives by path too, after its OPEN: it
+	// is its writer's close that commits it.
+	w, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if got := m.committedSize(p); got != 2<<40 {
+		t.Fatalf("open(O_TRUNC) committed the truncation before its close: the catalog holds %d bytes", got)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.committedSize(p); got != 0 {
+		t.Fatalf("after the close of open(O_TRUNC) the catalog holds %d bytes, want 0", got)
+	}
+}
