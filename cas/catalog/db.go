@@ -102,7 +102,7 @@ func Open(path string, opts Options) (*DB, error) {
 		d.checkpointBytes, d.mapped = walCheckpointBytes, int64(mapped)
 		dir, err := os.Open(filepath.Dir(path))
 		if err == nil {
-			d.wal = &wal{dir: dir, path: filepath.Join(dir.Name(), walName), noSync: opts.NoSync}
+			d.wal = &wal{dir: dir, noSync: opts.NoSync}
 			d.wmu.Lock()
 			err = d.checkpoint()
 			d.wmu.Unlock()

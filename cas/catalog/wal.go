@@ -201,7 +201,6 @@ func (t *raw) deleteBucket(name []byte) error {
 // wal is an open log.
 type wal struct {
 	dir    *os.File // the store's directory, where the log lives
-	path   string   // the header's, for messages
 	noSync bool     // faults: the power-loss suite's missing sync
 
 	// Under DB.wmu (f, gen, size and seq: and syncMu, to change them).
@@ -246,25 +245,25 @@ func walHeader(pageSize int, txid uint64, metas []byte) []byte {
 	return binary.BigEndian.AppendUint32(h, crc32.Checksum(h, castagnoli))
 }
 
-// parseHeader returns a header's page size, txid and meta pages, and its length.
-func parseHeader(b []byte) (pageSize int, txid uint64, metas []byte, n int, err error) {
+// parseHeader returns a header's txid and meta pages.
+func parseHeader(b []byte) (txid uint64, metas []byte, err error) {
 	if len(b) < len(walMagic)+12 || string(b[:len(walMagic)]) != walMagic {
-		return 0, 0, nil, 0, errors.New("no log header")
+		return 0, nil, errors.New("no log header")
 	}
 	p := len(walMagic)
-	pageSize = int(binary.BigEndian.Uint32(b[p:]))
+	pageSize := int(binary.BigEndian.Uint32(b[p:]))
 	txid = binary.BigEndian.Uint64(b[p+4:])
 	if pageSize < 512 || pageSize > 1<<16 {
-		return 0, 0, nil, 0, fmt.Errorf("log header: page size %d", pageSize)
+		return 0, nil, fmt.Errorf("log header: page size %d", pageSize)
 	}
-	n = p + 12 + 2*pageSize + 4
+	n := p + 12 + 2*pageSize + 4
 	if len(b) < n {
-		return 0, 0, nil, 0, errors.New("log header cut short")
+		return 0, nil, errors.New("log header cut short")
 	}
 	if crc32.Checksum(b[:n-4], castagnoli) != binary.BigEndian.Uint32(b[n-4:]) {
-		return 0, 0, nil, 0, errors.New("log header fails its checksum")
+		return 0, nil, errors.New("log header fails its checksum")
 	}
-	return pageSize, txid, b[p+12 : p+12+2*pageSize], n, nil
+	return txid, b[p+12 : p+12+2*pageSize], nil
 }
 
 // append writes rec (not synced) and returns its lsn. DB.wmu held.
@@ -412,7 +411,7 @@ func Recover(path string) error {
 	if err != nil {
 		return fmt.Errorf("read catalog log: %w", err)
 	}
-	_, gen, metas, _, err := parseHeader(data)
+	gen, metas, err := parseHeader(data)
 	if err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrCatalogDamaged, logPath, err)
 	}
@@ -577,50 +576,12 @@ func (d *DB) update(fn func(*Tx) error, around func() (after func())) (err error
 			return err
 		}
 	}
-	if d.wal == nil { // read-only, or too large for a log
-		d.wmu.Unlock()
-		locked = false
-		return d.updateSynced(fn, around)
+	w := d.wal // nil: read-only, or too large for a log (bbolt syncs)
+	if w != nil {
+		if err := w.failed(); err != nil {
+			return err
+		}
 	}
-	if err := d.wal.failed(); err != nil {
-		return err
-	}
-	tx, err := d.db.Begin(true)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback() }()
-	if around == nil {
-		d.tail.extend(tx)
-	}
-	rec := &walRec{}
-	t := d.tx(tx)
-	t.rec = rec
-	if err := fn(t); err != nil {
-		return err
-	}
-	if around != nil {
-		after = around()
-		d.tail.extend(tx)
-	}
-	if err := tx.Commit(); err != nil {
-		return err
-	}
-	if len(rec.buf) == 0 {
-		return nil
-	}
-	w := d.wal
-	lsn, err := w.append(rec.buf)
-	if err != nil {
-		return err
-	}
-	d.wmu.Unlock()
-	locked = false
-	return w.sync(lsn)
-}
-
-// updateSynced is a write transaction made durable by bbolt's fdatasyncs.
-func (d *DB) updateSynced(fn func(*Tx) error, around func() (after func())) error {
 	tx, err := d.db.Begin(true)
 	if err != nil {
 		return err
@@ -631,17 +592,29 @@ func (d *DB) updateSynced(fn func(*Tx) error, around func() (after func())) erro
 	if around == nil {
 		d.tail.extend(tx)
 	}
-	if err := fn(d.tx(tx)); err != nil {
+	t := d.tx(tx)
+	if w != nil {
+		t.rec = &walRec{}
+	}
+	if err := fn(t); err != nil {
 		return err
 	}
 	if around != nil {
-		after := around()
-		defer after()
+		after = around()
 		// With the caller's lock released: its holders do not wait for the
 		// zeros. Past the mark as it is now, pages fn allocated included.
 		d.tail.extend(tx)
 	}
-	return tx.Commit()
+	if err := tx.Commit(); err != nil || w == nil || len(t.rec.buf) == 0 {
+		return err
+	}
+	lsn, err := w.append(t.rec.buf)
+	if err != nil {
+		return err
+	}
+	d.wmu.Unlock()
+	locked = false
+	return w.sync(lsn)
 }
 
 // checkpoint makes the catalog file durable and starts a new log at it (see
