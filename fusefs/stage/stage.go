@@ -49,20 +49,13 @@ func (p *Pool) StreamMemory() int64 {
 	return p.streamUsed
 }
 
-// reserveStream takes a stream's window from the write memory budget. The
-// first stream always gets one.
-func (p *Pool) reserveStream(window int64) bool {
-	p.memMu.Lock()
-	defer p.memMu.Unlock()
-	if p.streamUsed > 0 && p.streamUsed+window > p.writeMemory {
-		return false
-	}
-	p.streamUsed += window
-	return true
-}
+// reserveStream takes a stream's first block from the write memory
+// budget. The first stream always gets one.
+func (p *Pool) reserveStream(n int64) bool { return p.growStream(0, n) }
 
-// growStream takes extra more for a stream that holds have: unless it is
-// the only stream, as reserveStream lets the first one in whatever its size.
+// growStream takes extra more for a stream that holds have (0: a new one),
+// unless the budget has no room for it and other streams hold some of it:
+// a stream alone gets what it asks whatever the budget.
 func (p *Pool) growStream(have, extra int64) bool {
 	p.memMu.Lock()
 	defer p.memMu.Unlock()
