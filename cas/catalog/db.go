@@ -144,6 +144,17 @@ func Create(path string, chunkSize int) error {
 // openBolt opens the catalog, turning a panic of bbolt's (on damage that
 // Check let through) into an error.
 // mmap is bbolt's initial mapping (0: its default).
+//
+// The free list stays bbolt's default, the sorted array, though every
+// commit that releases pages merges them into a new copy of it (the log's
+// checkpoint pin makes every commit release some: 8 writers of 3·10⁴ small
+// files allocated 626 MB in Pgids.Merge, a fifth of all the daemon
+// allocated). The hash map, tried against it (back to back, 8 writers of
+// 10⁵ and 5·10⁴ files), allocated less but cost more: 3,091, 2,869 and
+// 3,404 files/s against 3,310 and 3,784, 275–295 µs of daemon CPU a file
+// against 232–260, because it hands out pages in no order and bbolt writes
+// each page with a pwrite of its own (pwrite 21 % of the daemon's CPU
+// against 9 %); the array gives the lowest free pages, in runs.
 func openBolt(path string, readOnly bool, mmap int) (db *bolt.DB, err error) {
 	defer func() {
 		if r := recover(); r != nil {
