@@ -77,8 +77,18 @@ func Mount(f *FS, mountpoint string, opts MountOptions) (*fuse.Server, error) {
 			DisableSplice:           true,     // results come from memory; splice only adds a copy
 			MaxInflightRequestBytes: 64 << 20, // bounds request buffers (daemon RSS)
 			Options:                 []string{"default_permissions"},
-			ExtraCapabilities:       fuse.CAP_DIRECT_IO_ALLOW_MMAP, // shared mappings of write handles (doc.go, Writes)
-			Debug:                   opts.Debug,
+			// CAP_DIRECT_IO_ALLOW_MMAP: shared mappings of write handles
+			// (doc.go, Writes). CAP_READDIRPLUS_AUTO (libfuse's default;
+			// go-fuse asks for READDIRPLUS always): the kernel reads a
+			// directory's first batch with READDIRPLUS (an entry's node and
+			// attributes with its name) and later batches so only when the
+			// last batch's entries were looked up (ls -l). A walk that stats
+			// nothing (find, a glob) then builds no node per entry, which
+			// past the node limit (prune.go) were built only to be pruned:
+			// find over 10⁶ files took 11.5 µs a file, now 3.7 (plain ext4
+			// on the same disk: 1.0); a stat walk is unchanged (44 µs).
+			ExtraCapabilities: fuse.CAP_DIRECT_IO_ALLOW_MMAP | fuse.CAP_READDIRPLUS_AUTO,
+			Debug:             opts.Debug,
 			PanicHandler: func(p any) fuse.Status {
 				f.log.Printf("panic in FUSE handler: %v", p)
 				return fuse.EIO

@@ -442,3 +442,67 @@ func TestDirMtimePersists(t *testing.T) {
 		t.Fatalf("mtime %v after a remount, want %v", after.ModTime(), before.ModTime())
 	}
 }
+
+// TestListingLooksUpOnlyWhatIsStatted: a listing that stats nothing (find,
+// os.ReadDir, a shell glob) makes the kernel look up at most its first
+// batch of entries (READDIRPLUS_AUTO: the first READDIR of a directory is a
+// READDIRPLUS, later ones only when the entries of the last were looked up),
+// not every entry: with READDIRPLUS always on, `find` over 10⁶ files built
+// and then pruned a node for each (11.5 µs a file against 3.7). A lister
+// that stats what it lists (ls -l) still gets every entry's attributes
+// right, and every entry its type, in both kinds of batch.
+func TestListingLooksUpOnlyWhatIsStatted(t *testing.T) {
+	const files = 3000
+	m := mountWithNodeLimit(t, 1<<20) // no pruning: the count is the lookups
+	dir := m.path("many")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]os.FileMode{}
+	for i := range files {
+		name := fmt.Sprintf("f%05d", i)
+		p := filepath.Join(dir, name)
+		var err error
+		switch i % 100 {
+		case 7:
+			err, kinds[name] = os.Mkdir(p, 0o700), os.ModeDir
+		case 8:
+			err, kinds[name] = os.Symlink("target", p), os.ModeSymlink
+		default:
+			err, kinds[name] = os.WriteFile(p, []byte(name), 0o600), 0
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.remount()
+	before := m.listedNodes()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != files {
+		t.Fatalf("listed %d entries, want %d", len(entries), files)
+	}
+	for _, e := range entries {
+		if got, want := e.Type(), kinds[e.Name()]; got != want {
+			t.Errorf("%s: type %v, want %v", e.Name(), got, want)
+		}
+	}
+	if looked := m.listedNodes() - before; looked > files/4 {
+		t.Errorf("listing %d entries looked up %d of them: every batch was a READDIRPLUS", files, looked)
+	}
+	// ls -l: a stat of each entry after the listing, which then reads on.
+	for _, e := range entries {
+		info, err := os.Lstat(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Mode().Type() != kinds[e.Name()] {
+			t.Errorf("lstat %s: type %v, want %v", e.Name(), info.Mode().Type(), kinds[e.Name()])
+		}
+		if kinds[e.Name()] == 0 && info.Size() != int64(len(e.Name())) {
+			t.Errorf("lstat %s: size %d, want %d", e.Name(), info.Size(), len(e.Name()))
+		}
+	}
+}
