@@ -78,16 +78,17 @@ func Mount(f *FS, mountpoint string, opts MountOptions) (*fuse.Server, error) {
 			MaxInflightRequestBytes: 64 << 20, // bounds request buffers (daemon RSS)
 			Options:                 []string{"default_permissions"},
 			// CAP_DIRECT_IO_ALLOW_MMAP: shared mappings of write handles
-			// (doc.go, Writes). CAP_READDIRPLUS_AUTO (libfuse's default;
-			// go-fuse asks for READDIRPLUS always): the kernel reads a
-			// directory's first batch with READDIRPLUS (an entry's node and
-			// attributes with its name) and later batches so only when the
-			// last batch's entries were looked up (ls -l). A walk that stats
-			// nothing (find, a glob) then builds no node per entry, which
-			// past the node limit (prune.go) were built only to be pruned:
-			// find over 10⁶ files took 11.5 µs a file, now 3.7 (plain ext4
-			// on the same disk: 1.0); a stat walk is unchanged (44 µs).
-			ExtraCapabilities: fuse.CAP_DIRECT_IO_ALLOW_MMAP | fuse.CAP_READDIRPLUS_AUTO,
+			// (doc.go, Writes). Not CAP_READDIRPLUS_AUTO (libfuse's default),
+			// measured against READDIRPLUS on every batch (go-fuse's):
+			// with it, a walk that stats nothing (find -name) built no node
+			// per entry (10⁶ files: 3.7 against 11.5 µs a file), but ls -l,
+			// du, rsync and os.walk read a whole directory before they stat
+			// its entries, and those then cost a LOOKUP each (10⁴ files,
+			// find then stat of each: 30 against 2.4 µs a stat; find + stat
+			// 3.3 against 1.0-1.4 × plain). READDIRPLUS helps them as long as
+			// the nodes fit under the node limit (prune.go), which is where
+			// the files of a run are.
+			ExtraCapabilities: fuse.CAP_DIRECT_IO_ALLOW_MMAP,
 			Debug:             opts.Debug,
 			PanicHandler: func(p any) fuse.Status {
 				f.log.Printf("panic in FUSE handler: %v", p)
