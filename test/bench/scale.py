@@ -428,6 +428,32 @@ def in_cgroup(d, mib, n, out, every):
         cg.remove()
 
 
+def loop_walks(binary, plain, plain_s, out):
+    """find and the stat walk through fusefloor's loopback of the plain
+    directory, remounted cold before each as the mount is: what a LOOKUP
+    round trip with the thinnest FUSE daemon behind it costs here, beside
+    the plain directory's find + stat (plain_s seconds)."""
+    mnt = plain.parent / "floor-loopwalk"
+    mount = None
+
+    def cold():
+        nonlocal mount
+        if mount is not None:
+            mount.__exit__(None, None, None)
+        drop_caches()
+        mount = FloorMount(binary, "loopback", mnt, plain)
+
+    try:
+        lf, ls, _, ln = walks(mnt, cold, read=False)
+    finally:
+        if mount is not None:
+            mount.__exit__(None, None, None)
+        mnt.rmdir()
+    out["walk.find_fuse_loopback_us_per_file"] = 1e6 * lf / ln
+    out["walk.stat_fuse_loopback_us_per_file"] = 1e6 * ls / ln
+    out["walk.find_stat_fuse_loopback_ratio"] = (lf + ls) / plain_s
+
+
 def walk_phase(a, d, plain, files, out):
     """The walks of the plain directory and of the mount (restarted cold
     before each), their ratios and costs per file, and the daemon's memory
@@ -452,6 +478,8 @@ def walk_phase(a, d, plain, files, out):
         out[f"walk.{k}_ckptfs_us_per_file"] = 1e6 * c / cn
     out["walk.find_stat_ratio"] = (cf + cs) / (pf + ps)
     out["walk.mount_cold_s"] = d.start_s  # the last restart, after a cache drop
+    if a.floor_bin:
+        loop_walks(Path(a.floor_bin).resolve(), plain, pf + ps, out)
     mem = d.memory()
     # after the read of every file: the chunk cache (a quarter of the budget) is full
     out["mem.vmrss_mib"] = mem["VmRSS"] / (1 << 20)
@@ -473,7 +501,8 @@ def main():
     ap.add_argument("--out", default=None)
     ap.add_argument("--floor-bin", default=None,
                     help="test/bench/fusefloor built: also time the creates through FUSE with nothing behind it and "
-                         "through a loopback with fsync (what FUSE itself costs a create on this machine)")
+                         "through a loopback with fsync, and find and the stat walk through a loopback of the plain "
+                         "directory (what FUSE itself costs a create and a lookup on this machine)")
     ap.add_argument("--creates-only", action="store_true", help="stop after the creates (while iterating)")
     ap.add_argument("--run-only", action="store_true", help="only the run of --steps checkpoints (while iterating)")
     ap.add_argument("--no-plain-read", action="store_true", help="skip the plain directory's read-all (10⁶: saves time)")
