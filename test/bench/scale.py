@@ -7,7 +7,9 @@ a plain directory on the same disk, side by side in one run.
             with --floor-bin the same creates through fusefloor's noop mount
             (FUSE's own ceiling here) and its loopback with fsync
   walks     after a daemon restart and a drop of the page cache: find, stat of
-            every path, read of every file; ratio to plain and µs per file
+            every path, read of every file; ratio to plain and µs per file;
+            with --floor-bin find and the stat walk through fusefloor's
+            loopback of the plain directory (a LOOKUP a stat: FUSE's floor)
   store     gc and fsck of the mount: µs per file
   memory    the daemon's VmRSS and RssAnon after the walks
   cgroup    (--cgroup-mib M) the daemon restarted in a memory cgroup of M MiB
