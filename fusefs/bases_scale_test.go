@@ -57,9 +57,7 @@ func TestHintAmongManySteps(t *testing.T) {
 			seen = append(seen, search{prev, walked})
 		}
 	}
-	m := &testMount{t: t, store: filepath.Join(t.TempDir(), "store"), dir: t.TempDir(), opts: []Option{hook}}
-	m.mount()
-	t.Cleanup(m.unmount)
+	m := newMount(t, hook)
 	save := func(step string, n int) {
 		t.Helper()
 		if err := os.MkdirAll(m.path("run/"+step), 0o755); err != nil {

@@ -59,9 +59,7 @@ func TestReleaseDoesNotCommitALaterWriter(t *testing.T) {
 			return func() { close(released) }
 		}
 	}
-	m := &testMount{t: t, store: filepath.Join(t.TempDir(), "store"), dir: t.TempDir(), opts: []Option{hook}}
-	m.mount()
-	t.Cleanup(m.unmount)
+	m := newMount(t, hook)
 	p := m.path("f")
 	v1, v2 := randBytes(1, 3<<20), randBytes(2, 5<<20)
 
@@ -212,9 +210,7 @@ func TestLastTwoReleasesCommit(t *testing.T) {
 			}
 		}
 	}
-	m := &testMount{t: t, store: filepath.Join(t.TempDir(), "store"), dir: t.TempDir(), opts: []Option{hook}}
-	m.mount()
-	t.Cleanup(m.unmount)
+	m := newMount(t, hook)
 	p := m.path("f")
 	v1, v2 := randBytes(21, 1<<20), randBytes(22, 2<<20)
 	mustWrite(t, p, v1)
@@ -295,9 +291,7 @@ func TestChmodDuringForkCommit(t *testing.T) {
 			}
 		}
 	}
-	m := &testMount{t: t, store: filepath.Join(t.TempDir(), "store"), dir: t.TempDir(), opts: []Option{hook}}
-	m.mount()
-	t.Cleanup(m.unmount)
+	m := newMount(t, hook)
 	p := m.path("f")
 	v1, v2 := randBytes(31, 1<<20), randBytes(32, 2<<20)
 	mustWrite(t, p, v1)
@@ -488,9 +482,7 @@ func TestCreateDuringCommitFlush(t *testing.T) {
 			}
 		}
 	}
-	m := &testMount{t: t, store: filepath.Join(t.TempDir(), "store"), dir: t.TempDir(), opts: []Option{hook}}
-	m.mount()
-	t.Cleanup(m.unmount)
+	m := newMount(t, hook)
 	mustWrite(t, m.path("old"), []byte("old")) // also reserves the inode numbers the create takes
 	armed.Store(true)
 	closed := make(chan error, 1)

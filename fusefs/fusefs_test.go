@@ -906,9 +906,7 @@ func inoOfPath(t *testing.T, p string) uint64 {
 // readers see the staged bytes, fsync waits for the commit, and unmount
 // commits what is pending.
 func TestAsyncCommit(t *testing.T) {
-	m := &testMount{t: t, store: filepath.Join(t.TempDir(), "store"), dir: t.TempDir(), opts: []Option{WithAsyncCommit()}}
-	m.mount()
-	t.Cleanup(m.unmount)
+	m := newMount(t, WithAsyncCommit())
 	for i := 0; i < 5; i++ {
 		data := randBytes(uint64(i), 3<<20+i)
 		p := m.path(fmt.Sprintf("runs/a%d", i))

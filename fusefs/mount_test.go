@@ -193,8 +193,14 @@ func mountStore(t testing.TB, storeDir string) *testMount {
 	return m
 }
 
-func newMount(t testing.TB) *testMount {
-	return mountStore(t, filepath.Join(t.TempDir(), "store"))
+// newMount mounts a fresh store with the file system's options opts and
+// unmounts it when the test ends.
+func newMount(t testing.TB, opts ...Option) *testMount {
+	t.Helper()
+	m := &testMount{t: t, store: filepath.Join(t.TempDir(), "store"), dir: t.TempDir(), opts: opts}
+	m.mount()
+	t.Cleanup(m.unmount)
+	return m
 }
 
 func (m *testMount) mount() {

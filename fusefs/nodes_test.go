@@ -16,10 +16,7 @@ import (
 // at most limit nodes.
 func mountWithNodeLimit(t *testing.T, limit int, opts ...Option) *testMount {
 	t.Helper()
-	m := &testMount{t: t, store: filepath.Join(t.TempDir(), "store"), dir: t.TempDir(),
-		opts: append([]Option{WithNodeLimit(limit)}, opts...)}
-	m.mount()
-	t.Cleanup(m.unmount)
+	m := newMount(t, append([]Option{WithNodeLimit(limit)}, opts...)...)
 	if ks := m.srv.KernelSettings(); ks.Major == 7 && ks.Minor < 45 {
 		t.Fatalf("kernel FUSE protocol 7.%d: FUSE_NOTIFY_PRUNE (7.45, Linux 6.18) is needed to bound the daemon's nodes", ks.Minor)
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -35,9 +34,7 @@ func TestSetattrDuringCommitKeepsNewSize(t *testing.T) {
 	// setattr writes (without the hook the window is a few instructions wide,
 	// and 144 rewrites did not hit it).
 	hook := func(f *FS) { f.setattrHook = func() { time.Sleep(10 * time.Millisecond) } }
-	m := &testMount{t: t, store: filepath.Join(t.TempDir(), "store"), dir: t.TempDir(), opts: []Option{hook}}
-	m.mount()
-	t.Cleanup(m.unmount)
+	m := newMount(t, hook)
 	name := func(i int) string { return m.path(fmt.Sprintf("f%02d", i)) }
 	content := func(round, i int) []byte {
 		// Every round changes every file's size.
@@ -146,9 +143,7 @@ func TestSetattrDuringCommitKeepsNewSize(t *testing.T) {
 // failed 14 of 240 runs, always in an iteration that closes at once).
 func TestRenameDuringForkCommit(t *testing.T) {
 	hook := func(f *FS) { f.renameHook = func() { time.Sleep(30 * time.Millisecond) } }
-	m := &testMount{t: t, store: filepath.Join(t.TempDir(), "store"), dir: t.TempDir(), opts: []Option{hook}}
-	m.mount()
-	t.Cleanup(m.unmount)
+	m := newMount(t, hook)
 	for i := 0; i < 20; i++ {
 		x, y := m.path(fmt.Sprintf("x%d", i)), m.path(fmt.Sprintf("y%d", i))
 		old, new := randBytes(uint64(2*i+1), 5000+i), randBytes(uint64(2*i+2), 9000+i)
@@ -248,9 +243,7 @@ func TestTruncateByPathAfterCloseCommits(t *testing.T) {
 			<-proceed
 		}
 	}
-	m := &testMount{t: t, store: filepath.Join(t.TempDir(), "store"), dir: t.TempDir(), opts: []Option{hook}}
-	m.mount()
-	t.Cleanup(m.unmount)
+	m := newMount(t, hook)
 	p := m.path("f")
 	data := randBytes(41, 3<<20)
 	defer close(proceed) // before the unmount, whatever fails
