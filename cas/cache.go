@@ -26,6 +26,7 @@ type cache struct {
 	free    [cacheClasses][][]byte // recycled buffers by class: cap bufSize>>class
 	bufSize int
 	spans   [][]byte // recycled span buffers (spanBuf), at most spanFreeKeep
+	spent   int64    // bytes of spent entries (Chunk.Passed), at most budget/spentShare
 }
 
 type cacheEntry struct {
@@ -40,6 +41,10 @@ type cacheEntry struct {
 	// buffer.
 	span   *spanBuf
 	charge int64
+	// passed: a stream read past the chunk (Chunk.Passed); spent: so did
+	// it past every entry of its span, and the entry is counted in
+	// cache.spent, at the back of the LRU.
+	passed, spent bool
 }
 
 // spanBuf is the buffer of one read of a run of packed chunks
@@ -85,6 +90,72 @@ func (k *Chunk) Release() {
 	k.e.holders--
 	k.c.maybeRecycleLocked(k.e)
 	k.e = nil
+}
+
+// Passed tells the cache that a stream has read past k's bytes, which the
+// kernel's page cache now holds: k's entry is spent, and goes to the back
+// of the LRU, the first to be evicted; spent entries are kept up to a
+// budget/spentShare of them (the newest spent go first), so that a re-read
+// soon after may still find them. An entry in a span (spanBuf) is spent
+// once every entry of its span has been passed, since evicting one evicts
+// them all. A cold stream then recycles a few buffers (its prefetch
+// window's and the spent share's) instead of filling the whole budget with
+// fresh memory that holds what the page cache holds too (a cold read of
+// 1 GiB left the daemon 290 MiB of RSS), and what lazy readers have cached
+// stays. An entry acquired again is not spent any more, nor spent again by
+// a later pass. k may be held or released after.
+func (k *Chunk) Passed() {
+	if k == nil || k.e == nil {
+		return
+	}
+	k.c.mu.Lock()
+	defer k.c.mu.Unlock()
+	k.c.passLocked(k.e)
+}
+
+func (c *cache) passLocked(e *cacheEntry) {
+	if e.passed || e.evicted {
+		return
+	}
+	e.passed = true
+	members := []*cacheEntry{e}
+	if sp := e.span; sp != nil {
+		for _, m := range sp.members {
+			if !m.passed && !m.evicted {
+				return
+			}
+		}
+		members = sp.members
+	}
+	for _, m := range members {
+		if el, ok := c.entries[m.id]; ok && !m.spent && !m.evicted && el.Value.(*cacheEntry) == m {
+			c.lru.MoveToBack(el)
+			m.spent = true
+			c.spent += held(m)
+		}
+	}
+	for c.spent > c.budget/spentShare {
+		el := c.lru.Back()
+		if el == nil || !el.Value.(*cacheEntry).spent {
+			break
+		}
+		c.evictLocked(el)
+	}
+}
+
+// spentShare: spent entries (Chunk.Passed) are kept up to budget/spentShare.
+const spentShare = 8
+
+// touchLocked notes a new use of e, in the cache: it is not spent any more
+// (a re-read). A chunk passed but not spent stays passed: the kernel sends
+// a stream's READs two at a time, in either order, and the READ that reads
+// a chunk's head may come after the one that read past its tail.
+func (c *cache) touchLocked(el *list.Element, e *cacheEntry) {
+	c.lru.MoveToFront(el)
+	if e.spent {
+		e.spent = false
+		c.spent -= held(e)
+	}
 }
 
 // cacheFreeKeep bounds the recycled buffers kept of each class (beside the
@@ -240,8 +311,8 @@ func (c *cache) get(ctx context.Context, id ID, fill func(ctx context.Context, b
 func (c *cache) acquire(ctx context.Context, id ID, fill func(ctx context.Context, buf func(int) []byte) ([]byte, error)) (*cacheEntry, error) {
 	c.mu.Lock()
 	if el, ok := c.entries[id]; ok {
-		c.lru.MoveToFront(el)
 		e := el.Value.(*cacheEntry)
+		c.touchLocked(el, e)
 		e.holders++
 		c.mu.Unlock()
 		return e, nil
@@ -317,6 +388,10 @@ func (c *cache) evictLocked(el *list.Element) {
 	c.lru.Remove(el)
 	delete(c.entries, e.id)
 	c.used -= held(e)
+	if e.spent {
+		e.spent = false
+		c.spent -= held(e)
+	}
 	e.evicted = true
 	if sp := e.span; sp != nil {
 		// The span's other entries go with it (spanBuf).
@@ -370,8 +445,8 @@ func (c *cache) peek(id ID) (*cacheEntry, bool) {
 	if !ok {
 		return nil, false
 	}
-	c.lru.MoveToFront(el)
 	e := el.Value.(*cacheEntry)
+	c.touchLocked(el, e)
 	e.holders++
 	return e, true
 }

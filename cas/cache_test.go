@@ -112,3 +112,109 @@ func TestCacheConcurrentHolders(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestCachePassedChunks: chunks a stream has read past (Chunk.Passed) go
+// first, and at most an eighth of the budget of them stays; one acquired
+// again counts as used again; a chunk in a span is spent only once all of
+// its span has been passed (evicting one evicts them all).
+func TestCachePassedChunks(t *testing.T) {
+	const size = 64
+	c := newCache(64*size, size) // room for 64 chunks; spent ones: 8
+	id := func(i int) ID { return Sum([]byte(fmt.Sprint(i))) }
+	fill := func(_ context.Context, alloc func(int) []byte) ([]byte, error) { return alloc(size), nil }
+	acquire := func(i int) *Chunk {
+		t.Helper()
+		e, err := c.acquire(context.Background(), id(i), fill)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &Chunk{Data: e.data, c: c, e: e}
+	}
+	cached := func(from, to int) (n int) {
+		for i := from; i < to; i++ {
+			if c.has(id(i)) {
+				n++
+			}
+		}
+		return n
+	}
+	for i := range 40 {
+		acquire(i).Release()
+	}
+	again := acquire(0) // read again before it is passed: stays
+	for i := range 20 {
+		k := acquire(i)
+		k.Passed()
+		k.Release()
+	}
+	again.Release()
+	if n := cached(0, 20); n != 8 {
+		t.Errorf("%d of 20 passed chunks cached, want 8 (an eighth of the budget)", n)
+	}
+	if n := cached(20, 40); n != 20 {
+		t.Errorf("%d of 20 chunks not passed cached, want all", n)
+	}
+	if c.spent != 8*size {
+		t.Errorf("spent %d bytes, want %d", c.spent, 8*size)
+	}
+	// A spent chunk acquired again is in use again: not evicted before
+	// the others.
+	var kept int
+	for i := range 20 {
+		if c.has(id(i)) {
+			kept = i
+			acquire(i).Release()
+			break
+		}
+	}
+	if c.spent != 7*size {
+		t.Errorf("spent %d bytes after a spent chunk was read again, want %d", c.spent, 7*size)
+	}
+	// 28 chunks cached: 43 more overfill the cache by 7, which are the 7
+	// spent ones.
+	for i := 40; i < 83; i++ {
+		acquire(i).Release()
+	}
+	if n := cached(0, 20); n != 1 || !c.has(id(kept)) {
+		t.Errorf("%d of the passed chunks cached (%d read again), want that one only", n, kept)
+	}
+	if n := cached(20, 40); n != 20 {
+		t.Errorf("%d of the 20 older chunks not passed cached, want all: the spent ones go first", n)
+	}
+
+	// A span of three chunks: spent once all three are passed.
+	c = newCache(64*size, size)
+	sp := c.newSpan(make([]byte, 0, 3*size), true)
+	ids := []ID{id(100), id(101), id(102)}
+	ls := c.claim(ids)
+	var ks []*Chunk
+	for i, l := range ls {
+		e, err := c.finishSpan(ids[i], l, sp.buf[i*size:(i+1)*size:(i+1)*size], sp, size, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ks = append(ks, &Chunk{Data: e.data, c: c, e: e})
+	}
+	c.releaseSpan(sp)
+	ks[0].Passed()
+	ks[1].Passed()
+	if c.spent != 0 {
+		t.Errorf("two of a span's three chunks passed: spent %d bytes, want none", c.spent)
+	}
+	ks[2].Passed()
+	if c.spent != 3*size {
+		t.Errorf("a span's three chunks passed: spent %d bytes, want %d", c.spent, 3*size)
+	}
+	for _, k := range ks {
+		k.Release()
+	}
+	if e := c.lru.Back(); e == nil || !e.Value.(*cacheEntry).spent {
+		t.Fatalf("the back of the LRU is not the passed span")
+	}
+	c.mu.Lock()
+	c.evictLocked(c.lru.Back()) // evicts all three
+	c.mu.Unlock()
+	if c.spent != 0 || cached(100, 103) != 0 || c.used != 0 {
+		t.Errorf("after the span's eviction: spent %d, %d of its chunks cached, %d bytes used", c.spent, cached(100, 103), c.used)
+	}
+}

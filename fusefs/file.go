@@ -394,7 +394,12 @@ func (n *fileNode) read(ctx context.Context, f fs.FileHandle, dest []byte, off i
 	if err != nil {
 		return nil, n.fsys.toErrno("read", err)
 	}
-	n.reads.prefetchAfter(n.fsys.store, m, offsets, spans, off, min(off+int64(len(dest)), manifestSize(m, offsets)))
+	end := min(off+int64(len(dest)), manifestSize(m, offsets))
+	if n.reads.prefetchAfter(n.fsys.store, m, offsets, spans, off, end) {
+		// A stream leaves what it read in the page cache: the chunks it
+		// read to their end go first when the chunk cache needs room.
+		res.passed(offsets, end)
+	}
 	return res, 0
 }
 
@@ -403,6 +408,17 @@ func (n *fileNode) read(ctx context.Context, f fs.FileHandle, dest []byte, off i
 type chunkResult struct {
 	vecs   [][]byte
 	chunks []*cas.Chunk
+	first  int // the manifest's index of chunks[0]
+}
+
+// passed marks the chunks that end at or before end (offsets: where each of
+// the manifest's chunks starts) as read past by a stream (cas.Chunk.Passed).
+func (r *chunkResult) passed(offsets []int64, end int64) {
+	for i, c := range r.chunks {
+		if offsets[r.first+i]+int64(len(c.Data)) <= end {
+			c.Passed()
+		}
+	}
 }
 
 func (r *chunkResult) Size() int {
@@ -444,7 +460,7 @@ func (n *fileNode) readChunks(ctx context.Context, m *cas.Manifest, offsets []in
 	// The chunks that overlap [off, end): those from first to last.
 	first := sort.Search(len(offsets), func(i int) bool { return offsets[i]+int64(m.Chunks[i].Len) > off })
 	last := sort.Search(len(offsets), func(i int) bool { return offsets[i] >= end }) - 1
-	res := &chunkResult{chunks: make([]*cas.Chunk, max(last-first+1, 0))}
+	res := &chunkResult{chunks: make([]*cas.Chunk, max(last-first+1, 0)), first: first}
 	load := func(i int) error {
 		c, err := n.fsys.store.AcquireChunk(ctx, m.Chunks[first+i])
 		res.chunks[i] = c

@@ -119,8 +119,10 @@ type readState struct {
 }
 
 // prefetchAfter notes a read of [off, end) of manifest m (chunk offsets,
-// tensor spans) and queues for loading from store what probably follows.
-func (rs *readState) prefetchAfter(store *cas.Store, m *cas.Manifest, offsets []int64, spans []tensorSpan, off, end int64) {
+// tensor spans) and queues for loading from store what probably follows;
+// stream reports whether the read is part of a stream (a full load or a
+// copy, not a lazy reader's tensor).
+func (rs *readState) prefetchAfter(store *cas.Store, m *cas.Manifest, offsets []int64, spans []tensorSpan, off, end int64) (stream bool) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	rs.note(off, end)
@@ -134,14 +136,25 @@ func (rs *readState) prefetchAfter(store *cas.Store, m *cas.Manifest, offsets []
 			limit = min(spans[i].end, front+in/4)
 		}
 	}
-	if streak >= streakBytes && streamsTensors(spans, rs.start, front) {
+	if stream = streak >= streakBytes && streamsTensors(spans, rs.start, front); stream {
 		limit = max(limit, front+prefetchAhead)
 	}
 	window := min(int64(prefetchAhead), store.CacheSize()/4)
-	limit = min(limit, front+window, manifestSize(m, offsets))
+	size := manifestSize(m, offsets)
+	limit = min(limit, front+window, size)
 	from := max(rs.queued, front)
 	if limit <= from {
-		return
+		return stream
+	}
+	// A stream's window moves on by each READ's length (256 KiB at the
+	// default readahead): queued as it comes, it makes batches of a few
+	// chunks, which idle workers take at once. It is topped up a batch at
+	// a time instead, while what is queued ahead of the reader lasts:
+	// whole batches are one read of a MiB each, whose buffer the cache
+	// keeps the chunks in and reuses for the next (cas: a short run's
+	// chunks are copied out of a buffer mostly empty).
+	if limit == front+window && limit < size && rs.queued > front && limit-from < prefetchBatch {
+		return stream
 	}
 	rs.queued = limit
 	// Chunks that start in [from, limit) and are not cached or loading yet.
@@ -154,6 +167,7 @@ func (rs *readState) prefetchAfter(store *cas.Store, m *cas.Manifest, offsets []
 		rs.workers++
 		go rs.load(store)
 	}
+	return stream
 }
 
 // note adds a read of [off, end) to the current run, or starts a new run

@@ -3,12 +3,15 @@ package fusefs
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"os"
+	"path/filepath"
 	"syscall"
 	"testing"
 
 	"github.com/ckptfs/ckptfs/cas"
+	"github.com/ckptfs/ckptfs/cas/backend/local"
 )
 
 // TestReadRuns checks the sequential-read detector against READ orders
@@ -139,5 +142,93 @@ func TestColdStreamOfSmallChunks(t *testing.T) {
 		if _, err := f.ReadAt(buf, off); err != nil || !bytes.Equal(buf, victimData[off:off+int64(len(buf))]) {
 			t.Fatalf("read at %d, after the damaged chunk at [%d, %d): %v", off, start, end, err)
 		}
+	}
+}
+
+// TestStreamTopsUpByBatches: once a stream's window is queued, a READ that
+// moves it on by less than a batch queues nothing; the queue grows a whole
+// batch at a time (a batch is one read of a pack, whose buffer the cache
+// keeps its chunks in), until the window reaches the end of the file.
+func TestStreamTopsUpByBatches(t *testing.T) {
+	const K, M = 1 << 10, 1 << 20
+	store := filepath.Join(t.TempDir(), "store")
+	s, err := cas.Open(store, cas.Options{CacheSize: 256 * M, Objects: local.New(cas.ObjectsDir(store), local.Options{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const size, chunk = 96 * M, 32 * K
+	m := &cas.Manifest{}
+	var offsets []int64
+	for off := int64(0); off < size; off += chunk {
+		var id cas.ID
+		binary.LittleEndian.PutUint64(id[:], uint64(off)+1) // chunks the store lacks: the workers' loads fail
+		m.Chunks = append(m.Chunks, cas.ChunkRef{ID: id, Len: chunk})
+		offsets = append(offsets, off)
+	}
+	var rs readState
+	queued := int64(0)
+	var topUps []int64
+	for off := int64(0); off < size; off += 256 * K {
+		rs.prefetchAfter(s, m, offsets, nil, off, off+256*K)
+		rs.mu.Lock()
+		q := rs.queued
+		rs.mu.Unlock()
+		if q != queued && queued > off { // a top-up while chunks were queued ahead of the reader
+			topUps = append(topUps, q-queued)
+			if q-queued < prefetchBatch && q < size {
+				t.Fatalf("read at %d MiB: the queue grew by %d KiB to %d MiB, less than a batch", off/M, (q-queued)/K, q/M)
+			}
+		}
+		queued = q
+	}
+	if queued != size || len(topUps) < 10 {
+		t.Fatalf("queued up to %d of %d bytes in %d top-ups, want all of it in many", queued, size, len(topUps))
+	}
+}
+
+// TestColdStreamLeavesCacheRoom: a stream's chunks, once read past, leave
+// the chunk cache first (cas.Chunk.Passed), since the page cache holds
+// them: a cold read of a file smaller than the cache leaves about the spent
+// share cached, not the whole file, while a lazy reader's chunks stay.
+func TestColdStreamLeavesCacheRoom(t *testing.T) {
+	m := newMount(t) // 64 MiB cache: 8 MiB of it spent chunks at most
+	const size = 48 << 20
+	data := randBytes(31, size)
+	mustWrite(t, m.path("runs/stream"), data)
+	lazy := randBytes(32, 4<<20)
+	mustWrite(t, m.path("runs/lazy"), lazy)
+	m.unmount()
+	m.mount()
+	buf := make([]byte, 64<<10)
+	f, err := os.Open(m.path("runs/lazy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.ReadAt(buf, 1<<20); err != nil || !bytes.Equal(buf, lazy[1<<20:1<<20+len(buf)]) {
+		t.Fatalf("lazy read: %v", err)
+	}
+	f.Close()
+	mustEqualFile(t, m.path("runs/stream"), data)
+	st, err := m.cas.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("after a cold stream of %d MiB: %.1f MiB cached", size>>20, float64(st.CacheBytes)/(1<<20))
+	// Left: what was read before the reads made a stream (streakBytes),
+	// the spent share (8 MiB) and the spans' slack; before, the whole file.
+	if st.CacheBytes > 24<<20 {
+		t.Errorf("after a cold stream of %d MiB: %d MiB cached, want at most 24", size>>20, st.CacheBytes>>20)
+	}
+	refs, _, err := IndexFile(context.Background(), bytes.NewReader(lazy), int64(len(lazy)), cas.DefaultChunkSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var off int64
+	for _, r := range refs {
+		if off <= 1<<20 && 1<<20 < off+int64(r.Len) && !m.cas.Cached(r.ID) {
+			t.Errorf("the lazy reader's chunk at %d left the cache", off)
+		}
+		off += int64(r.Len)
 	}
 }
