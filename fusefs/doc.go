@@ -256,7 +256,8 @@
 // short pread whose buffer was mostly empty, so its chunks were copied out
 // into fresh memory (830 MiB allocated in a cold read of 1 GiB of random
 // bytes; 365 MiB once topped up by batches). The chunks of a READ that a
-// stream has read past are marked so in the cache (cas.Chunk.Passed).
+// stream has read past, and those a READ covered whole, are marked so in
+// the cache (cas.Chunk.Passed): the page cache holds them.
 //
 // A prefetch worker takes up to 1 MiB of chunks from the head of the queue
 // at once and loads them with cas.Store.AcquireChunks: one catalog

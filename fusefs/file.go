@@ -395,11 +395,8 @@ func (n *fileNode) read(ctx context.Context, f fs.FileHandle, dest []byte, off i
 		return nil, n.fsys.toErrno("read", err)
 	}
 	end := min(off+int64(len(dest)), manifestSize(m, offsets))
-	if n.reads.prefetchAfter(n.fsys.store, m, offsets, spans, off, end) {
-		// A stream leaves what it read in the page cache: the chunks it
-		// read to their end go first when the chunk cache needs room.
-		res.passed(offsets, end)
-	}
+	stream := n.reads.prefetchAfter(n.fsys.store, m, offsets, spans, off, end)
+	res.passed(offsets, off, end, stream)
 	return res, 0
 }
 
@@ -411,11 +408,16 @@ type chunkResult struct {
 	first  int // the manifest's index of chunks[0]
 }
 
-// passed marks the chunks that end at or before end (offsets: where each of
-// the manifest's chunks starts) as read past by a stream (cas.Chunk.Passed).
-func (r *chunkResult) passed(offsets []int64, end int64) {
+// passed marks the chunks whose bytes the kernel's page cache now holds
+// (cas.Chunk.Passed), which the chunk cache then lets go first: those this
+// READ of [off, end) covered whole (a small file read, the short chunks of
+// a readahead window) and, in a stream, those it read to their end.
+// offsets: where each of the manifest's chunks starts. A lazy reader's
+// READs cover parts of a tensor file's 1 MiB chunks: they stay.
+func (r *chunkResult) passed(offsets []int64, off, end int64, stream bool) {
 	for i, c := range r.chunks {
-		if offsets[r.first+i]+int64(len(c.Data)) <= end {
+		start := offsets[r.first+i]
+		if start+int64(len(c.Data)) <= end && (stream || start >= off) {
 			c.Passed()
 		}
 	}

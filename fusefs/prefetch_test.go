@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -230,5 +231,33 @@ func TestColdStreamLeavesCacheRoom(t *testing.T) {
 			t.Errorf("the lazy reader's chunk at %d left the cache", off)
 		}
 		off += int64(r.Len)
+	}
+}
+
+// TestWholeFileReadsLeaveCacheRoom: small files read whole (a walk that
+// reads every file of a store) leave at most the spent share of the chunk
+// cache behind, not every file they read: the page cache holds them.
+func TestWholeFileReadsLeaveCacheRoom(t *testing.T) {
+	m := newMount(t) // 64 MiB cache: 8 MiB of it spent chunks at most
+	const files, size = 1500, 16 << 10
+	if err := os.MkdirAll(m.path("runs/ranks"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	name := func(i int) string { return m.path(fmt.Sprintf("runs/ranks/%04d", i)) }
+	for i := range files {
+		mustWrite(t, name(i), randBytes(uint64(1000+i), size))
+	}
+	m.unmount()
+	m.mount()
+	for i := range files {
+		mustEqualFile(t, name(i), randBytes(uint64(1000+i), size))
+	}
+	st, err := m.cas.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("after reading %d files of %d KiB: %.1f MiB cached", files, size>>10, float64(st.CacheBytes)/(1<<20))
+	if st.CacheBytes > 12<<20 {
+		t.Errorf("after reading %d MiB of small files: %d MiB cached, want at most the spent share (8 MiB) and some", files*size>>20, st.CacheBytes>>20)
 	}
 }
