@@ -386,8 +386,8 @@
 //     keeps at most an eighth of its budget of them; a span's entries go
 //     once the stream has read past all of them. Before, a cold read of
 //     1 GiB filled the whole budget (256 MiB) with fresh memory holding
-//     bytes the page cache held too: the daemon ended it at 290 MiB of
-//     RssAnon, having allocated 460-500 MiB; now 167-179 MiB and 250-290
+//     bytes the page cache held too: the daemon ended it at 295 MiB of
+//     RssAnon, having allocated 586-605 MiB; now 166-179 MiB and 239-268
 //     MiB (the Go heap's garbage between collections is the rest), and a
 //     lazy reader's chunks (parts of 1 MiB chunks), or those of a file
 //     read twice, stay cached. Reading 1,500 files of 16 KiB left 23 MiB

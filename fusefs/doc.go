@@ -254,10 +254,12 @@
 // each READ's length (256 KiB at the default readahead), and queued as it
 // came, idle workers took it a few chunks at a time, each such batch one
 // short pread whose buffer was mostly empty, so its chunks were copied out
-// into fresh memory (830 MiB allocated in a cold read of 1 GiB of random
-// bytes; 365 MiB once topped up by batches). The chunks of a READ that a
-// stream has read past, and those a READ covered whole, are marked so in
-// the cache (cas.Chunk.Passed): the page cache holds them.
+// into fresh memory (the daemon allocated 586-605 MiB in a cold read of
+// 1 GiB of random bytes; 526-544 MiB once topped up by batches, 239-268
+// MiB with the passed chunks below; Go's own count, two reads each). The
+// chunks of a READ that a stream has read past, and those a READ covered
+// whole, are marked so in the cache (cas.Chunk.Passed): the page cache
+// holds them.
 //
 // A prefetch worker takes up to 1 MiB of chunks from the head of the queue
 // at once and loads them with cas.Store.AcquireChunks: one catalog
