@@ -27,6 +27,9 @@ type cache struct {
 	bufSize int
 	spans   [][]byte // recycled span buffers (spanBuf), at most spanFreeKeep
 	spent   int64    // bytes of spent entries (Chunk.Passed), at most budget/spentShare
+	// newestSpent is the front-most spent entry's element: spent entries
+	// are the LRU's tail, newest first, so that Back is the oldest spent.
+	newestSpent *list.Element
 }
 
 type cacheEntry struct {
@@ -61,6 +64,7 @@ type cacheEntry struct {
 type spanBuf struct {
 	buf     []byte // the read's buffer, its whole capacity
 	live    int    // entries not recycled yet, plus one while the run runs
+	running bool   // the run is still adding entries (no pass spends them yet)
 	reuse   bool   // buf is the cache's to reuse (not memory of a backend's)
 	members []*cacheEntry
 }
@@ -92,18 +96,24 @@ func (k *Chunk) Release() {
 	k.e = nil
 }
 
-// Passed tells the cache that a stream has read past k's bytes, which the
-// kernel's page cache now holds: k's entry is spent, and goes to the back
-// of the LRU, the first to be evicted; spent entries are kept up to a
-// budget/spentShare of them (the newest spent go first), so that a re-read
-// soon after may still find them. An entry in a span (spanBuf) is spent
-// once every entry of its span has been passed, since evicting one evicts
-// them all. A cold stream then recycles a few buffers (its prefetch
-// window's and the spent share's) instead of filling the whole budget with
-// fresh memory that holds what the page cache holds too (a cold read of
-// 1 GiB left the daemon 290 MiB of RSS), and what lazy readers have cached
-// stays. An entry acquired again is not spent any more, nor spent again by
-// a later pass. k may be held or released after.
+// Passed tells the cache that a reader has had all of k's bytes, which the
+// kernel's page cache now holds: k's entry is spent, and joins the LRU's
+// tail of spent entries, the first to be evicted, oldest first; they are
+// kept up to a budget/spentShare of them, so that the other READ a stream
+// has in flight, or a re-read soon after, still finds them. An entry in a
+// span (spanBuf) is spent once its run has added every entry of the span
+// and each has been passed, since evicting one evicts them all. A cold
+// stream then recycles a few buffers (its prefetch window's and the spent
+// share's) instead of filling the whole budget with fresh memory that
+// holds what the page cache holds too (a cold read of 1 GiB left the
+// daemon 290 MiB of RSS), and what lazy readers have cached stays. An entry
+// acquired again is live again. k may be held or released after.
+//
+// What it costs: the chunk cache serves every file that holds a chunk,
+// the page cache only the file read. A second file with the same content
+// (a copy, or the next step's frozen tensors) read soon after finds in the
+// chunk cache only what the spent share kept, and reads the rest from the
+// store again (a cache larger than the file used to keep all of it).
 func (k *Chunk) Passed() {
 	if k == nil || k.e == nil {
 		return
@@ -118,18 +128,38 @@ func (c *cache) passLocked(e *cacheEntry) {
 		return
 	}
 	e.passed = true
-	members := []*cacheEntry{e}
-	if sp := e.span; sp != nil {
-		for _, m := range sp.members {
-			if !m.passed && !m.evicted {
-				return
-			}
-		}
-		members = sp.members
+	if e.span != nil {
+		c.spendSpanLocked(e.span)
+		return
 	}
+	c.spendLocked([]*cacheEntry{e})
+}
+
+// spendSpanLocked spends sp's entries once its run has added them all and
+// every one has been passed (evicting one evicts them all).
+func (c *cache) spendSpanLocked(sp *spanBuf) {
+	if sp.running {
+		return
+	}
+	for _, m := range sp.members {
+		if !m.passed && !m.evicted {
+			return
+		}
+	}
+	c.spendLocked(sp.members)
+}
+
+// spendLocked moves members to the LRU's spent tail, newest first, and
+// evicts the oldest spent while they hold more than their share.
+func (c *cache) spendLocked(members []*cacheEntry) {
 	for _, m := range members {
 		if el, ok := c.entries[m.id]; ok && !m.spent && !m.evicted && el.Value.(*cacheEntry) == m {
-			c.lru.MoveToBack(el)
+			if c.newestSpent != nil {
+				c.lru.MoveBefore(el, c.newestSpent)
+			} else {
+				c.lru.MoveToBack(el)
+			}
+			c.newestSpent = el
 			m.spent = true
 			c.spent += held(m)
 		}
@@ -146,12 +176,15 @@ func (c *cache) passLocked(e *cacheEntry) {
 // spentShare: spent entries (Chunk.Passed) are kept up to budget/spentShare.
 const spentShare = 8
 
-// touchLocked notes a new use of e, in the cache: it is not spent any more
-// (a re-read). A chunk passed but not spent stays passed: the kernel sends
-// a stream's READs two at a time, in either order, and the READ that reads
-// a chunk's head may come after the one that read past its tail.
+// touchLocked notes a new use of e, in the cache: it is neither passed nor
+// spent any more until it is passed again. (A stream's READs come two at a
+// time, in either order: the READ that reads a chunk's head after the one
+// that read past its tail passes it again, fusefs passing every chunk up to
+// the stream's frontier.)
 func (c *cache) touchLocked(el *list.Element, e *cacheEntry) {
+	c.unspendLocked(el)
 	c.lru.MoveToFront(el)
+	e.passed = false
 	if e.spent {
 		e.spent = false
 		c.spent -= held(e)
@@ -248,7 +281,7 @@ const spanSlack = 512 << 10
 // lie in it; reuse says whether buf may be reused once they are gone. The
 // caller ends its own use with releaseSpan.
 func (c *cache) newSpan(buf []byte, reuse bool) *spanBuf {
-	return &spanBuf{buf: buf[:0:cap(buf)], live: 1, reuse: reuse}
+	return &spanBuf{buf: buf[:0:cap(buf)], live: 1, reuse: reuse, running: true}
 }
 
 // releaseSpan drops one use of sp (an entry recycled, or the run done);
@@ -282,6 +315,12 @@ func (c *cache) releaseSpanLocked(sp *spanBuf) {
 func (c *cache) releaseSpan(sp *spanBuf) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	sp.running = false
+	if len(sp.members) > 0 {
+		// A reader may have passed every entry while the run was still
+		// adding some: the span is spent now if so.
+		c.spendSpanLocked(sp)
+	}
 	c.releaseSpanLocked(sp)
 }
 
@@ -383,8 +422,20 @@ func (c *cache) insertLocked(e *cacheEntry) {
 	c.used += size
 }
 
+// unspendLocked keeps newestSpent right when el leaves the spent tail.
+func (c *cache) unspendLocked(el *list.Element) {
+	if el != c.newestSpent {
+		return
+	}
+	c.newestSpent = nil
+	if n := el.Next(); n != nil && n.Value.(*cacheEntry).spent {
+		c.newestSpent = n
+	}
+}
+
 func (c *cache) evictLocked(el *list.Element) {
 	e := el.Value.(*cacheEntry)
+	c.unspendLocked(el)
 	c.lru.Remove(el)
 	delete(c.entries, e.id)
 	c.used -= held(e)

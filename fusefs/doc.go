@@ -257,9 +257,12 @@
 // into fresh memory (the daemon allocated 586-605 MiB in a cold read of
 // 1 GiB of random bytes; 526-544 MiB once topped up by batches, 239-268
 // MiB with the passed chunks below; Go's own count, two reads each). The
-// chunks of a READ that a stream has read past, and those a READ covered
-// whole, are marked so in the cache (cas.Chunk.Passed): the page cache
-// holds them.
+// chunks that a READ covered whole, and in a stream those that
+// end before how far it has read (its other READ in flight may come later
+// for a chunk's head), are marked so in the cache (cas.Chunk.Passed): the
+// page cache holds them. Not through a handle whose READs skip the page
+// cache (a writer's, FOPEN_DIRECT_IO, or one opened with O_DIRECT): a
+// second read through it finds them cached (TestDirectIOReadsKeepChunks).
 //
 // A prefetch worker takes up to 1 MiB of chunks from the head of the queue
 // at once and loads them with cas.Store.AcquireChunks: one catalog

@@ -119,6 +119,7 @@ func (n *fileNode) openHandle(ctx context.Context, flags uint32) (*handle, uint3
 func (n *fileNode) openLocked(ctx context.Context, flags uint32) (*handle, uint32, error) {
 	h := newHandle(ctx, isWrite(flags), &n.fsys.tgids)
 	h.n = n
+	h.pageCached = !h.write && flags&syscall.O_DIRECT == 0
 	if err := n.loadManifestLocked(); err != nil {
 		return nil, 0, err
 	}
@@ -350,9 +351,17 @@ func (n *fileNode) record() cas.Node {
 }
 
 func (n *fileNode) read(ctx context.Context, f fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	h, _ := f.(*handle)
+	return n.readThrough(ctx, f, dest, off, h == nil || h.pageCached)
+}
+
+// readThrough is read; pageCached says whether what the READ returns goes
+// to the kernel's page cache (not through a handle with FOPEN_DIRECT_IO: a
+// writer's, or one opened with O_DIRECT).
+func (n *fileNode) readThrough(ctx context.Context, f fs.FileHandle, dest []byte, off int64, pageCached bool) (fuse.ReadResult, syscall.Errno) {
 	n.fsys.noteActivity()
 	if t := n.dataNode(f); t != n {
-		return t.read(ctx, nil, dest, off)
+		return t.readThrough(ctx, nil, dest, off, pageCached)
 	}
 	n.mu.RLock()
 	if n.staging != nil && n.staging.Streaming() {
@@ -395,8 +404,10 @@ func (n *fileNode) read(ctx context.Context, f fs.FileHandle, dest []byte, off i
 		return nil, n.fsys.toErrno("read", err)
 	}
 	end := min(off+int64(len(dest)), manifestSize(m, offsets))
-	stream := n.reads.prefetchAfter(n.fsys.store, m, offsets, spans, off, end)
-	res.passed(offsets, off, end, stream)
+	stream, front := n.reads.prefetchAfter(n.fsys.store, m, offsets, spans, off, end)
+	if pageCached {
+		res.passed(offsets, off, end, stream, front)
+	}
 	return res, 0
 }
 
@@ -411,13 +422,16 @@ type chunkResult struct {
 // passed marks the chunks whose bytes the kernel's page cache now holds
 // (cas.Chunk.Passed), which the chunk cache then lets go first: those this
 // READ of [off, end) covered whole (a small file read, the short chunks of
-// a readahead window) and, in a stream, those it read to their end.
-// offsets: where each of the manifest's chunks starts. A lazy reader's
-// READs cover parts of a tensor file's 1 MiB chunks: they stay.
-func (r *chunkResult) passed(offsets []int64, off, end int64, stream bool) {
+// a readahead window) and, in a stream, those that end before front, how
+// far the stream has read (the READ that reads a chunk's head may come
+// after the one that read past its tail). offsets: where each of the
+// manifest's chunks starts. A lazy reader's READs cover parts of a tensor
+// file's 1 MiB chunks: they stay.
+func (r *chunkResult) passed(offsets []int64, off, end int64, stream bool, front int64) {
 	for i, c := range r.chunks {
 		start := offsets[r.first+i]
-		if start+int64(len(c.Data)) <= end && (stream || start >= off) {
+		stop := start + int64(len(c.Data))
+		if stop <= end && start >= off || stream && stop <= front {
 			c.Passed()
 		}
 	}

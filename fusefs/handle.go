@@ -39,6 +39,9 @@ type handle struct {
 	n       *fileNode
 	write   bool // opened for writing
 	creator bool // made the file (O_CREAT), even read-only
+	// pageCached: what its READs return lands in the page cache (not a
+	// writer's handle, FOPEN_DIRECT_IO, nor one opened with O_DIRECT).
+	pageCached bool
 
 	flushed atomic.Bool // a FLUSH has reached it (see fileNode.unflushed)
 

@@ -121,8 +121,9 @@ type readState struct {
 // prefetchAfter notes a read of [off, end) of manifest m (chunk offsets,
 // tensor spans) and queues for loading from store what probably follows;
 // stream reports whether the read is part of a stream (a full load or a
-// copy, not a lazy reader's tensor).
-func (rs *readState) prefetchAfter(store *cas.Store, m *cas.Manifest, offsets []int64, spans []tensorSpan, off, end int64) (stream bool) {
+// copy, not a lazy reader's tensor), and front how far the stream has read
+// (its READs before it may still be in flight).
+func (rs *readState) prefetchAfter(store *cas.Store, m *cas.Manifest, offsets []int64, spans []tensorSpan, off, end int64) (stream bool, front int64) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	rs.note(off, end)
@@ -144,7 +145,7 @@ func (rs *readState) prefetchAfter(store *cas.Store, m *cas.Manifest, offsets []
 	limit = min(limit, front+window, size)
 	from := max(rs.queued, front)
 	if limit <= from {
-		return stream
+		return stream, front
 	}
 	// A stream's window moves on by each READ's length (256 KiB at the
 	// default readahead): queued as it comes, it makes batches of a few
@@ -152,9 +153,12 @@ func (rs *readState) prefetchAfter(store *cas.Store, m *cas.Manifest, offsets []
 	// a time instead, while what is queued ahead of the reader lasts:
 	// whole batches are one read of a MiB each, whose buffer the cache
 	// keeps the chunks in and reuses for the next (cas: a short run's
-	// chunks are copied out of a buffer mostly empty).
-	if limit == front+window && limit < size && rs.queued > front && limit-from < prefetchBatch {
-		return stream
+	// chunks are copied out of a buffer mostly empty). Only while half the
+	// window is still queued ahead: a window of a batch or two (a cache of
+	// a few MiB) would otherwise be topped up only once the reader had
+	// caught up with it.
+	if limit == front+window && limit < size && rs.queued-front >= window/2 && limit-from < min(prefetchBatch, window/2) {
+		return stream, front
 	}
 	rs.queued = limit
 	// Chunks that start in [from, limit) and are not cached or loading yet.
@@ -167,7 +171,7 @@ func (rs *readState) prefetchAfter(store *cas.Store, m *cas.Manifest, offsets []
 		rs.workers++
 		go rs.load(store)
 	}
-	return stream
+	return stream, front
 }
 
 // note adds a read of [off, end) to the current run, or starts a new run
