@@ -404,7 +404,7 @@ func (n *fileNode) readThrough(ctx context.Context, f fs.FileHandle, dest []byte
 		return nil, n.fsys.toErrno("read", err)
 	}
 	end := min(off+int64(len(dest)), manifestSize(m, offsets))
-	stream, front := n.reads.prefetchAfter(n.fsys.store, m, offsets, spans, off, end)
+	stream, front := n.reads.prefetchAfter(n.fsys.store, m, offsets, spans, off, end, readScale(n.fsys.readAhead.Load()))
 	if pageCached {
 		res.passed(offsets, off, end, stream, front)
 	}

@@ -49,6 +49,10 @@ type FS struct {
 	store *cas.Store
 	log   *log.Logger
 
+	// readAhead is the kernel's readahead for the mount in bytes, when
+	// Mount set one (0: the kernel's default, at most DefaultReadAheadKB).
+	readAhead atomic.Int64
+
 	nsMu   lockorder.Mutex[lockorder.Namespace] // guards the namespace; see the package doc
 	viewMu lockorder.RWMutex[lockorder.View]    // guards what lookups and listings read; see the package doc
 

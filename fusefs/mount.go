@@ -124,6 +124,8 @@ func Mount(f *FS, mountpoint string, opts MountOptions) (*fuse.Server, error) {
 	if opts.ReadAheadKB > 0 && Privileged() { // the BDI's sysfs file is root's
 		if err := setReadAhead(mountpoint, opts.ReadAheadKB); err != nil {
 			f.log.Printf("readahead: %v", err)
+		} else {
+			f.readAhead.Store(int64(opts.ReadAheadKB) << 10) // prefetch.go: readScale
 		}
 	}
 	return srv, nil

@@ -63,6 +63,14 @@ const (
 	restAfter = 1 << 20
 )
 
+// readScale is what a mount's kernel readahead of ra bytes multiplies
+// streakBytes, seqSlack and restAfter by: each is set for
+// DefaultReadAheadKB and grows with the kernel's windows. At a readahead of
+// 4 MiB the kernel has several 1 MiB READs of a stream in flight, up to
+// 3 MiB behind the furthest: with the slack of 256 KiB's windows a cold
+// read of 1 GiB restarted its run (and dropped its prefetch) 148 times.
+func readScale(ra int64) int64 { return max(1, ra/(DefaultReadAheadKB<<10)) }
+
 // tensorSpan is a tensor's byte range, for prefetch.
 type tensorSpan struct{ off, end int64 }
 
@@ -123,21 +131,21 @@ type readState struct {
 // stream reports whether the read is part of a stream (a full load or a
 // copy, not a lazy reader's tensor), and front how far the stream has read
 // (its READs before it may still be in flight).
-func (rs *readState) prefetchAfter(store *cas.Store, m *cas.Manifest, offsets []int64, spans []tensorSpan, off, end int64) (stream bool, front int64) {
+func (rs *readState) prefetchAfter(store *cas.Store, m *cas.Manifest, offsets []int64, spans []tensorSpan, off, end, scale int64) (stream bool, front int64) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	rs.note(off, end)
+	rs.note(off, end, seqSlack*scale)
 	front, streak := rs.frontier, rs.read
 	limit := front
 	// More of the tensor holding the read, once the reader has gone
 	// restAfter bytes into it in sequence.
 	i := sort.Search(len(spans), func(i int) bool { return spans[i].off > front-1 }) - 1
 	if i >= 0 && spans[i].end > front {
-		if in := min(streak, front-spans[i].off); in >= restAfter {
+		if in := min(streak, front-spans[i].off); in >= restAfter*scale {
 			limit = min(spans[i].end, front+in/4)
 		}
 	}
-	if stream = streak >= streakBytes && streamsTensors(spans, rs.start, front); stream {
+	if stream = streak >= streakBytes*scale && streamsTensors(spans, rs.start, front); stream {
 		limit = max(limit, front+prefetchAhead)
 	}
 	window := min(int64(prefetchAhead), store.CacheSize()/4)
@@ -174,15 +182,18 @@ func (rs *readState) prefetchAfter(store *cas.Store, m *cas.Manifest, offsets []
 	return stream, front
 }
 
-// note adds a read of [off, end) to the current run, or starts a new run
-// there (mu held).
-func (rs *readState) note(off, end int64) {
-	near := off >= rs.frontier-seqSlack && off <= rs.frontier+seqSlack
+// note adds a read of [off, end) to the current run, if it starts within
+// slack of how far the run has read, or starts a new run there (mu held).
+func (rs *readState) note(off, end, slack int64) {
+	near := off >= rs.frontier-slack && off <= rs.frontier+slack
 	if near {
-		rs.frontier = max(rs.frontier, end)
 		// A read behind the frontier counts (its READ arrived after the
-		// one beyond it); one read twice counts twice, up to the span.
-		rs.read = min(rs.read+end-max(off, rs.start), rs.frontier-rs.start)
+		// one beyond it), one behind the run's start too (the start
+		// moves back to it: the run began with a READ that overtook
+		// it); one read twice counts twice, up to the span.
+		rs.start = min(rs.start, off)
+		rs.frontier = max(rs.frontier, end)
+		rs.read = min(rs.read+end-off, rs.frontier-rs.start)
 	}
 	if !near || rs.read < (rs.frontier-rs.start)/2 {
 		rs.start, rs.frontier, rs.read, rs.queued = off, end, end-off, end

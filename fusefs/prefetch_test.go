@@ -34,23 +34,32 @@ func TestReadRuns(t *testing.T) {
 	for off := int64(4 * K); off < 16*M; off += 72 * K {
 		probes = append(probes, read{off, 8 * K})
 	}
+	// 1 MiB READs at a readahead of 4 MiB, each window's arriving last
+	// first, the first up to 3 MiB behind the furthest.
+	var wide []read
+	for off := int64(0); off < 64*M; off += 4 * M {
+		wide = append(wide, read{off + 3*M, M}, read{off + M, M}, read{off + 2*M, M}, read{off, M})
+	}
 	tests := []struct {
 		name     string
 		reads    []read
+		scale    int64 // readScale of the mount's readahead (0: 1)
 		wantRead int64 // bytes the last run read
 	}{
-		{"in order", []read{{0, 256 * K}, {256 * K, 256 * K}, {512 * K, 256 * K}}, 768 * K},
-		{"two in flight, either order", swapped, 16 * M},
-		{"a read behind the frontier", []read{{0, M}, {M, M}, {512 * K, 256 * K}, {2 * M, M}}, 3 * M},
-		{"header probes", probes, 8 * K},
-		{"a seek ahead", []read{{0, M}, {M, M}, {64 * M, 256 * K}}, 256 * K},
-		{"a seek back", []read{{32 * M, M}, {33 * M, M}, {0, 256 * K}}, 256 * K},
+		{"in order", []read{{0, 256 * K}, {256 * K, 256 * K}, {512 * K, 256 * K}}, 0, 768 * K},
+		{"two in flight, either order", swapped, 0, 16 * M},
+		{"a read behind the frontier", []read{{0, M}, {M, M}, {512 * K, 256 * K}, {2 * M, M}}, 0, 3 * M},
+		{"header probes", probes, 0, 8 * K},
+		{"a seek ahead", []read{{0, M}, {M, M}, {64 * M, 256 * K}}, 0, 256 * K},
+		{"a seek back", []read{{32 * M, M}, {33 * M, M}, {0, 256 * K}}, 0, 256 * K},
+		{"4 MiB readahead", wide, readScale(4 * M), 64 * M},
+		{"4 MiB readahead, slack of the default", wide, 1, M},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var rs readState
 			for _, r := range tt.reads {
-				rs.note(r.off, r.off+r.size)
+				rs.note(r.off, r.off+r.size, seqSlack*max(tt.scale, 1))
 			}
 			if rs.read != tt.wantRead {
 				t.Errorf("run read %d bytes [%d, %d), want %d", rs.read, rs.start, rs.frontier, tt.wantRead)
@@ -171,7 +180,7 @@ func TestStreamTopsUpByBatches(t *testing.T) {
 	queued := int64(0)
 	var topUps []int64
 	for off := int64(0); off < size; off += 256 * K {
-		rs.prefetchAfter(s, m, offsets, nil, off, off+256*K)
+		rs.prefetchAfter(s, m, offsets, nil, off, off+256*K, 1)
 		rs.mu.Lock()
 		q := rs.queued
 		rs.mu.Unlock()
@@ -287,7 +296,7 @@ func TestStreamTopUpKeepsAhead(t *testing.T) {
 		var rs readState
 		var queuedAfter []int64
 		for off := int64(0); off < size; off += 256 * K {
-			rs.prefetchAfter(s, m, offsets, nil, off, off+256*K)
+			rs.prefetchAfter(s, m, offsets, nil, off, off+256*K, 1)
 			rs.mu.Lock()
 			queuedAfter = append(queuedAfter, rs.queued)
 			rs.mu.Unlock()
