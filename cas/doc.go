@@ -387,10 +387,11 @@
 //     once the stream has read past all of them. Before, a cold read of
 //     1 GiB filled the whole budget (256 MiB) with fresh memory holding
 //     bytes the page cache held too: the daemon ended it at 295 MiB of
-//     RssAnon, having allocated 586-605 MiB; now 166-179 MiB and 239-268
-//     MiB (the Go heap's garbage between collections is the rest), and a
-//     lazy reader's chunks (parts of 1 MiB chunks), or those of a file
-//     read twice, stay cached. Reading 1,500 files of 16 KiB left 23 MiB
+//     RssAnon, having allocated 586-677 MiB; now 159-196 MiB and 239-280
+//     MiB (the Go heap's garbage between collections is the rest). A lazy
+//     reader's chunks (parts of 1 MiB chunks) stay cached; of a file read
+//     whole, the spent share (a second read of it is the page cache's).
+//     Reading 1,500 files of 16 KiB left 23 MiB
 //     cached, now 8 (TestWholeFileReadsLeaveCacheRoom): a walk that reads
 //     every small file of a big store no longer fills the budget (issue
 //     #27's RssAnon after its reads). What it costs: a chunk passed but

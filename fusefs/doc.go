@@ -254,8 +254,8 @@
 // each READ's length (256 KiB at the default readahead), and queued as it
 // came, idle workers took it a few chunks at a time, each such batch one
 // short pread whose buffer was mostly empty, so its chunks were copied out
-// into fresh memory (the daemon allocated 586-605 MiB in a cold read of
-// 1 GiB of random bytes; 526-544 MiB once topped up by batches, 239-268
+// into fresh memory (the daemon allocated 586-677 MiB in a cold read of
+// 1 GiB of random bytes; 526-544 MiB once topped up by batches, 239-280
 // MiB with the passed chunks below; Go's own count, two reads each). The
 // chunks that a READ covered whole, and in a stream those that
 // end before how far it has read (its other READ in flight may come later
