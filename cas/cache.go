@@ -182,13 +182,9 @@ const spentShare = 8
 // that read past its tail passes it again, fusefs passing every chunk up to
 // the stream's frontier.)
 func (c *cache) touchLocked(el *list.Element, e *cacheEntry) {
-	c.unspendLocked(el)
+	c.unspendLocked(el, e)
 	c.lru.MoveToFront(el)
 	e.passed = false
-	if e.spent {
-		e.spent = false
-		c.spent -= held(e)
-	}
 }
 
 // cacheFreeKeep bounds the recycled buffers kept of each class (beside the
@@ -316,11 +312,9 @@ func (c *cache) releaseSpan(sp *spanBuf) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	sp.running = false
-	if len(sp.members) > 0 {
-		// A reader may have passed every entry while the run was still
-		// adding some: the span is spent now if so.
-		c.spendSpanLocked(sp)
-	}
+	// A reader may have passed every entry while the run was still adding
+	// some: the span is spent now if so.
+	c.spendSpanLocked(sp)
 	c.releaseSpanLocked(sp)
 }
 
@@ -422,27 +416,28 @@ func (c *cache) insertLocked(e *cacheEntry) {
 	c.used += size
 }
 
-// unspendLocked keeps newestSpent right when el leaves the spent tail.
-func (c *cache) unspendLocked(el *list.Element) {
-	if el != c.newestSpent {
+// unspendLocked takes e, el's entry, out of the spent tail (touched again,
+// or evicted): out of cache.spent, and newestSpent moves past it.
+func (c *cache) unspendLocked(el *list.Element, e *cacheEntry) {
+	if !e.spent {
 		return
 	}
-	c.newestSpent = nil
-	if n := el.Next(); n != nil && n.Value.(*cacheEntry).spent {
-		c.newestSpent = n
+	e.spent = false
+	c.spent -= held(e)
+	if el == c.newestSpent {
+		c.newestSpent = nil
+		if n := el.Next(); n != nil && n.Value.(*cacheEntry).spent {
+			c.newestSpent = n
+		}
 	}
 }
 
 func (c *cache) evictLocked(el *list.Element) {
 	e := el.Value.(*cacheEntry)
-	c.unspendLocked(el)
+	c.unspendLocked(el, e)
 	c.lru.Remove(el)
 	delete(c.entries, e.id)
 	c.used -= held(e)
-	if e.spent {
-		e.spent = false
-		c.spent -= held(e)
-	}
 	e.evicted = true
 	if sp := e.span; sp != nil {
 		// The span's other entries go with it (spanBuf).

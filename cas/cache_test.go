@@ -36,7 +36,7 @@ func testCacheRecycles(t *testing.T, bufSize, size, in int) {
 			return buf, nil
 		}
 	}
-	id := func(i int) ID { return Sum([]byte(fmt.Sprint(i))) }
+	id := testID
 
 	held, err := c.acquire(context.Background(), id(1), fill(1))
 	if err != nil {
@@ -120,16 +120,8 @@ func TestCacheConcurrentHolders(t *testing.T) {
 func TestCachePassedChunks(t *testing.T) {
 	const size = 64
 	c := newCache(64*size, size) // room for 64 chunks; spent ones: 8
-	id := func(i int) ID { return Sum([]byte(fmt.Sprint(i))) }
-	fill := func(_ context.Context, alloc func(int) []byte) ([]byte, error) { return alloc(size), nil }
-	acquire := func(i int) *Chunk {
-		t.Helper()
-		e, err := c.acquire(context.Background(), id(i), fill)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &Chunk{Data: e.data, c: c, e: e}
-	}
+	id := testID
+	acquire := func(i int) *Chunk { return acquireFilled(t, c, i, size, nil) }
 	cached := func(from, to int) (n int) {
 		for i := from; i < to; i++ {
 			if c.has(id(i)) {
@@ -217,4 +209,23 @@ func TestCachePassedChunks(t *testing.T) {
 	if c.spent != 0 || cached(100, 103) != 0 || c.used != 0 {
 		t.Errorf("after the span's eviction: spent %d, %d of its chunks cached, %d bytes used", c.spent, cached(100, 103), c.used)
 	}
+}
+
+// testID is the ID of the cache tests' chunk i.
+func testID(i int) ID { return Sum([]byte(fmt.Sprint(i))) }
+
+// acquireFilled acquires chunk testID(i) from c; a load fills size bytes
+// and counts itself in loads (when not nil).
+func acquireFilled(t *testing.T, c *cache, i, size int, loads map[ID]int) *Chunk {
+	t.Helper()
+	e, err := c.acquire(context.Background(), testID(i), func(_ context.Context, alloc func(int) []byte) ([]byte, error) {
+		if loads != nil {
+			loads[testID(i)]++
+		}
+		return alloc(size), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Chunk{Data: e.data, c: c, e: e}
 }

@@ -57,7 +57,7 @@ func TestCacheSpentInvariants(t *testing.T) {
 	for seed := int64(0); seed < 20; seed++ {
 		r := rand.New(rand.NewSource(seed))
 		c := newCache(int64(16+r.Intn(48))*size, size)
-		id := func(i int) ID { return Sum([]byte(fmt.Sprint(i))) }
+		id := testID
 		var held []*Chunk
 		fill := func(_ context.Context, alloc func(int) []byte) ([]byte, error) {
 			return alloc(size/2 + r.Intn(size/2) + 1), nil
@@ -142,18 +142,9 @@ func TestCacheSpentInvariants(t *testing.T) {
 func TestCacheJustPassedChunkStays(t *testing.T) {
 	const size = 64
 	c := newCache(64*size, size) // spent share: 8 chunks
-	id := func(i int) ID { return Sum([]byte(fmt.Sprint(i))) }
+	id := testID
 	loads := map[ID]int{}
-	acquire := func(i int) *Chunk {
-		e, err := c.acquire(context.Background(), id(i), func(_ context.Context, alloc func(int) []byte) ([]byte, error) {
-			loads[id(i)]++
-			return alloc(size), nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &Chunk{Data: e.data, c: c, e: e}
-	}
+	acquire := func(i int) *Chunk { return acquireFilled(t, c, i, size, loads) }
 	for i := range 20 { // a stream passes chunks 0..19: the share is full
 		k := acquire(i)
 		k.Passed()

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"os"
 	"testing"
+
+	"github.com/ckptfs/ckptfs/cas"
 )
 
 // compressible returns n pseudo-random bytes of 4 bits each: zstd-encoded
@@ -166,5 +168,79 @@ func TestColdReadOfTensorsReadsEachChunkOnce(t *testing.T) {
 		if got := after.StoreReadBytes - before.StoreReadBytes; got != int64(len(data)) {
 			t.Errorf("round %d: read %d bytes from the store for a file of %d", round, got, len(data))
 		}
+	}
+}
+
+// TestColdStreamLeavesCacheRoom: a stream's chunks, once read past, leave
+// the chunk cache first (cas.Chunk.Passed), since the page cache holds
+// them: a cold read of a file smaller than the cache leaves about the spent
+// share cached, not the whole file, while a lazy reader's chunks stay.
+func TestColdStreamLeavesCacheRoom(t *testing.T) {
+	m := newMount(t) // 64 MiB cache: 8 MiB of it spent chunks at most
+	const size = 48 << 20
+	data := randBytes(31, size)
+	mustWrite(t, m.path("runs/stream"), data)
+	lazy := randBytes(32, 4<<20)
+	mustWrite(t, m.path("runs/lazy"), lazy)
+	m.unmount()
+	m.mount()
+	buf := make([]byte, 64<<10)
+	f, err := os.Open(m.path("runs/lazy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.ReadAt(buf, 1<<20); err != nil || !bytes.Equal(buf, lazy[1<<20:1<<20+len(buf)]) {
+		t.Fatalf("lazy read: %v", err)
+	}
+	f.Close()
+	mustEqualFile(t, m.path("runs/stream"), data)
+	st, err := m.cas.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("after a cold stream of %d MiB: %.1f MiB cached", size>>20, float64(st.CacheBytes)/(1<<20))
+	// Left: what was read before the reads made a stream (streakBytes),
+	// the spent share (8 MiB) and the spans' slack; before, the whole file.
+	if st.CacheBytes > 24<<20 {
+		t.Errorf("after a cold stream of %d MiB: %d MiB cached, want at most 24", size>>20, st.CacheBytes>>20)
+	}
+	refs, _, err := IndexFile(context.Background(), bytes.NewReader(lazy), int64(len(lazy)), cas.DefaultChunkSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var off int64
+	for _, r := range refs {
+		if off <= 1<<20 && 1<<20 < off+int64(r.Len) && !m.cas.Cached(r.ID) {
+			t.Errorf("the lazy reader's chunk at %d left the cache", off)
+		}
+		off += int64(r.Len)
+	}
+}
+
+// TestWholeFileReadsLeaveCacheRoom: small files read whole (a walk that
+// reads every file of a store) leave at most the spent share of the chunk
+// cache behind, not every file they read: the page cache holds them.
+func TestWholeFileReadsLeaveCacheRoom(t *testing.T) {
+	m := newMount(t) // 64 MiB cache: 8 MiB of it spent chunks at most
+	const files, size = 1500, 16 << 10
+	if err := os.MkdirAll(m.path("runs/ranks"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	name := func(i int) string { return m.path(fmt.Sprintf("runs/ranks/%04d", i)) }
+	for i := range files {
+		mustWrite(t, name(i), randBytes(uint64(1000+i), size))
+	}
+	m.unmount()
+	m.mount()
+	for i := range files {
+		mustEqualFile(t, name(i), randBytes(uint64(1000+i), size))
+	}
+	st, err := m.cas.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("after reading %d files of %d KiB: %.1f MiB cached", files, size>>10, float64(st.CacheBytes)/(1<<20))
+	if st.CacheBytes > 12<<20 {
+		t.Errorf("after reading %d MiB of small files: %d MiB cached, want at most the spent share (8 MiB) and some", files*size>>20, st.CacheBytes>>20)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -155,27 +154,38 @@ func TestColdStreamOfSmallChunks(t *testing.T) {
 	}
 }
 
+// fakeStream opens an empty store with a cache of cacheSize bytes and makes
+// the manifest of a file of size bytes in 32 KiB chunks (and their offsets)
+// that the store lacks: prefetch workers' loads of them fail at once, and
+// the queue is what a test looks at.
+func fakeStream(t *testing.T, cacheSize, size int64) (*cas.Store, *cas.Manifest, []int64) {
+	t.Helper()
+	store := filepath.Join(t.TempDir(), "store")
+	s, err := cas.Open(store, cas.Options{CacheSize: cacheSize, Objects: local.New(cas.ObjectsDir(store), local.Options{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	const chunk = 32 << 10
+	m := &cas.Manifest{}
+	var offsets []int64
+	for off := int64(0); off < size; off += chunk {
+		var id cas.ID
+		binary.LittleEndian.PutUint64(id[:], uint64(off)+1)
+		m.Chunks = append(m.Chunks, cas.ChunkRef{ID: id, Len: chunk})
+		offsets = append(offsets, off)
+	}
+	return s, m, offsets
+}
+
 // TestStreamTopsUpByBatches: once a stream's window is queued, a READ that
 // moves it on by less than a batch queues nothing; the queue grows a whole
 // batch at a time (a batch is one read of a pack, whose buffer the cache
 // keeps its chunks in), until the window reaches the end of the file.
 func TestStreamTopsUpByBatches(t *testing.T) {
 	const K, M = 1 << 10, 1 << 20
-	store := filepath.Join(t.TempDir(), "store")
-	s, err := cas.Open(store, cas.Options{CacheSize: 256 * M, Objects: local.New(cas.ObjectsDir(store), local.Options{})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	const size, chunk = 96 * M, 32 * K
-	m := &cas.Manifest{}
-	var offsets []int64
-	for off := int64(0); off < size; off += chunk {
-		var id cas.ID
-		binary.LittleEndian.PutUint64(id[:], uint64(off)+1) // chunks the store lacks: the workers' loads fail
-		m.Chunks = append(m.Chunks, cas.ChunkRef{ID: id, Len: chunk})
-		offsets = append(offsets, off)
-	}
+	const size = 96 * M
+	s, m, offsets := fakeStream(t, 256*M, size)
 	var rs readState
 	queued := int64(0)
 	var topUps []int64
@@ -197,80 +207,6 @@ func TestStreamTopsUpByBatches(t *testing.T) {
 	}
 }
 
-// TestColdStreamLeavesCacheRoom: a stream's chunks, once read past, leave
-// the chunk cache first (cas.Chunk.Passed), since the page cache holds
-// them: a cold read of a file smaller than the cache leaves about the spent
-// share cached, not the whole file, while a lazy reader's chunks stay.
-func TestColdStreamLeavesCacheRoom(t *testing.T) {
-	m := newMount(t) // 64 MiB cache: 8 MiB of it spent chunks at most
-	const size = 48 << 20
-	data := randBytes(31, size)
-	mustWrite(t, m.path("runs/stream"), data)
-	lazy := randBytes(32, 4<<20)
-	mustWrite(t, m.path("runs/lazy"), lazy)
-	m.unmount()
-	m.mount()
-	buf := make([]byte, 64<<10)
-	f, err := os.Open(m.path("runs/lazy"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.ReadAt(buf, 1<<20); err != nil || !bytes.Equal(buf, lazy[1<<20:1<<20+len(buf)]) {
-		t.Fatalf("lazy read: %v", err)
-	}
-	f.Close()
-	mustEqualFile(t, m.path("runs/stream"), data)
-	st, err := m.cas.Stats()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("after a cold stream of %d MiB: %.1f MiB cached", size>>20, float64(st.CacheBytes)/(1<<20))
-	// Left: what was read before the reads made a stream (streakBytes),
-	// the spent share (8 MiB) and the spans' slack; before, the whole file.
-	if st.CacheBytes > 24<<20 {
-		t.Errorf("after a cold stream of %d MiB: %d MiB cached, want at most 24", size>>20, st.CacheBytes>>20)
-	}
-	refs, _, err := IndexFile(context.Background(), bytes.NewReader(lazy), int64(len(lazy)), cas.DefaultChunkSize)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var off int64
-	for _, r := range refs {
-		if off <= 1<<20 && 1<<20 < off+int64(r.Len) && !m.cas.Cached(r.ID) {
-			t.Errorf("the lazy reader's chunk at %d left the cache", off)
-		}
-		off += int64(r.Len)
-	}
-}
-
-// TestWholeFileReadsLeaveCacheRoom: small files read whole (a walk that
-// reads every file of a store) leave at most the spent share of the chunk
-// cache behind, not every file they read: the page cache holds them.
-func TestWholeFileReadsLeaveCacheRoom(t *testing.T) {
-	m := newMount(t) // 64 MiB cache: 8 MiB of it spent chunks at most
-	const files, size = 1500, 16 << 10
-	if err := os.MkdirAll(m.path("runs/ranks"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	name := func(i int) string { return m.path(fmt.Sprintf("runs/ranks/%04d", i)) }
-	for i := range files {
-		mustWrite(t, name(i), randBytes(uint64(1000+i), size))
-	}
-	m.unmount()
-	m.mount()
-	for i := range files {
-		mustEqualFile(t, name(i), randBytes(uint64(1000+i), size))
-	}
-	st, err := m.cas.Stats()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("after reading %d files of %d KiB: %.1f MiB cached", files, size>>10, float64(st.CacheBytes)/(1<<20))
-	if st.CacheBytes > 12<<20 {
-		t.Errorf("after reading %d MiB of small files: %d MiB cached, want at most the spent share (8 MiB) and some", files*size>>20, st.CacheBytes>>20)
-	}
-}
-
 // TestStreamTopUpKeepsAhead: in a stream of 256 KiB READs (two in flight:
 // READ k+1 is already on its way when READ k's prefetch runs), every READ
 // finds its range queued when the READ two before it was answered, whatever
@@ -279,20 +215,8 @@ func TestWholeFileReadsLeaveCacheRoom(t *testing.T) {
 func TestStreamTopUpKeepsAhead(t *testing.T) {
 	const K, M = 1 << 10, 1 << 20
 	for _, cacheMiB := range []int64{2, 4, 6, 8, 16} {
-		store := filepath.Join(t.TempDir(), "store")
-		s, err := cas.Open(store, cas.Options{CacheSize: cacheMiB * M, Objects: local.New(cas.ObjectsDir(store), local.Options{})})
-		if err != nil {
-			t.Fatal(err)
-		}
-		const size, chunk = 64 * M, 32 * K
-		m := &cas.Manifest{}
-		var offsets []int64
-		for off := int64(0); off < size; off += chunk {
-			var id cas.ID
-			binary.LittleEndian.PutUint64(id[:], uint64(off)+1)
-			m.Chunks = append(m.Chunks, cas.ChunkRef{ID: id, Len: chunk})
-			offsets = append(offsets, off)
-		}
+		const size = 64 * M
+		s, m, offsets := fakeStream(t, cacheMiB*M, size)
 		var rs readState
 		var queuedAfter []int64
 		for off := int64(0); off < size; off += 256 * K {
@@ -315,6 +239,5 @@ func TestStreamTopUpKeepsAhead(t *testing.T) {
 		if uncovered > 0 {
 			t.Errorf("cache %d MiB (window %d KiB): %d of %d READs not queued when the READ two before them was answered", cacheMiB, cacheMiB*M/4/K, uncovered, streamReads)
 		}
-		s.Close()
 	}
 }
