@@ -7,6 +7,9 @@ Steps 1-9 write with numpy (safetensors' layout, bf16 bit patterns); steps
 10-12 (device_steps.py) save and load a torch state dict held on the
 accelerator, or on the CPU where there is none, with the frameworks' calls.
 The results name the cores, CPU, disk, load average and device they ran on.
+With --floor-bin (run.sh passes it), step 3b's bytes are also read cold
+through test/bench/fusefloor's read mount (3c): FUSE's own cost of a cold
+read on this machine, a floor under 3 and 3b's ratios.
 
 Run through test/bench/run.sh (it prepares the venv and builds ckptfs)."""
 
@@ -207,6 +210,42 @@ def machine(path):
     return os.cpu_count(), cpu, disk
 
 
+def bdi_of(mnt):
+    """The sysfs directory of the backing device info of the mount at mnt
+    (its read_ahead_kb is the kernel readahead of the files in it)."""
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        f = line.split()
+        if f[4] == str(mnt):
+            return Path("/sys/class/bdi") / f[2]
+    raise SystemExit(f"{mnt} is not a mount point")
+
+
+class FloorRead:
+    """test/bench/fusefloor -mode read: one file of size bytes served from the
+    daemon's memory, with the kernel readahead of the mount it stands beside.
+    A cold read of it costs FUSE alone: no disk, no check, no decoding."""
+
+    def __init__(self, binary, mnt, size, like):
+        self.binary, self.mnt, self.size, self.like = binary, mnt, size, like
+        self.proc = None
+
+    def __enter__(self):
+        self.mnt.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen([str(self.binary), "-mode", "read", "-size", str(self.size), str(self.mnt)],
+                                     stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        if line.strip() != "serving":
+            self.proc.kill()
+            raise SystemExit(f"fusefloor -mode read failed: {line!r}")
+        (bdi_of(self.mnt) / "read_ahead_kb").write_text((bdi_of(self.like) / "read_ahead_kb").read_text())
+        return self.mnt / "data"
+
+    def __exit__(self, *exc):
+        self.proc.send_signal(signal.SIGTERM)
+        if self.proc.wait(timeout=60) != 0:
+            raise SystemExit(f"fusefloor at {self.mnt} exited with {self.proc.returncode}")
+
+
 def timed(fn):
     t = time.monotonic()
     fn()
@@ -256,9 +295,9 @@ class Bench:
     def want(self, *names):
         return self.steps is None or any(x in self.steps for x in names)
 
-    def record(self, name, ck, pl):
+    def record(self, name, ck, pl, label="ckptfs"):
         self.res.setdefault(name, []).append((ck, pl))
-        print(f"  {name}: ckptfs {ck:.3f} s, plain {pl:.3f} s, ratio {ck / pl:.3f}", flush=True)
+        print(f"  {name}: {label} {ck:.3f} s, plain {pl:.3f} s, ratio {ck / pl:.3f}", flush=True)
 
     def run(self):
         self.d.start()
@@ -391,6 +430,13 @@ class Bench:
         drop_caches()
         pl = timed(lambda: read_all(f_pl))
         self.record("3b_cold_read_incompressible", ck, pl)
+        if self.a.floor_bin:
+            # 3c. The same cold read through FUSE with nothing behind it: what
+            # FUSE itself costs, against the same plain read.
+            with FloorRead(Path(self.a.floor_bin), self.root / "floor", self.size, self.mnt) as f_fl:
+                drop_caches()
+                fl = timed(lambda: read_all(f_fl))
+            self.record("3c_cold_read_fuse_floor", fl, pl, label="FUSE floor")
         f_pl.unlink()
         f_ck.unlink()
 
@@ -490,6 +536,10 @@ def summary(lines, device):
         print(f"{name:34} {ratio:7.3f} {target:7.2f}  {mb}  {'ok' if ratio <= target else 'OVER'}")
     if "1_write_fresh_vs_nofsync.ratio" in lines:
         print(f"(1 without fsync for the plain directory: ratio {lines['1_write_fresh_vs_nofsync.ratio']})")
+    if "3c_cold_read_fuse_floor.ratio" in lines:
+        print(f"(3c: 3b's cold read through FUSE with nothing behind it, bytes served from memory: ratio "
+              f"{lines['3c_cold_read_fuse_floor.ratio']}, {lines['3c_cold_read_fuse_floor.ckptfs_MBps']} MB/s; "
+              f"plain read at {lines['3c_cold_read_fuse_floor.plain_MBps']} MB/s)")
     if "9_delta_stored_per_logical.delta" in lines:
         print(f"(9 compares ckptfs with deltas against ckptfs without; the file stored at "
               f"{lines['9_delta_stored_per_logical.delta']} of its size as deltas, "
@@ -512,6 +562,9 @@ def main():
     ap.add_argument("--cache-size", default="256MiB")
     ap.add_argument("--out", default="bench-results.txt")
     ap.add_argument("--readahead-kb", type=int, default=None, help="passed to ckptfs mount (default: its own)")
+    ap.add_argument("--floor-bin", default=None,
+                    help="test/bench/fusefloor built: step 3b also reads the same bytes through FUSE with nothing "
+                         "behind it (3c), the floor of any FUSE filesystem's cold read on this machine")
     ap.add_argument("--device", default=None,
                     help="torch device of steps 10-12 (default: $DEV, else cuda when torch sees it, else cpu)")
     ap.add_argument("--steps", default="all",

@@ -7,8 +7,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 venv=${CKPTFS_VENV:-$repo/.venv}
 "$repo/test/e2e/setup_venv.sh" "$venv"
-(cd "$repo" && go build -o bin/ckptfs ./cmd/ckptfs)
-"$venv/bin/python" "$here/bench.py" --bin "$repo/bin/ckptfs" --out "$repo/bench-results.txt" "$@"
+(cd "$repo" && go build -o bin/ckptfs ./cmd/ckptfs && go build -o bin/fusefloor ./test/bench/fusefloor)
+"$venv/bin/python" "$here/bench.py" --bin "$repo/bin/ckptfs" --floor-bin "$repo/bin/fusefloor" \
+	--out "$repo/bench-results.txt" "$@"
 
 # The remote tier's steps run with every step, or when --steps names 8.
 steps=all prev=

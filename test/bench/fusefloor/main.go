@@ -14,13 +14,20 @@
 //     so reads and writes go to the file below without the daemon: a floor
 //     for creates (whose LOOKUP, CREATE, FLUSH, FSYNC and RELEASE still go
 //     through the daemon), not for reads.
+//   - read: one read-only file, "data", of -size random bytes held in the
+//     daemon's memory and answered from it without a copy. A cold read of it
+//     (page cache dropped) costs only FUSE: the READ round trips at the
+//     mount's readahead and the copy into the page cache. It is the ceiling
+//     of any FUSE filesystem's cold read here, with no disk and no check.
 //
-// Usage: fusefloor -mode noop|loopback [-backing DIR] MOUNTPOINT. It prints
-// "serving" once the mount is live and unmounts on SIGTERM or SIGINT.
+// Usage: fusefloor -mode noop|loopback|read [-backing DIR] [-size BYTES]
+// MOUNTPOINT. It prints "serving" once the mount is live and unmounts on
+// SIGTERM or SIGINT.
 package main
 
 import (
 	"context"
+	"crypto/rand"
 	"flag"
 	"fmt"
 	"os"
@@ -35,18 +42,19 @@ import (
 func main() {
 	mode := flag.String("mode", "noop", "noop (in memory) or loopback (of -backing)")
 	backing := flag.String("backing", "", "with -mode loopback: the directory shown")
+	size := flag.Int64("size", 1<<30, "with -mode read: the file's size in bytes")
 	flag.Parse()
 	if flag.NArg() != 1 {
-		fmt.Fprintln(os.Stderr, "usage: fusefloor -mode noop|loopback [-backing DIR] MOUNTPOINT")
+		fmt.Fprintln(os.Stderr, "usage: fusefloor -mode noop|loopback|read [-backing DIR] [-size BYTES] MOUNTPOINT")
 		os.Exit(2)
 	}
-	if err := run(*mode, *backing, flag.Arg(0)); err != nil {
+	if err := run(*mode, *backing, *size, flag.Arg(0)); err != nil {
 		fmt.Fprintln(os.Stderr, "fusefloor:", err)
 		os.Exit(1)
 	}
 }
 
-func run(mode, backing, mnt string) error {
+func run(mode, backing string, size int64, mnt string) error {
 	var root fs.InodeEmbedder
 	switch mode {
 	case "noop":
@@ -60,8 +68,17 @@ func run(mode, backing, mnt string) error {
 			return fmt.Errorf("loopback of %s: %w", backing, err)
 		}
 		root = r
+	case "read":
+		if size < 0 {
+			return fmt.Errorf("-size %d: negative", size)
+		}
+		data := make([]byte, size)
+		if _, err := rand.Read(data); err != nil {
+			return fmt.Errorf("random bytes: %w", err)
+		}
+		root = &readDir{data: data}
 	default:
-		return fmt.Errorf("unknown -mode %q (noop or loopback)", mode)
+		return fmt.Errorf("unknown -mode %q (noop, loopback or read)", mode)
 	}
 	// As fusefs.Mount sets them (timeouts, write size, permissions checked
 	// by the kernel), so that the round trips per create are the same.
@@ -142,4 +159,19 @@ func (f *memFile) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno   {
 func (f *memFile) Release(ctx context.Context, fh fs.FileHandle) syscall.Errno { return 0 }
 func (f *memFile) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscall.Errno {
 	return 0
+}
+
+// readDir is a directory holding one file, "data", whose bytes are in memory.
+type readDir struct {
+	fs.Inode
+	data []byte
+}
+
+var _ fs.NodeOnAdder = (*readDir)(nil)
+
+// OnAdd adds the file as a persistent node: the kernel forgetting it (caches
+// dropped before a cold read) must not drop it.
+func (d *readDir) OnAdd(ctx context.Context) {
+	f := &fs.MemRegularFile{Data: d.data, Attr: fuse.Attr{Mode: 0o444}}
+	d.AddChild("data", d.NewPersistentInode(ctx, f, fs.StableAttr{Mode: syscall.S_IFREG}), false)
 }
