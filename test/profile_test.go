@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"syscall"
 	"testing"
 	"time"
@@ -15,7 +16,8 @@ import (
 // TestProfilesWritten: CKPTFS_CPUPROFILE and CKPTFS_MEMPROFILE make the
 // daemon write a CPU profile and an allocations profile at its unmount,
 // each a gzipped pprof protobuf that names what was measured and the
-// daemon's own functions (what `go tool pprof bin/ckptfs FILE` reads).
+// daemon's own functions (what `go tool pprof bin/ckptfs FILE` reads);
+// CKPTFS_TRACE an execution trace (what `go tool trace` reads).
 func TestProfilesWritten(t *testing.T) {
 	dir := t.TempDir()
 	store, mnt := filepath.Join(dir, "store"), filepath.Join(dir, "mnt")
@@ -23,8 +25,9 @@ func TestProfilesWritten(t *testing.T) {
 		t.Fatal(err)
 	}
 	cpu, mem := filepath.Join(dir, "cpu.prof"), filepath.Join(dir, "allocs.prof")
+	tr := filepath.Join(dir, "trace.out")
 	cmd := exec.Command(ckptfsBin, "mount", store, mnt)
-	cmd.Env = append(os.Environ(), "CKPTFS_CPUPROFILE="+cpu, "CKPTFS_MEMPROFILE="+mem)
+	cmd.Env = append(os.Environ(), "CKPTFS_CPUPROFILE="+cpu, "CKPTFS_MEMPROFILE="+mem, "CKPTFS_TRACE="+tr)
 	d, err := launch(t, cmd, store, mnt, 15*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -35,6 +38,13 @@ func TestProfilesWritten(t *testing.T) {
 		}
 	}
 	d.stop(syscall.SIGTERM)
+	// An execution trace starts with the header "go 1.N trace" and, for
+	// 200 commits, holds far more than its header.
+	if raw, err := os.ReadFile(tr); err != nil {
+		t.Errorf("trace not written: %v", err)
+	} else if !regexp.MustCompile(`^go 1\.[0-9]+ trace\x00`).Match(raw) || len(raw) < 4096 {
+		t.Errorf("trace.out is not an execution trace: %d bytes starting %q", len(raw), raw[:min(len(raw), 16)])
+	}
 	for _, c := range []struct {
 		path  string
 		wants []string

@@ -3,9 +3,11 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 )
 
 // Profiles of the whole daemon, from serveMount's start to its return (an
@@ -21,31 +23,52 @@ const (
 	// alloc_objects), written at the unmount. What a workload allocates is
 	// what the collector's share of its CPU follows.
 	memProfileEnv = "CKPTFS_MEMPROFILE"
+	// traceEnv: the runtime's execution trace (runtime/trace): what each
+	// goroutine waited on, and for how long. `go tool trace -pprof=sync
+	// FILE` (or sched, syscall) turns it into a profile of where the
+	// daemon's goroutines blocked instead of ran.
+	traceEnv = "CKPTFS_TRACE"
 )
 
-// startProfiles starts the profiles cpuProfileEnv and memProfileEnv ask
-// for, if any, and returns the function that writes them out.
+// startProfiles starts the profiles cpuProfileEnv, memProfileEnv and
+// traceEnv ask for, if any, and returns the function that writes them out.
 func startProfiles() (stop func() error, err error) {
 	memPath := os.Getenv(memProfileEnv)
-	cpuPath := os.Getenv(cpuProfileEnv)
-	if cpuPath == "" {
-		return func() error { return writeAllocsProfile(memPath) }, nil
-	}
-	f, err := os.Create(cpuPath)
+	cpuStop, err := startStream(cpuProfileEnv, pprof.StartCPUProfile, pprof.StopCPUProfile)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", cpuProfileEnv, err)
+		return nil, err
 	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("%s: %w", cpuProfileEnv, err)
+	traceStop, err := startStream(traceEnv, trace.Start, trace.Stop)
+	if err != nil {
+		return nil, errors.Join(err, cpuStop())
 	}
 	return func() error {
-		pprof.StopCPUProfile()
-		err := f.Close()
-		if err != nil {
-			err = fmt.Errorf("%s: %w", cpuProfileEnv, err)
+		return errors.Join(cpuStop(), traceStop(), writeAllocsProfile(memPath))
+	}, nil
+}
+
+// startStream starts a profile that streams into the file the environment
+// variable env names (none: it costs nothing), and returns what stops it
+// and closes the file.
+func startStream(env string, start func(io.Writer) error, stop func()) (func() error, error) {
+	path := os.Getenv(env)
+	if path == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", env, err)
+	}
+	if err := start(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", env, err)
+	}
+	return func() error {
+		stop()
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("%s: %w", env, err)
 		}
-		return errors.Join(err, writeAllocsProfile(memPath))
+		return nil
 	}, nil
 }
 
