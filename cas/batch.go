@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 
 	"github.com/ckptfs/ckptfs/cas/backend"
@@ -53,7 +54,7 @@ type Batch struct {
 	packMu      sync.Mutex
 	cur         *packWriter              // the pack being filled, nil when none
 	packs       []*packWriter            // packs written out
-	inPack      map[ID]*packWriter       // chunk → the pack holding it
+	inPack      map[ID]packSlot          // chunk → its object in a pack of the batch
 	syncedPacks map[*packWriter]struct{} // of packs, those a Sync made durable (mu)
 }
 
@@ -81,7 +82,7 @@ type flight struct {
 func (s *Store) NewBatch() *Batch {
 	return &Batch{s: s, added: map[ID]ChunkInfo{}, synced: map[ID]struct{}{}, wrote: map[ID]struct{}{},
 		queue: map[ID]Hint{}, hints: map[ID]Hint{}, suggest: map[ID]ID{}, inline: map[ID][]byte{},
-		inPack: map[ID]*packWriter{}, syncedPacks: map[*packWriter]struct{}{}}
+		inPack: map[ID]packSlot{}, syncedPacks: map[*packWriter]struct{}{}}
 }
 
 // SuggestBase tells the commit that chunk id (Put in this batch) is likely
@@ -117,8 +118,22 @@ func (b *Batch) Put(ctx context.Context, data []byte) (ChunkRef, error) {
 
 // PutHinted is Put with a hint of what data holds (see Hint), used to pick its
 // codec when the chunk is new. The chunk ID is the hash of data whatever the
-// hint, so hinted and unhinted puts of the same bytes dedupe.
+// hint, so hinted and unhinted puts of the same bytes dedupe. Its chunk
+// ranks after every PutAt's in a pack, in the order put.
 func (b *Batch) PutHinted(ctx context.Context, data []byte, h Hint) (ChunkRef, error) {
+	return b.PutAt(ctx, data, h, Unordered)
+}
+
+// Unordered is the order of a chunk put by Put or PutHinted (PutAt).
+const Unordered = math.MaxInt64
+
+// PutAt is PutHinted for the chunk at offset order of its file. A new small
+// chunk goes into a pack of the batch (doc.go, Packs), where objects lie
+// sorted by order: a committer that puts a file's chunks from several
+// goroutines at once, so that they finish in no fixed order, still gets
+// them packed in file order, and a reader of the file reads each pack
+// front to back. Order only places bytes; the chunk is the same.
+func (b *Batch) PutAt(ctx context.Context, data []byte, h Hint, order int64) (ChunkRef, error) {
 	if b.s.readOnly {
 		return ChunkRef{}, errors.New("store is open read-only")
 	}
@@ -160,7 +175,7 @@ func (b *Batch) PutHinted(ctx context.Context, data []byte, h Hint) (ChunkRef, e
 	if h == (Hint{}) && b.s.packs.packs(len(data)) {
 		// Small and of no known element type: content-defined chunks of a
 		// format without a tensor layout (doc.go, Packs).
-		return ref, b.putPacked(ctx, id, data, h)
+		return ref, b.putPacked(ctx, id, data, h, order)
 	}
 
 	s := b.s
@@ -431,8 +446,11 @@ func commitBatch(t *Tx, b *Batch) error {
 			}
 			continue // never queued nor planned as a delta: it stays in the catalog
 		}
-		if w, packed := b.inPack[id]; packed {
-			info.Pack = w.id
+		if sl, packed := b.inPack[id]; packed {
+			// The pack's own record of the object: written out (Sync),
+			// so sorted and named.
+			pack, e := sl.loc()
+			info.Pack, info.Offset, info.StoredLen, info.Codec = pack, uint32(e.off), uint32(e.n), e.codec
 		}
 		added, err := t.Index().Add(id, info)
 		if err != nil {

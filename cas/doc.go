@@ -260,8 +260,22 @@
 //     chunk's name.
 //   - Pack size: a batch writes its buffer out as a pack at PackTarget
 //     (8 MiB) and at every Sync, so a pack holds consecutive small chunks of
-//     one commit (one file, or a streaming writer's part of it), in the order
-//     they were put. 8 MiB: large I/O (the kernel's readahead runs through a
+//     one commit (one file, or a streaming writer's part of it).
+//   - Order in a pack: file order. A commit puts a file's chunks from up to
+//     16 workers at once (fusefs/stage), which finish them in no fixed order;
+//     appended as they finished, a 1 GiB file's next chunk lay right after
+//     the one before in 78% of cases, and 22% of steps jumped, by 220 KiB
+//     on average, forward or back: a stream's 1 MiB batch read several
+//     ranges, or one with gaps, and its span buffer (packread.go) fit no
+//     other run. Batch.PutAt gives each chunk its offset in the file, and the
+//     buffer is sorted by it as it is written out (packWriter.sortLocked: one
+//     copy of 8 MiB), so that the same file's chunks follow each other in
+//     98.7% of steps; the rest are pack boundaries, where a chunk that
+//     finished after its neighbours' pack was written leads the next pack.
+//     Where a chunk lies is the pack's to say until it is written: the
+//     registry of pending chunks and the commit read it from the writer
+//     (packSlot.loc), never from an offset taken at the append. Put's chunks
+//     (no offset) follow, in the order put. 8 MiB: large I/O (the kernel's readahead runs through a
 //     pack as through a file) while a pack that is partly dead wastes little,
 //     and a batch's buffer stays small with many files written at once. The
 //     buffer grows as it fills (a batch of one small file holds little), up

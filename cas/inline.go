@@ -65,7 +65,8 @@ func (b *Batch) putInline(id ID, data []byte, h Hint) {
 	// that indexes it.
 	b.synced[id] = struct{}{}
 	b.mu.Unlock()
-	b.s.packs.add(id, b, &packWriter{buf: obj}, 0, int64(len(obj)))
+	w := &packWriter{buf: obj, ents: []packEnt{{id: id, n: int64(len(obj)), codec: codec}}}
+	b.s.packs.add(id, b, packSlot{w, 0})
 }
 
 // inlineObject returns inline chunk id's object from the catalog.

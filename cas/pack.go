@@ -1,10 +1,12 @@
 package cas
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -38,18 +40,67 @@ type packLoc struct {
 
 // packWriter is one pack of a batch: its buffer until written, then its name.
 type packWriter struct {
-	mu      sync.Mutex // guards buf, id, written against readers (packs.read)
+	mu      sync.Mutex // guards buf, ents' offsets, id, written against readers (packs.read)
 	buf     []byte
+	ents    []packEnt // the objects in buf, in the order they were appended
 	id      ID
 	size    int64 // once written
 	written bool
 }
 
+// packEnt is an object in a pack: its chunk, where it lies, and its rank.
+// A pack holds its objects sorted by rank (sortLocked, when it is written
+// out), so that a file's chunks lie in file order whatever order the
+// commit's workers finished them in.
+type packEnt struct {
+	id     ID
+	order  int64
+	off, n int64
+	codec  Codec
+}
+
+// packSlot is a chunk's object in a batch's pack: w.ents[i].
+type packSlot struct {
+	w *packWriter
+	i int
+}
+
+// loc returns where slot's object is: its pack (zero until written) and its
+// range and codec there.
+func (sl packSlot) loc() (pack ID, e packEnt) {
+	sl.w.mu.Lock()
+	defer sl.w.mu.Unlock()
+	return sl.w.id, sl.w.ents[sl.i]
+}
+
+// sortLocked puts w's objects in rank order (ties in the order appended)
+// and records their new offsets. w.mu held, w not written yet.
+func (w *packWriter) sortLocked() {
+	idx := make([]int, len(w.ents))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(w.ents[a].order, w.ents[b].order) })
+	moved := false
+	for k, i := range idx {
+		moved = moved || k != i
+	}
+	if !moved {
+		return
+	}
+	buf := make([]byte, 0, len(w.buf))
+	for _, i := range idx {
+		e := &w.ents[i]
+		buf = append(buf, w.buf[e.off:e.off+e.n]...)
+		e.off = int64(len(buf)) - e.n
+	}
+	w.buf = buf
+}
+
 // pendingChunk is a chunk in a pack of a batch not committed yet.
 type pendingChunk struct {
-	b      *Batch
-	w      *packWriter
-	off, n int64
+	b *Batch
+	packSlot
 }
 
 // packs is the store's registry of packs that live batches are writing: the
@@ -77,10 +128,10 @@ func (p *packs) packs(n int) bool {
 	return ok && !p.s.readOnly && p.s.packMax > 0 && n <= p.s.packMax && p.s.re.slots != nil
 }
 
-// add records chunk id at off in b's pack w.
-func (p *packs) add(id ID, b *Batch, w *packWriter, off, n int64) {
+// add records chunk id in b's pack at sl.
+func (p *packs) add(id ID, b *Batch, sl packSlot) {
 	p.mu.Lock()
-	p.pending[id] = append(p.pending[id], pendingChunk{b, w, off, n})
+	p.pending[id] = append(p.pending[id], pendingChunk{b, sl})
 	p.mu.Unlock()
 }
 
@@ -98,14 +149,15 @@ func (p *packs) read(ctx context.Context, id ID, buf []byte) (obj []byte, ok boo
 		return nil, false, nil
 	}
 	c.w.mu.Lock()
+	e := c.w.ents[c.i]
 	if !c.w.written {
-		obj = append(buf[:0], c.w.buf[c.off:c.off+c.n]...)
+		obj = append(buf[:0], c.w.buf[e.off:e.off+e.n]...)
 		c.w.mu.Unlock()
 		return obj, true, nil
 	}
 	pack := c.w.id
 	c.w.mu.Unlock()
-	obj, err = p.getRange(ctx, packLoc{pack, c.off, c.n}, buf)
+	obj, err = p.getRange(ctx, packLoc{pack, e.off, e.n}, buf)
 	return obj, true, err
 }
 
@@ -162,8 +214,9 @@ func newPackID() (ID, error) {
 
 // putPacked stores chunk id (data, not indexed) in b's pack, encoded inline:
 // it waits for an encoder when none is free (never queued, since a
-// re-encode would move it out of its pack).
-func (b *Batch) putPacked(ctx context.Context, id ID, data []byte, h Hint) error {
+// re-encode would move it out of its pack). order is its rank in the pack
+// (PutAt).
+func (b *Batch) putPacked(ctx context.Context, id ID, data []byte, h Hint, order int64) error {
 	b.packMu.Lock()
 	_, dup := b.inPack[id]
 	b.packMu.Unlock()
@@ -195,12 +248,16 @@ func (b *Batch) putPacked(ctx context.Context, id ID, data []byte, h Hint) error
 	off, n := int64(len(w.buf)), int64(len(obj))
 	w.mu.Lock()
 	w.buf = append(w.buf, obj...)
+	w.ents = append(w.ents, packEnt{id: id, order: order, off: off, n: n, codec: codec})
+	sl := packSlot{w, len(w.ents) - 1}
 	w.mu.Unlock()
 	b.mu.Lock()
-	b.inPack[id] = w
+	b.inPack[id] = sl
 	b.mu.Unlock()
-	s.packs.add(id, b, w, off, n)
-	b.note(id, ChunkInfo{RawLen: uint32(len(data)), StoredLen: uint32(n), Codec: codec, Offset: uint32(off)}, false, h)
+	s.packs.add(id, b, sl)
+	// Where in the pack is the commit's to read (packSlot.loc): writing the
+	// pack out sorts it.
+	b.note(id, ChunkInfo{RawLen: uint32(len(data)), StoredLen: uint32(n), Codec: codec}, false, h)
 	if len(w.buf) >= PackTarget {
 		return b.flushPackLocked(ctx)
 	}
@@ -223,6 +280,7 @@ func (b *Batch) flushPackLocked(ctx context.Context) error {
 	s.packs.live[id]++ // before the object exists: the sweep of unnamed packs skips it
 	s.packs.mu.Unlock()
 	w.mu.Lock()
+	w.sortLocked()
 	w.id, w.size = id, int64(len(w.buf))
 	w.mu.Unlock()
 	b.mu.Lock()

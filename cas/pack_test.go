@@ -2,8 +2,10 @@ package cas
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -445,6 +447,125 @@ func TestPackConcurrentPuts(t *testing.T) {
 			if err != nil || got[0] != byte(w) || got[1] != byte(i) || Sum(got) != ref.ID {
 				t.Fatalf("worker %d chunk %d after the reopen: %v", w, i, err)
 			}
+		}
+	}
+}
+
+// TestPackHoldsChunksInOrder: chunks put with PutAt lie in their packs
+// sorted by order, whatever order the puts came in (a commit's workers
+// finish a file's chunks in no fixed order), and Put's chunks after them
+// in the order put. Each chunk reads back right from the pack buffer before
+// it is sorted, from the written pack before the commit, and after it.
+func TestPackHoldsChunksInOrder(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "store")
+	s, _ := packedStore(t, dir, nil)
+	defer s.Close()
+	ctx := context.Background()
+	b := s.NewBatch()
+	// 300 chunks of 32 KiB (two packs), put by 8 goroutines from a
+	// shuffled order: each pack's chunks arrive out of order.
+	const n, size = 300, 32 << 10
+	data := make([][]byte, n)
+	for i := range data {
+		data[i] = pseudoRandom(size, byte(i))
+		data[i][0], data[i][1], data[i][2] = byte(i), byte(i>>8), 0xcc
+	}
+	perm := make([]int, n)
+	for i := range perm {
+		perm[i] = (i*7919 + 13) % n // a fixed shuffle (7919 is prime to 300)
+	}
+	refs := make([]ChunkRef, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := w; k < n; k += 8 {
+				i := perm[k]
+				ref, err := b.PutAt(ctx, data[i], Hint{}, int64(i)*size)
+				if err == nil {
+					var got []byte
+					if got, err = s.ReadChunk(ctx, ref); err == nil && !bytes.Equal(got, data[i]) {
+						err = fmt.Errorf("chunk %d: wrong bytes read back before the commit", i)
+					}
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				refs[i] = ref
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	tail := make([][]byte, 3)
+	tailRefs := make([]ChunkRef, 3)
+	for i := range tail {
+		tail[i] = pseudoRandom(size, byte(200+i))
+		tail[i][0], tail[i][1], tail[i][2] = byte(i), 0, 0xdd
+		ref, err := b.Put(ctx, tail[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		tailRefs[i] = ref
+	}
+	if err := b.Sync(ctx); err != nil { // writes the last pack out, sorted
+		t.Fatal(err)
+	}
+	for i, ref := range refs {
+		if got, err := s.ReadChunk(ctx, ref); err != nil || !bytes.Equal(got, data[i]) {
+			t.Fatalf("chunk %d from its written pack, before the commit: %v", i, err)
+		}
+	}
+	mustCommit(t, s, b)
+
+	type placed struct {
+		pack  ID
+		off   uint32
+		order int // chunk index; the tail's after every other
+	}
+	var ps []placed
+	err := s.View(func(tx *Tx) error {
+		for i, ref := range append(slices.Clone(refs), tailRefs...) {
+			info, ok, err := tx.Chunk(ref.ID)
+			if err != nil || !ok || !info.Packed() {
+				return fmt.Errorf("chunk %d: %+v %v %v", i, info, ok, err)
+			}
+			ps = append(ps, placed{info.Pack, info.Offset, i})
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byPack := map[ID][]placed{}
+	for _, p := range ps {
+		byPack[p.pack] = append(byPack[p.pack], p)
+	}
+	if len(byPack) != 2 {
+		t.Fatalf("%d packs, want 2", len(byPack))
+	}
+	for pack, in := range byPack {
+		slices.SortFunc(in, func(a, b placed) int { return cmp.Compare(a.off, b.off) })
+		for k := 1; k < len(in); k++ {
+			if in[k].order < in[k-1].order {
+				t.Fatalf("pack %v: chunk %d at %d lies after chunk %d at %d", pack, in[k-1].order, in[k-1].off, in[k].order, in[k].off)
+			}
+		}
+	}
+	for i, ref := range refs {
+		if got, err := s.ReadChunk(ctx, ref); err != nil || !bytes.Equal(got, data[i]) {
+			t.Fatalf("chunk %d after the commit: %v", i, err)
+		}
+	}
+	for i, ref := range tailRefs {
+		if got, err := s.ReadChunk(ctx, ref); err != nil || !bytes.Equal(got, tail[i]) {
+			t.Fatalf("Put's chunk %d after the commit: %v", i, err)
 		}
 	}
 }

@@ -50,8 +50,8 @@ func BenchmarkCommitIngest(b *testing.B) {
 		}
 		b.StartTimer()
 		batch := s.NewBatch()
-		put := func(ctx context.Context, data []byte, dtype string) (cas.ChunkRef, error) {
-			return putChunk(ctx, batch, data, dtype)
+		put := func(ctx context.Context, data []byte, dtype string, off int64) (cas.ChunkRef, error) {
+			return putChunk(ctx, batch, data, dtype, off)
 		}
 		if _, _, _, err := ingest(context.Background(), fixedSource{f, size}, s.ChunkSize(), put); err != nil {
 			b.Fatal(err)

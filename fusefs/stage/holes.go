@@ -105,7 +105,10 @@ func ingestSpool(ctx context.Context, spool *os.File, size int64, maxChunk int, 
 	var end int64
 	for _, r := range runs {
 		m.AddHole(r.off - end)
-		refs, rix, n, err := ingest(ctx, fixedSource{io.NewSectionReader(spool, r.off, r.end-r.off), r.end - r.off}, maxChunk, put)
+		at := func(ctx context.Context, data []byte, dtype string, off int64) (cas.ChunkRef, error) {
+			return put(ctx, data, dtype, r.off+off) // off is in the run; the pack's order, in the file
+		}
+		refs, rix, n, err := ingest(ctx, fixedSource{io.NewSectionReader(spool, r.off, r.end-r.off), r.end - r.off}, maxChunk, at)
 		if err != nil {
 			return nil, nil, nil, err
 		}

@@ -17,8 +17,10 @@ import (
 const readBlock = 4 << 20
 
 // putFunc stores (or only names) one chunk. dtype is the element type of the
-// tensor data it holds ("" if none), a hint for compression.
-type putFunc func(ctx context.Context, data []byte, dtype string) (cas.ChunkRef, error)
+// tensor data it holds ("" if none), a hint for compression; off is where
+// the chunk starts in what is being ingested (cas.Batch.PutAt's order, so
+// that a pack holds a file's chunks in file order).
+type putFunc func(ctx context.Context, data []byte, dtype string, off int64) (cas.ChunkRef, error)
 
 // source gives ingest a file's bytes in order: through ReadAt, once avail
 // said they are there.
@@ -82,7 +84,7 @@ func ingest(ctx context.Context, src source, maxChunk int, put putFunc) ([]cas.C
 				data := blk.buf[off-blk.off : off-blk.off+n]
 				g.Go(func() error {
 					defer blk.unref()
-					ref, err := put(gctx, data, dtype)
+					ref, err := put(gctx, data, dtype, off)
 					*slot = ref
 					return err
 				})
@@ -94,7 +96,7 @@ func ingest(ctx context.Context, src source, maxChunk int, put putFunc) ([]cas.C
 				return err
 			}
 			g.Go(func() error {
-				ref, err := put(gctx, buf, dtype)
+				ref, err := put(gctx, buf, dtype, off)
 				*slot = ref
 				return err
 			})
@@ -245,10 +247,10 @@ const putWorkers = 16
 
 // putChunk stores one chunk of a commit, telling cas the element size of the
 // tensor data it holds, so bf16/fp16/fp32 chunks get the byte-grouped codec.
-func putChunk(ctx context.Context, b *cas.Batch, data []byte, dtype string) (cas.ChunkRef, error) {
+func putChunk(ctx context.Context, b *cas.Batch, data []byte, dtype string, off int64) (cas.ChunkRef, error) {
 	var h cas.Hint
 	if bits := formats.DTypeBits(dtype); bits == 16 || bits == 32 {
 		h.ElemSize = bits / 8
 	}
-	return b.PutHinted(ctx, data, h)
+	return b.PutAt(ctx, data, h, off)
 }

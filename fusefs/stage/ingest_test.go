@@ -29,7 +29,7 @@ func TestIngestSmallSourceAllocates(t *testing.T) {
 		data := bytes.Repeat([]byte("0123456789abcdef"), tc.size/16+1)[:tc.size]
 		var mu sync.Mutex
 		got := map[cas.ID][]byte{}
-		put := func(_ context.Context, chunk []byte, _ string) (cas.ChunkRef, error) {
+		put := func(_ context.Context, chunk []byte, _ string, _ int64) (cas.ChunkRef, error) {
 			id := cas.Sum(chunk)
 			mu.Lock()
 			defer mu.Unlock()

@@ -320,8 +320,8 @@ func (f *File) Finish(ctx context.Context) (Result, error) {
 	if f.spool == nil || f.size == 0 {
 		return Result{Batch: batch}, nil
 	}
-	put := func(ctx context.Context, data []byte, dtype string) (cas.ChunkRef, error) {
-		return putChunk(ctx, batch, data, dtype)
+	put := func(ctx context.Context, data []byte, dtype string, off int64) (cas.ChunkRef, error) {
+		return putChunk(ctx, batch, data, dtype, off)
 	}
 	// A spool ingest holds a few blocks and putWorkers chunks: bound how
 	// many run at once (the write memory budget).

@@ -94,8 +94,8 @@ func (p *Pool) startStream() *stream {
 	s.cond = sync.NewCond(&s.mu)
 	go func() {
 		defer close(s.done)
-		put := func(ctx context.Context, data []byte, dtype string) (cas.ChunkRef, error) {
-			return putChunk(ctx, s.batch, data, dtype)
+		put := func(ctx context.Context, data []byte, dtype string, off int64) (cas.ChunkRef, error) {
+			return putChunk(ctx, s.batch, data, dtype, off)
 		}
 		refs, ix, chunked, err := ingest(ctx, s, p.store.ChunkSize(), put)
 		s.mu.Lock()
