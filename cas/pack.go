@@ -74,8 +74,9 @@ func (sl packSlot) loc() (pack ID, e packEnt) {
 }
 
 // sortLocked puts w's objects in rank order (ties in the order appended)
-// and records their new offsets. w.mu held, w not written yet.
-func (w *packWriter) sortLocked() {
+// and records their new offsets, in a buffer from p (the one it leaves goes
+// back to p). w.mu held, w not written yet.
+func (w *packWriter) sortLocked(p *packs) {
 	idx := make([]int, len(w.ents))
 	for i := range idx {
 		idx[i] = i
@@ -88,12 +89,16 @@ func (w *packWriter) sortLocked() {
 	if !moved {
 		return
 	}
-	buf := make([]byte, 0, len(w.buf))
+	buf := p.buffer()
+	if cap(buf) < len(w.buf) {
+		buf = make([]byte, 0, len(w.buf))
+	}
 	for _, i := range idx {
 		e := &w.ents[i]
 		buf = append(buf, w.buf[e.off:e.off+e.n]...)
 		e.off = int64(len(buf)) - e.n
 	}
+	p.recycle(w.buf) // readers copy from buf under w.mu: none holds it
 	w.buf = buf
 }
 
@@ -112,6 +117,28 @@ type packs struct {
 	mu      sync.Mutex
 	pending map[ID][]pendingChunk
 	live    map[ID]int // written packs of live batches (or kept ones)
+	// bufs holds pack buffers of at least PackTarget bytes that nothing
+	// uses (*[]byte): a buffer grown to a pack's size, or the one a sort
+	// left, is the next pack's, not fresh memory (page faults and a
+	// doubling's copies), and the collector may take them back when idle.
+	bufs sync.Pool
+}
+
+// buffer returns an empty pack buffer from the pool, or nil when it has
+// none (append grows one).
+func (p *packs) buffer() []byte {
+	if b, ok := p.bufs.Get().(*[]byte); ok {
+		return (*b)[:0]
+	}
+	return nil
+}
+
+// recycle gives back a pack buffer nothing reads any more: the pool keeps
+// it if it is the size of a pack.
+func (p *packs) recycle(b []byte) {
+	if cap(b) >= PackTarget {
+		p.bufs.Put(&b)
+	}
 }
 
 func newPacks(s *Store) *packs {
@@ -241,8 +268,13 @@ func (b *Batch) putPacked(ctx context.Context, id ID, data []byte, h Hint, order
 		return nil
 	}
 	if b.cur == nil {
-		// Grown as it fills: a batch of one small file holds little.
-		b.cur = &packWriter{buf: make([]byte, 0, max(64<<10, 2*len(obj)))}
+		// A pack's size when one is free; else grown as it fills: a batch
+		// of one small file holds little.
+		buf := s.packs.buffer()
+		if buf == nil {
+			buf = make([]byte, 0, max(64<<10, 2*len(obj)))
+		}
+		b.cur = &packWriter{buf: buf}
 	}
 	w := b.cur
 	off, n := int64(len(w.buf)), int64(len(obj))
@@ -280,7 +312,7 @@ func (b *Batch) flushPackLocked(ctx context.Context) error {
 	s.packs.live[id]++ // before the object exists: the sweep of unnamed packs skips it
 	s.packs.mu.Unlock()
 	w.mu.Lock()
-	w.sortLocked()
+	w.sortLocked(s.packs)
 	w.id, w.size = id, int64(len(w.buf))
 	w.mu.Unlock()
 	b.mu.Lock()
@@ -290,8 +322,10 @@ func (b *Batch) flushPackLocked(ctx context.Context) error {
 		return fmt.Errorf("write pack %v: %w", id, err)
 	}
 	w.mu.Lock()
+	buf := w.buf
 	w.written, w.buf = true, nil
 	w.mu.Unlock()
+	s.packs.recycle(buf) // Put retains nothing, and readers read the pack now
 	b.cur = nil
 	return nil
 }

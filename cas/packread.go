@@ -13,11 +13,12 @@ const (
 	// maxRunSpan bounds the bytes one read of AcquireChunks covers.
 	maxRunSpan = 16 << 20
 	// maxRunGap is the most bytes of other objects one read of
-	// AcquireChunks reads between two of the chunks asked for: a commit
-	// packs a file's chunks in the order its writers put them (several at
-	// once), not in file order, so a file's consecutive chunks lie near each
-	// other in a pack but seldom back to back: runs of exactly adjacent
-	// chunks were one or two chunks long in a cold read of random bytes.
+	// AcquireChunks reads between two of the chunks asked for. A commit
+	// packs a file's chunks in file order (Batch.PutAt), so a run of them
+	// is one range with no gap; packs written before that hold them in the
+	// order the commit's workers finished them, near each other but seldom
+	// back to back (runs of exactly adjacent chunks were one or two chunks
+	// long in a cold read of random bytes), and are read across the gaps.
 	maxRunGap = 256 << 10
 )
 
@@ -25,7 +26,7 @@ const (
 // chunks of a file (a prefetcher's batch), returned in the order of refs:
 // the catalog rows of all are read in one transaction, and the objects of
 // chunks that lie near each other in one pack (as a commit packs a file's
-// small chunks, in about the order it cut them) are read with one read of
+// small chunks, in file order) are read with one read of
 // their span (gaps of up to maxRunGap included); each is then verified and
 // decoded as AcquireChunk would, and enters the cache. Chunks cached (or
 // loading) already, and chunks of their own, are acquired one by one. The
