@@ -51,8 +51,10 @@ type Batch struct {
 	// Packs (pack.go). packMu orders appends to the current pack and its
 	// writing out; it is taken before mu. inPack and packs are written
 	// holding both, and read holding either.
-	packMu      sync.Mutex
-	cur         *packWriter              // the pack being filled, nil when none
+	packMu sync.Mutex
+	cur    *packWriter // the pack being filled, nil when none
+	spare  []byte      // a pack buffer no one uses: the next pack's, or a sort's
+
 	packs       []*packWriter            // packs written out
 	inPack      map[ID]packSlot          // chunk → its object in a pack of the batch
 	syncedPacks map[*packWriter]struct{} // of packs, those a Sync made durable (mu)

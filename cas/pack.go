@@ -74,9 +74,10 @@ func (sl packSlot) loc() (pack ID, e packEnt) {
 }
 
 // sortLocked puts w's objects in rank order (ties in the order appended)
-// and records their new offsets, in a buffer from p (the one it leaves goes
-// back to p). w.mu held, w not written yet.
-func (w *packWriter) sortLocked(p *packs) {
+// and records their new offsets. The sorted objects go into *spare when it
+// is large enough, and the buffer they leave becomes *spare. w.mu held, w
+// not written yet.
+func (w *packWriter) sortLocked(spare *[]byte) {
 	idx := make([]int, len(w.ents))
 	for i := range idx {
 		idx[i] = i
@@ -89,7 +90,7 @@ func (w *packWriter) sortLocked(p *packs) {
 	if !moved {
 		return
 	}
-	buf := p.buffer()
+	buf := (*spare)[:0]
 	if cap(buf) < len(w.buf) {
 		buf = make([]byte, 0, len(w.buf))
 	}
@@ -98,7 +99,7 @@ func (w *packWriter) sortLocked(p *packs) {
 		buf = append(buf, w.buf[e.off:e.off+e.n]...)
 		e.off = int64(len(buf)) - e.n
 	}
-	p.recycle(w.buf) // readers copy from buf under w.mu: none holds it
+	*spare = w.buf // readers copy from w.buf under w.mu: none holds it now
 	w.buf = buf
 }
 
@@ -117,28 +118,6 @@ type packs struct {
 	mu      sync.Mutex
 	pending map[ID][]pendingChunk
 	live    map[ID]int // written packs of live batches (or kept ones)
-	// bufs holds pack buffers of at least PackTarget bytes that nothing
-	// uses (*[]byte): a buffer grown to a pack's size, or the one a sort
-	// left, is the next pack's, not fresh memory (page faults and a
-	// doubling's copies), and the collector may take them back when idle.
-	bufs sync.Pool
-}
-
-// buffer returns an empty pack buffer from the pool, or nil when it has
-// none (append grows one).
-func (p *packs) buffer() []byte {
-	if b, ok := p.bufs.Get().(*[]byte); ok {
-		return (*b)[:0]
-	}
-	return nil
-}
-
-// recycle gives back a pack buffer nothing reads any more: the pool keeps
-// it if it is the size of a pack.
-func (p *packs) recycle(b []byte) {
-	if cap(b) >= PackTarget {
-		p.bufs.Put(&b)
-	}
 }
 
 func newPacks(s *Store) *packs {
@@ -268,10 +247,11 @@ func (b *Batch) putPacked(ctx context.Context, id ID, data []byte, h Hint, order
 		return nil
 	}
 	if b.cur == nil {
-		// A pack's size when one is free; else grown as it fills: a batch
-		// of one small file holds little.
-		buf := s.packs.buffer()
-		if buf == nil {
+		// The batch's spare buffer (its last pack's), else one grown as it
+		// fills: a batch of one small file holds little.
+		buf := b.spare[:0]
+		b.spare = nil
+		if cap(buf) == 0 {
 			buf = make([]byte, 0, max(64<<10, 2*len(obj)))
 		}
 		b.cur = &packWriter{buf: buf}
@@ -279,6 +259,13 @@ func (b *Batch) putPacked(ctx context.Context, id ID, data []byte, h Hint, order
 	w := b.cur
 	off, n := int64(len(w.buf)), int64(len(obj))
 	w.mu.Lock()
+	if need := len(w.buf) + len(obj); need > cap(w.buf) {
+		// Doubled, but to no more than a pack's size: append's doubling
+		// made every pack buffer 16 MiB.
+		grown := make([]byte, len(w.buf), max(need, min(2*cap(w.buf), PackTarget+len(obj))))
+		copy(grown, w.buf)
+		w.buf = grown
+	}
 	w.buf = append(w.buf, obj...)
 	w.ents = append(w.ents, packEnt{id: id, order: order, off: off, n: n, codec: codec})
 	sl := packSlot{w, len(w.ents) - 1}
@@ -312,7 +299,7 @@ func (b *Batch) flushPackLocked(ctx context.Context) error {
 	s.packs.live[id]++ // before the object exists: the sweep of unnamed packs skips it
 	s.packs.mu.Unlock()
 	w.mu.Lock()
-	w.sortLocked(s.packs)
+	w.sortLocked(&b.spare)
 	w.id, w.size = id, int64(len(w.buf))
 	w.mu.Unlock()
 	b.mu.Lock()
@@ -325,7 +312,9 @@ func (b *Batch) flushPackLocked(ctx context.Context) error {
 	buf := w.buf
 	w.written, w.buf = true, nil
 	w.mu.Unlock()
-	s.packs.recycle(buf) // Put retains nothing, and readers read the pack now
+	if b.spare == nil {
+		b.spare = buf // Put retains nothing, and readers read the pack now
+	}
 	b.cur = nil
 	return nil
 }
