@@ -517,6 +517,14 @@ func TestPackHoldsChunksInOrder(t *testing.T) {
 	if err := b.Sync(ctx); err != nil { // writes the last pack out, sorted
 		t.Fatal(err)
 	}
+	// The buffers grew to a pack's size, not append's double of it, and
+	// the batch keeps one for its next pack.
+	b.packMu.Lock()
+	spare := cap(b.spare)
+	b.packMu.Unlock()
+	if spare == 0 || spare > PackTarget+2*size {
+		t.Fatalf("spare pack buffer of %d bytes, want one of at most %d", spare, PackTarget+2*size)
+	}
 	for i, ref := range refs {
 		if got, err := s.ReadChunk(ctx, ref); err != nil || !bytes.Equal(got, data[i]) {
 			t.Fatalf("chunk %d from its written pack, before the commit: %v", i, err)
