@@ -17,6 +17,7 @@ import (
 
 	"github.com/ckptfs/ckptfs/cas/backend"
 	"github.com/ckptfs/ckptfs/cas/backend/local"
+	"github.com/ckptfs/ckptfs/cas/object"
 )
 
 // countingBackend counts the reads of a local directory.
@@ -517,14 +518,6 @@ func TestPackHoldsChunksInOrder(t *testing.T) {
 	if err := b.Sync(ctx); err != nil { // writes the last pack out, sorted
 		t.Fatal(err)
 	}
-	// The buffers grew to a pack's size, not append's double of it, and
-	// the batch keeps one for its next pack.
-	b.packMu.Lock()
-	spare := cap(b.spare)
-	b.packMu.Unlock()
-	if spare == 0 || spare > PackTarget+2*size {
-		t.Fatalf("spare pack buffer of %d bytes, want one of at most %d", spare, PackTarget+2*size)
-	}
 	for i, ref := range refs {
 		if got, err := s.ReadChunk(ctx, ref); err != nil || !bytes.Equal(got, data[i]) {
 			t.Fatalf("chunk %d from its written pack, before the commit: %v", i, err)
@@ -575,5 +568,27 @@ func TestPackHoldsChunksInOrder(t *testing.T) {
 		if got, err := s.ReadChunk(ctx, ref); err != nil || !bytes.Equal(got, tail[i]) {
 			t.Fatalf("Put's chunk %d after the commit: %v", i, err)
 		}
+	}
+}
+
+// TestPackBufferGrowsToAPack: a pack's buffer grows to a pack's size, not
+// to append's double of it (up to twice a pack), and the batch's next pack
+// gets the buffer of the pack it wrote.
+func TestPackBufferGrowsToAPack(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "store")
+	s, _ := packedStore(t, dir, nil)
+	defer s.Close()
+	b := s.NewBatch()
+	defer b.Release()
+	// 40 KiB: doubling from the first buffer (two objects) passes a pack's
+	// size well before it ends, at 10 MiB.
+	const size = 40 << 10
+	// A pack written out (in order: not sorted), and one chunk in the next.
+	putChunks(t, b, PackTarget/(size+object.HeaderSize)+2, size, 3)
+	b.packMu.Lock()
+	next, written := cap(b.cur.buf), len(b.packs)
+	b.packMu.Unlock()
+	if written != 1 || next < PackTarget || next > PackTarget+2*size {
+		t.Fatalf("%d packs written, the next pack's buffer %d bytes: want 1, and the first's buffer, %d to %d bytes", written, next, PackTarget, PackTarget+2*size)
 	}
 }
