@@ -278,10 +278,14 @@
 //     (no offset) follow, in the order put. 8 MiB: large I/O (the kernel's readahead runs through a
 //     pack as through a file) while a pack that is partly dead wastes little,
 //     and a batch's buffer stays small with many files written at once. The
-//     buffer grows as it fills (a batch of one small file holds little), up
-//     to PackTarget per batch being written, outside the write memory
-//     budget of fusefs/stage: 16 layout-less files written at once hold up
-//     to 128 MiB of it.
+//     buffer grows as it fills (a batch of one small file holds little), to
+//     PackTarget and one object more (append's doubling made it 16 MiB), and
+//     a batch that wrote a pack keeps that buffer for its next (the sort
+//     below needs a second): two buffers per batch being written, outside
+//     the write memory budget of fusefs/stage, so 16 layout-less files
+//     written at once hold up to 270 MiB of them. Writing 1 GiB of random
+//     bytes took the daemon 3.9-4.2 CPU-seconds, against 4.9-5.2 with a
+//     fresh buffer for each pack.
 //   - Names: a pack is named by 32 random bytes, not by its content, so no
 //     two batches ever write the same pack and a batch that gives up may
 //     delete its packs without asking anyone (two concurrent commits of the
