@@ -53,7 +53,7 @@ type Batch struct {
 	// holding both, and read holding either.
 	packMu sync.Mutex
 	cur    *packWriter // the pack being filled, nil when none
-	spare  []byte      // a pack buffer no one uses: the next pack's, or a sort's
+	spares [][]byte    // pack buffers no one uses: the next pack's, a sort's (pack.go)
 
 	packs       []*packWriter            // packs written out
 	inPack      map[ID]packSlot          // chunk → its object in a pack of the batch
@@ -308,6 +308,9 @@ func (b *Batch) Sync(ctx context.Context) error {
 // no other batch pins (collector.discardUnnamed): they would otherwise fill the
 // disk until a collection's grace period is over.
 func (b *Batch) Release() {
+	b.packMu.Lock()
+	b.spares = nil // a kept batch stays reachable from the registry of packs
+	b.packMu.Unlock()
 	b.mu.Lock()
 	if b.released {
 		b.mu.Unlock()
@@ -458,7 +461,10 @@ func commitBatch(t *Tx, b *Batch) error {
 		if err != nil {
 			return fmt.Errorf("index chunk %v: %w", id, err)
 		}
-		if h, pending := b.queue[id]; pending && added {
+		// A packed chunk is never re-encoded (it would move out of its
+		// pack): queued only by a put of the same bytes with a hint, which
+		// wrote an object of its own that the row does not name.
+		if h, pending := b.queue[id]; pending && added && !info.Packed() {
 			if err := t.Queue().Add(id, h, info.RawLen); err != nil {
 				return fmt.Errorf("queue chunk %v for re-encoding: %w", id, err)
 			}

@@ -74,10 +74,10 @@ func (sl packSlot) loc() (pack ID, e packEnt) {
 }
 
 // sortLocked puts w's objects in rank order (ties in the order appended)
-// and records their new offsets. The sorted objects go into *spare when it
-// is large enough, and the buffer they leave becomes *spare. w.mu held, w
-// not written yet.
-func (w *packWriter) sortLocked(spare *[]byte) {
+// and records their new offsets. The sorted objects go into a spare buffer
+// of b's when one is large enough, and the buffer they leave becomes one.
+// b.packMu and w.mu held, w not written yet.
+func (w *packWriter) sortLocked(b *Batch) {
 	idx := make([]int, len(w.ents))
 	for i := range idx {
 		idx[i] = i
@@ -90,17 +90,43 @@ func (w *packWriter) sortLocked(spare *[]byte) {
 	if !moved {
 		return
 	}
-	buf := (*spare)[:0]
-	if cap(buf) < len(w.buf) {
-		buf = make([]byte, 0, len(w.buf))
+	buf := b.takeSpare(len(w.buf))
+	if buf == nil {
+		// As large as w.buf's: the two take turns for the batch's packs.
+		buf = make([]byte, 0, cap(w.buf))
 	}
 	for _, i := range idx {
 		e := &w.ents[i]
 		buf = append(buf, w.buf[e.off:e.off+e.n]...)
 		e.off = int64(len(buf)) - e.n
 	}
-	*spare = w.buf // readers copy from w.buf under w.mu: none holds it now
+	b.keepSpare(w.buf) // readers copy from w.buf under w.mu: none holds it now
 	w.buf = buf
+}
+
+// maxSpares is how many unused pack buffers a batch keeps: one for its next
+// pack and one for the next sort, so that a batch writing many packs
+// allocates two buffers, not one or two per pack.
+const maxSpares = 2
+
+// takeSpare returns an empty spare buffer of b's that holds at least n
+// bytes, or nil. b.packMu held.
+func (b *Batch) takeSpare(n int) []byte {
+	for i, buf := range b.spares {
+		if cap(buf) >= n {
+			b.spares = slices.Delete(b.spares, i, i+1)
+			return buf[:0]
+		}
+	}
+	return nil
+}
+
+// keepSpare keeps buf, which nothing reads any more, as a spare of b's, if
+// it has room for one. b.packMu held.
+func (b *Batch) keepSpare(buf []byte) {
+	if cap(buf) > 0 && len(b.spares) < maxSpares {
+		b.spares = append(b.spares, buf[:0])
+	}
 }
 
 // pendingChunk is a chunk in a pack of a batch not committed yet.
@@ -247,11 +273,10 @@ func (b *Batch) putPacked(ctx context.Context, id ID, data []byte, h Hint, order
 		return nil
 	}
 	if b.cur == nil {
-		// The batch's spare buffer (its last pack's), else one grown as it
-		// fills: a batch of one small file holds little.
-		buf := b.spare[:0]
-		b.spare = nil
-		if cap(buf) == 0 {
+		// A spare of the batch's (a buffer of a pack it wrote), else one
+		// grown as it fills: a batch of one small file holds little.
+		buf := b.takeSpare(len(obj))
+		if buf == nil {
 			buf = make([]byte, 0, max(64<<10, 2*len(obj)))
 		}
 		b.cur = &packWriter{buf: buf}
@@ -260,8 +285,8 @@ func (b *Batch) putPacked(ctx context.Context, id ID, data []byte, h Hint, order
 	off, n := int64(len(w.buf)), int64(len(obj))
 	w.mu.Lock()
 	if need := len(w.buf) + len(obj); need > cap(w.buf) {
-		// Doubled, but to no more than a pack's size: append's doubling
-		// made every pack buffer 16 MiB.
+		// Doubled, but to no more than a pack's size: append's growth
+		// took it past, up to 10 MiB.
 		grown := make([]byte, len(w.buf), max(need, min(2*cap(w.buf), PackTarget+len(obj))))
 		copy(grown, w.buf)
 		w.buf = grown
@@ -299,7 +324,7 @@ func (b *Batch) flushPackLocked(ctx context.Context) error {
 	s.packs.live[id]++ // before the object exists: the sweep of unnamed packs skips it
 	s.packs.mu.Unlock()
 	w.mu.Lock()
-	w.sortLocked(&b.spare)
+	w.sortLocked(b)
 	w.id, w.size = id, int64(len(w.buf))
 	w.mu.Unlock()
 	b.mu.Lock()
@@ -312,9 +337,7 @@ func (b *Batch) flushPackLocked(ctx context.Context) error {
 	buf := w.buf
 	w.written, w.buf = true, nil
 	w.mu.Unlock()
-	if b.spare == nil {
-		b.spare = buf // Put retains nothing, and readers read the pack now
-	}
+	b.keepSpare(buf) // Put retains nothing, and readers read the pack now
 	b.cur = nil
 	return nil
 }
