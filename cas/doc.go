@@ -279,13 +279,13 @@
 //     pack as through a file) while a pack that is partly dead wastes little,
 //     and a batch's buffer stays small with many files written at once. The
 //     buffer grows as it fills (a batch of one small file holds little), to
-//     PackTarget and one object more (append's doubling made it 16 MiB), and
-//     a batch that wrote a pack keeps that buffer for its next (the sort
-//     below needs a second): two buffers per batch being written, outside
-//     the write memory budget of fusefs/stage, so 16 layout-less files
-//     written at once hold up to 270 MiB of them. Writing 1 GiB of random
-//     bytes took the daemon 3.9-4.2 CPU-seconds, against 4.9-5.2 with a
-//     fresh buffer for each pack.
+//     PackTarget and one object more (append's growth took it past, up to
+//     10 MiB). A batch that wrote a pack keeps two buffers, one for its next
+//     pack and one for the sort below, and lets them go at Release: two per
+//     batch being written, outside the write memory budget of fusefs/stage,
+//     so 16 layout-less files written at once hold up to 270 MiB of them.
+//     Writing 1 GiB of random bytes took the daemon 3.6-3.9 CPU-seconds,
+//     against 4.4-5.3 with a fresh buffer for each pack and no sort.
 //   - Names: a pack is named by 32 random bytes, not by its content, so no
 //     two batches ever write the same pack and a batch that gives up may
 //     delete its packs without asking anyone (two concurrent commits of the
