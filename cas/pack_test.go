@@ -518,11 +518,7 @@ func TestPackHoldsChunksInOrder(t *testing.T) {
 	if err := b.Sync(ctx); err != nil { // writes the last pack out, sorted
 		t.Fatal(err)
 	}
-	for i, ref := range refs {
-		if got, err := s.ReadChunk(ctx, ref); err != nil || !bytes.Equal(got, data[i]) {
-			t.Fatalf("chunk %d from its written pack, before the commit: %v", i, err)
-		}
-	}
+	readBack(t, s, refs, data, "from its written pack, before the commit")
 	mustCommit(t, s, b)
 
 	type placed struct {
@@ -559,14 +555,16 @@ func TestPackHoldsChunksInOrder(t *testing.T) {
 			}
 		}
 	}
+	readBack(t, s, refs, data, "after the commit")
+	readBack(t, s, tailRefs, tail, "(one Put put) after the commit")
+}
+
+// readBack reads each of refs from s and checks it against data.
+func readBack(t *testing.T, s *Store, refs []ChunkRef, data [][]byte, when string) {
+	t.Helper()
 	for i, ref := range refs {
-		if got, err := s.ReadChunk(ctx, ref); err != nil || !bytes.Equal(got, data[i]) {
-			t.Fatalf("chunk %d after the commit: %v", i, err)
-		}
-	}
-	for i, ref := range tailRefs {
-		if got, err := s.ReadChunk(ctx, ref); err != nil || !bytes.Equal(got, tail[i]) {
-			t.Fatalf("Put's chunk %d after the commit: %v", i, err)
+		if got, err := s.ReadChunk(context.Background(), ref); err != nil || !bytes.Equal(got, data[i]) {
+			t.Fatalf("chunk %d %s: %v (equal %v)", i, when, err, bytes.Equal(got, data[i]))
 		}
 	}
 }
