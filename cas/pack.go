@@ -78,18 +78,14 @@ func (sl packSlot) loc() (pack ID, e packEnt) {
 // of b's when one is large enough, and the buffer they leave becomes one.
 // b.packMu and w.mu held, w not written yet.
 func (w *packWriter) sortLocked(b *Batch) {
+	if slices.IsSortedFunc(w.ents, func(x, y packEnt) int { return cmp.Compare(x.order, y.order) }) {
+		return // appended in order (a stable sort would move nothing)
+	}
 	idx := make([]int, len(w.ents))
 	for i := range idx {
 		idx[i] = i
 	}
-	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(w.ents[a].order, w.ents[b].order) })
-	moved := false
-	for k, i := range idx {
-		moved = moved || k != i
-	}
-	if !moved {
-		return
-	}
+	slices.SortStableFunc(idx, func(x, y int) int { return cmp.Compare(w.ents[x].order, w.ents[y].order) })
 	buf := b.takeSpare(len(w.buf))
 	if buf == nil {
 		// As large as w.buf's: the two take turns for the batch's packs.

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 from safetensors.numpy import save_file
+from scale import FloorMount
 
 MiB = 1 << 20
 
@@ -81,9 +82,8 @@ class Daemon:
         self.start()
 
     def cpu(self):
-        """The daemon's CPU time so far (utime + stime), in seconds."""
-        f = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+        """The daemon's CPU time so far, in seconds."""
+        return cpu_seconds(self.proc.pid)
 
     def stats(self):
         import json
@@ -215,6 +215,12 @@ def machine(path):
     return os.cpu_count(), cpu, disk
 
 
+def cpu_seconds(pid):
+    """utime + stime of process pid, in seconds."""
+    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def bdi_of(mnt):
     """The sysfs directory of the backing device info of the mount at mnt
     (its read_ahead_kb is the kernel readahead of the files in it)."""
@@ -223,32 +229,6 @@ def bdi_of(mnt):
         if f[4] == str(mnt):
             return Path("/sys/class/bdi") / f[2]
     raise SystemExit(f"{mnt} is not a mount point")
-
-
-class FloorRead:
-    """test/bench/fusefloor -mode read: one file of size bytes served from the
-    daemon's memory, with the kernel readahead of the mount it stands beside.
-    A cold read of it costs FUSE alone: no disk, no check, no decoding."""
-
-    def __init__(self, binary, mnt, size, like):
-        self.binary, self.mnt, self.size, self.like = binary, mnt, size, like
-        self.proc = None
-
-    def __enter__(self):
-        self.mnt.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen([str(self.binary), "-mode", "read", "-size", str(self.size), str(self.mnt)],
-                                     stdout=subprocess.PIPE, text=True)
-        line = self.proc.stdout.readline()
-        if line.strip() != "serving":
-            self.proc.kill()
-            raise SystemExit(f"fusefloor -mode read failed: {line!r}")
-        (bdi_of(self.mnt) / "read_ahead_kb").write_text((bdi_of(self.like) / "read_ahead_kb").read_text())
-        return self.mnt / "data"
-
-    def __exit__(self, *exc):
-        self.proc.send_signal(signal.SIGTERM)
-        if self.proc.wait(timeout=60) != 0:
-            raise SystemExit(f"fusefloor at {self.mnt} exited with {self.proc.returncode}")
 
 
 def timed(fn):
@@ -448,9 +428,13 @@ class Bench:
         if self.a.floor_bin:
             # 3c. The same cold read through FUSE with nothing behind it: what
             # FUSE itself costs, against the same plain read.
-            with FloorRead(Path(self.a.floor_bin), self.root / "floor", self.size, self.mnt) as f_fl:
+            # One file of self.size bytes in the daemon's memory, at the
+            # readahead of the ckptfs mount it stands beside.
+            with FloorMount(Path(self.a.floor_bin), "read", self.root / "floor",
+                            extra=["-size", str(self.size)]) as fm:
+                (bdi_of(fm.mnt) / "read_ahead_kb").write_text((bdi_of(self.mnt) / "read_ahead_kb").read_text())
                 drop_caches()
-                fl = timed(lambda: read_all(f_fl))
+                fl = timed(lambda: read_all(fm.mnt / "data"))
             self.record("3c_cold_read_fuse_floor", fl, pl, label="FUSE floor")
         f_pl.unlink()
         f_ck.unlink()

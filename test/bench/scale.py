@@ -97,12 +97,13 @@ class Daemon:
 class FloorMount:
     """A mount of test/bench/fusefloor: FUSE with nothing (noop) or a
     loopback of a directory on the same disk (fsync passed down) behind it,
-    with ckptfs's mount options: what FUSE itself costs a create here."""
+    with ckptfs's mount options: what FUSE itself costs a create here. (bench.py
+    mounts its read mode, extra ["-size", N], for a cold read's floor.)"""
 
-    def __init__(self, binary, mode, mnt, backing=None):
+    def __init__(self, binary, mode, mnt, backing=None, extra=()):
         self.mnt = mnt
         mnt.mkdir(parents=True, exist_ok=True)
-        argv = [str(binary), "-mode", mode]
+        argv = [str(binary), "-mode", mode, *extra]
         if backing is not None:
             backing.mkdir(parents=True, exist_ok=True)
             argv += ["-backing", str(backing)]

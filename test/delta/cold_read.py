@@ -19,7 +19,6 @@ the delta ÷ standalone ratios:
 Needs root (mount, drop_caches) and the e2e venv's python (numpy)."""
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
@@ -28,13 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-from bench import Daemon, drop_caches, model_steps, read_all, save  # noqa: E402
-
-
-def cpu_seconds(pid):
-    """utime + stime of process pid, in seconds."""
-    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+from bench import Daemon, cpu_seconds, drop_caches, model_steps, read_all, save  # noqa: E402
 
 
 def main():
