@@ -90,8 +90,9 @@ func (s *Store) NewBatch() *Batch {
 // SuggestBase tells the commit that chunk id (Put in this batch) is likely
 // close to chunk prev, already committed: the same tensor range one version
 // earlier. If the commit indexes id as a new chunk, it plans to store it as
-// a delta against prev's chain (deltaplan.go); otherwise the suggestion is
-// ignored. A wrong suggestion costs a re-encode attempt, never bytes.
+// a delta against prev's chain (deltaplan.go); either way prev has a later
+// version, which releases a plan of prev's that waited for one. A wrong
+// suggestion costs a re-encode attempt, never bytes.
 func (b *Batch) SuggestBase(id, prev ID) {
 	b.mu.Lock()
 	b.suggest[id] = prev
@@ -444,6 +445,16 @@ func commitBatch(t *Tx, b *Batch) error {
 	if err := commitPacks(t, b); err != nil {
 		return err
 	}
+	// Each suggestion names the version before one of this commit's
+	// chunks: a plan of its that waited for a later version is released
+	// (deltaplan.go), whether or not the new chunk is new or planned.
+	for id, prev := range b.suggest {
+		if id != prev {
+			if err := t.Deltas().Release(prev); err != nil {
+				return fmt.Errorf("release the delta plan of chunk %v: %w", prev, err)
+			}
+		}
+	}
 	for id, info := range b.added {
 		if info.Inline {
 			if _, err := t.Index().AddInline(id, info, b.inline[id]); err != nil {
@@ -470,7 +481,7 @@ func commitBatch(t *Tx, b *Batch) error {
 			}
 		}
 		if prev, ok := b.suggest[id]; ok && added && !info.Packed() {
-			if err := t.Deltas().Plan(id, prev, b.hints[id], info.RawLen, b.s.deltaKeyframe); err != nil {
+			if err := t.Deltas().Plan(id, prev, b.hints[id], info.RawLen, b.s.deltaKeyframe, b.s.deltaWait); err != nil {
 				return fmt.Errorf("plan a delta for chunk %v: %w", id, err)
 			}
 		}

@@ -41,6 +41,10 @@ type Counts = catalog.Counts
 // PendingReencode is one row of the re-encode queue (catalog.PendingReencode).
 type PendingReencode = catalog.PendingReencode
 
+// DeltaWait is a delta plan's wait for a later version of its chunk
+// (deltaplan.go).
+type DeltaWait = catalog.DeltaWait
+
 // Reserved inode numbers. Numbers below FirstIno are never allocated, so the
 // caller may use them for virtual nodes.
 const (

@@ -16,6 +16,21 @@ package cas
 //     (below). At distance Options.DeltaKeyframe the new chunk gets no plan
 //     and becomes the next keyframe. Depth 1 holds by construction, and is
 //     checked again when the delta is written.
+//   - With Options.DeltaLatestWhole a plan waits for a later version of
+//     its chunk (a "deltawait" row, no queue row) so that the newest
+//     version stays whole. Every commit releases the plans of the chunks
+//     its suggestions name (Deltas.Release: the row is marked released, a
+//     queue row comes), whether its own chunk is new, planned or not, and
+//     whatever the options say now. The row keeps, as a fallback base, the
+//     keyframe the chain led to when the plan was made: a waiting plan
+//     names the version before it (below), never yet a delta, and a
+//     collection of that version (a rotation) would otherwise leave it no
+//     way to the keyframe. The re-encoder gives a waiting chunk its
+//     standalone encoding only and keeps its plan; a release that comes
+//     while it does leaves the queue row for the next round. An older
+//     ckptfs ignores the bucket (no format change): it never releases a
+//     waiting plan, so that chunk stays whole, and its collections leave
+//     wait rows that fsck notes (delta-wait-stale).
 //   - The re-encoder (reencode.go) carries a plan out: it encodes the chunk
 //     against a base and keeps the delta only when it is smaller than the
 //     best standalone encoding by more than 1/32; it skips a base that a
@@ -40,7 +55,10 @@ package cas
 //     chunk settles it either way.
 //   - The remote tier's upload round carries out the plans of the chunks
 //     it uploads (Store.ReencodeQueued) rather than wait for the
-//     re-encoder, since it uploads each object as it is (cas/remote).
+//     re-encoder, since it uploads each object as it is (cas/remote). A
+//     waiting plan is not carried out there: that chunk goes up whole, and
+//     stays whole in the bucket after it becomes a delta here (so a mount
+//     with a remote plans at once by default).
 //   - A base is never swept while any delta row names it (Sweep checks
 //     "bases" in its transaction), so no delta loses its base whatever the
 //     collector marked; a sweep that deletes a delta and its base deletes

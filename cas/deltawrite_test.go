@@ -7,6 +7,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"path/filepath"
 	"testing"
 )
 
@@ -157,6 +158,215 @@ func TestDeltaWriter(t *testing.T) {
 		}
 		checkCounters(t, s)
 	}
+}
+
+// waits reports whether chunk id has a plan that waits for a later version.
+func waits(t *testing.T, s *Store, id ID) (planned, waiting bool) {
+	t.Helper()
+	if err := s.View(func(tx *Tx) error {
+		var err error
+		if _, _, planned, err = tx.DeltaPlan(id); err != nil {
+			return err
+		}
+		waiting, err = tx.DeltaWaits(id)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return planned, waiting
+}
+
+// TestDeltaLatestWhole: with Options.DeltaLatestWhole the newest version of
+// a chunk stays whole however long the re-encoder runs, and becomes the
+// delta it would have been once the next version is committed: the same
+// chains as TestDeltaWriter's, one version late.
+func TestDeltaLatestWhole(t *testing.T) {
+	for _, inline := range []int{-1, 0} { // stored raw then queued; encoded inline then planned
+		s := testStore(t, Options{InlineEncoders: inline, DeltaKeyframe: 3, DeltaLatestWhole: true})
+		vs := stepChain(1, 256<<10, 6, 0.01)
+		// keyframe 3: v0 key, v1 d1, v2 d2, v3 key, v4 d1, v5 d2.
+		want := []struct {
+			delta bool
+			base  int
+			dist  int
+		}{{false, 0, 0}, {true, 0, 1}, {true, 0, 2}, {false, 0, 0}, {true, 3, 1}, {true, 3, 2}}
+		var refs []ChunkRef
+		for i, v := range vs {
+			var prev *ChunkRef
+			if i > 0 {
+				prev = &refs[i-1]
+			}
+			refs = append(refs, commitVersion(t, s, v, prev))
+			drain(t, s)
+			checkCounters(t, s)
+			for j, r := range refs {
+				st := deltaOf(t, s, r.ID)
+				w := want[j]
+				if j == i {
+					w.delta = false // the newest: whole
+				}
+				if st.isDelta != w.delta || st.object != w.delta || (w.delta && (st.base != refs[w.base].ID || st.dist != w.dist)) {
+					t.Errorf("inline %d, after version %d: version %d %+v, want delta %v against version %d at %d",
+						inline, i, j, st, w.delta, w.base, w.dist)
+				}
+				s.cache.drop(r.ID)
+				s.cache.drop(refs[w.base].ID)
+				if got, err := s.ReadChunk(context.Background(), r); err != nil || !bytes.Equal(got, vs[j]) {
+					t.Fatalf("inline %d, after version %d: version %d reads back wrong: %v", inline, i, j, err)
+				}
+			}
+			// The newest's plan (none for a keyframe) waits; no older one does.
+			if planned, waiting := waits(t, s, refs[i].ID); planned != want[i].delta || waiting != want[i].delta {
+				t.Errorf("inline %d: version %d's plan %v, waiting %v; want both %v", inline, i, planned, waiting, want[i].delta)
+			}
+			if i > 0 {
+				if planned, waiting := waits(t, s, refs[i-1].ID); planned || waiting {
+					t.Errorf("inline %d: version %d's plan %v, waiting %v after version %d", inline, i-1, planned, waiting, i)
+				}
+			}
+		}
+		if c := mustCounts(t, s); c.DeltaChunks != 3 || c.ReencodePending != 0 {
+			t.Errorf("inline %d: counts %+v, want 3 deltas (the newest whole) and an empty queue", inline, c)
+		}
+		if inline < 0 {
+			// Stored raw, the newest was still encoded while it waited.
+			var info ChunkInfo
+			_ = s.View(func(tx *Tx) error { info, _, _ = tx.Chunk(refs[5].ID); return nil })
+			if info.Codec == CodecRaw {
+				t.Errorf("the newest version stayed raw while its plan waited: %+v", info)
+			}
+		}
+		// A sweep of the waiting chunk takes its rows.
+		if _, err := s.Sweep(context.Background(), []ID{refs[5].ID}); err != nil {
+			t.Fatal(err)
+		}
+		if planned, waiting := waits(t, s, refs[5].ID); planned || waiting {
+			t.Errorf("inline %d: swept chunk keeps plan %v, wait %v", inline, planned, waiting)
+		}
+		checkCounters(t, s)
+	}
+}
+
+// TestDeltaLatestWholeVersionSwept: a collection that takes the version a
+// waiting plan names (a rotation deleted it) leaves the plan its fallback:
+// the keyframe the chain led to.
+func TestDeltaLatestWholeVersionSwept(t *testing.T) {
+	s := testStore(t, Options{InlineEncoders: -1, DeltaLatestWhole: true})
+	vs := stepChain(4, 256<<10, 4, 0.01)
+	var refs []ChunkRef
+	for i := range 3 {
+		var prev *ChunkRef
+		if i > 0 {
+			prev = &refs[i-1]
+		}
+		refs = append(refs, commitVersion(t, s, vs[i], prev))
+		drain(t, s)
+	}
+	// v1 is a delta against v0, and v2's plan, waiting, names v1.
+	if st := deltaOf(t, s, refs[1].ID); !st.isDelta || st.base != refs[0].ID {
+		t.Fatalf("v1: %+v, want a delta against v0", st)
+	}
+	if r, err := s.Sweep(context.Background(), []ID{refs[1].ID}); err != nil || r.Chunks != 1 {
+		t.Fatalf("sweep of v1: %+v, %v", r, err)
+	}
+	refs = append(refs, commitVersion(t, s, vs[3], &refs[2])) // releases v2
+	drain(t, s)
+	if st := deltaOf(t, s, refs[2].ID); !st.isDelta || !st.object || st.base != refs[0].ID || st.dist != 2 {
+		t.Fatalf("v2 after v1 was swept: %+v, want a delta against v0 at 2", st)
+	}
+	if st := deltaOf(t, s, refs[3].ID); st.isDelta || st.object {
+		t.Fatalf("v3, the latest: %+v, want whole", st)
+	}
+	s.cache.drop(refs[2].ID)
+	s.cache.drop(refs[0].ID)
+	if got, err := s.ReadChunk(context.Background(), refs[2]); err != nil || !bytes.Equal(got, vs[2]) {
+		t.Fatalf("v2 reads back wrong: %v", err)
+	}
+	checkCounters(t, s)
+}
+
+// TestDeltaLatestWholeReleases: a waiting plan is released by any later
+// version, also one whose bytes the store already holds, and also after
+// the store is opened with deltas off (--delta-keyframe 1).
+func TestDeltaLatestWholeReleases(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		reopen Options // the options the later version is committed with
+		dedup  bool    // its bytes are in the store already
+	}{
+		{"a later version already stored", Options{InlineEncoders: -1, DeltaLatestWhole: true}, true},
+		{"deltas turned off since", Options{InlineEncoders: -1, DeltaKeyframe: -1}, false},
+		{"eager planning since", Options{InlineEncoders: -1}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "store")
+			s, err := openLocal(dir, Options{InlineEncoders: -1, DeltaLatestWhole: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			vs := stepChain(5, 256<<10, 3, 0.01)
+			v0 := commitVersion(t, s, vs[0], nil)
+			v1 := commitVersion(t, s, vs[1], &v0)
+			drain(t, s)
+			if planned, waiting := waits(t, s, v1.ID); !planned || !waiting {
+				t.Fatalf("v1: planned %v, waiting %v", planned, waiting)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			s = testStoreAt(t, dir, tc.reopen)
+			if tc.dedup {
+				commitVersion(t, s, vs[2], nil)
+			}
+			commitVersion(t, s, vs[2], &v1)
+			drain(t, s)
+			if st := deltaOf(t, s, v1.ID); !st.isDelta || !st.object || st.base != v0.ID {
+				t.Fatalf("v1 after a later version: %+v, want a delta against v0", st)
+			}
+			if planned, waiting := waits(t, s, v1.ID); planned || waiting {
+				t.Fatalf("v1 carried out keeps plan %v, wait %v", planned, waiting)
+			}
+			checkCounters(t, s)
+		})
+	}
+}
+
+// TestDeltaReleasedDuringReencode: a waiting chunk's standalone re-encode
+// that finishes after the next version released its plan leaves it queued,
+// so that the plan is carried out by the next round, not lost.
+func TestDeltaReleasedDuringReencode(t *testing.T) {
+	ctx := context.Background()
+	s := testStore(t, Options{InlineEncoders: -1, DeltaLatestWhole: true})
+	vs := stepChain(3, 256<<10, 3, 0.01)
+	v0 := commitVersion(t, s, vs[0], nil)
+	drain(t, s)
+	v1 := commitVersion(t, s, vs[1], &v0) // raw: queued, and its plan waits
+	// Between its object's rename and its transaction, the next version
+	// releases v1's plan.
+	released := false
+	if err := s.re.reencode(ctx, []ID{v1.ID}, func(id ID) error {
+		if planned, waiting := waits(t, s, v1.ID); !planned || !waiting {
+			t.Errorf("re-encoding v1: planned %v, waiting %v", planned, waiting)
+		}
+		commitVersion(t, s, vs[2], &v1)
+		released = true
+		return nil
+	}); err != nil || !released {
+		t.Fatalf("re-encode: %v (released %v)", err, released)
+	}
+	if st := deltaOf(t, s, v1.ID); st.isDelta || st.object {
+		t.Fatalf("v1 became a delta while it waited: %+v", st)
+	}
+	var queued bool
+	_ = s.View(func(tx *Tx) error { _, queued, _ = tx.PendingReencode(v1.ID); return nil })
+	if planned, waiting := waits(t, s, v1.ID); !queued || !planned || waiting {
+		t.Fatalf("after the release: queued %v, planned %v, waiting %v; want queued and planned", queued, planned, waiting)
+	}
+	drain(t, s)
+	if st := deltaOf(t, s, v1.ID); !st.isDelta || !st.object || st.base != v0.ID {
+		t.Fatalf("released plan not carried out: %+v", st)
+	}
+	checkCounters(t, s)
 }
 
 // TestDeltaAfterUnrelatedSuggestion: a new run's first save is suggested

@@ -215,6 +215,19 @@
 //     Measured (CPU time, medians of 3: cas.BenchmarkDeltaStoreRead, and
 //     test/delta/cold_read.py through a mount): 2.0-2.9 and 2.2, from
 //     4.3-6.3 and 3.5 before the read path was worked on.
+//   - The latest version stays whole (Options.DeltaLatestWhole, the
+//     mount's default without a remote): what a resumed run reads is the
+//     newest save, and it pays no base decode. A plan waits (a deltawait
+//     row) until the next version is committed, which releases it into the
+//     re-encode queue; the chains, bases and distances are those of eager
+//     planning, one version late. Chosen over reverse deltas (older
+//     versions coded against newer ones, rdiff-backup's way), which keep
+//     the newest whole too but must re-code every older version whose base
+//     becomes a delta, or give up depth 1. Cost: one whole version of each
+//     chain until the next save (test/delta/workload.py, 20 saves: see
+//     README), and a file overwritten in place releases its old version's
+//     plan, re-encoding a chunk no file names any more, which the next
+//     collection takes.
 //   - A base missing locally is fetched from the remote tier like any chunk
 //     and kept as a local copy; it is read unhashed like a local base, and a
 //     delta that fails against it makes the base be verified in full (and a

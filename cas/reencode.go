@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"time"
 
 	"github.com/ckptfs/ckptfs/cas/backend"
@@ -235,8 +236,9 @@ func (r *reencoder) nextQueued(n int) (ids []ID, more bool, err error) {
 }
 
 // reencodeRows returns chunk id's index row, its re-encode queue row and its
-// delta plan.
-func (r *reencoder) reencodeRows(id ID) (info ChunkInfo, indexed bool, p PendingReencode, queued bool, plan []catalog.DeltaLink, err error) {
+// delta plan's candidate bases, nil while the plan waits for a later version
+// of id (waits); a released plan's fallback is its last candidate.
+func (r *reencoder) reencodeRows(id ID) (info ChunkInfo, indexed bool, p PendingReencode, queued bool, plan []catalog.DeltaLink, waits bool, err error) {
 	s := r.s
 	err = s.View(func(tx *Tx) error {
 		var err error
@@ -246,10 +248,22 @@ func (r *reencoder) reencodeRows(id ID) (info ChunkInfo, indexed bool, p Pending
 		if p, queued, err = tx.PendingReencode(id); err != nil {
 			return err
 		}
-		plan, _, err = tx.PlanCandidates(id)
-		return err
+		w, hasWait, err := tx.DeltaWait(id)
+		if err != nil {
+			return err
+		}
+		if waits = hasWait && !w.Released; waits {
+			return nil
+		}
+		if plan, _, err = tx.PlanCandidates(id); err != nil || !hasWait || w.Fallback.Dist == 0 {
+			return err
+		}
+		if len(plan) > 0 && !slices.ContainsFunc(plan, func(l catalog.DeltaLink) bool { return l.Base == w.Fallback.Base }) {
+			plan = append(plan, w.Fallback)
+		}
+		return nil
 	})
-	return info, indexed, p, queued, plan, err
+	return info, indexed, p, queued, plan, waits, err
 }
 
 // deltaMinGain: a delta is kept only when it is smaller than the best
@@ -267,6 +281,7 @@ type reencodeItem struct {
 	alt    []byte            // the standalone encoding, should the delta's rows be refused
 	altC   Codec
 	mtime  time.Time
+	waits  bool // its plan waits for a later version: kept for it
 }
 
 // reencode re-encodes the chunks ids as one group: decide each (reading
@@ -369,7 +384,7 @@ func (r *reencoder) reencode(ctx context.Context, ids []ID, afterRename func(ID)
 // dropped from the queue); an error without an item leaves the row.
 func (r *reencoder) decide(ctx context.Context, id ID) (*reencodeItem, []ID, error) {
 	s := r.s
-	info, indexed, p, queued, plan, err := r.reencodeRows(id)
+	info, indexed, p, queued, plan, waits, err := r.reencodeRows(id)
 	if err != nil || !queued {
 		return nil, nil, err
 	}
@@ -394,7 +409,7 @@ func (r *reencoder) decide(ctx context.Context, id ID) (*reencodeItem, []ID, err
 	if err != nil {
 		return nil, nil, err
 	}
-	it.mtime = st.ModTime
+	it.mtime, it.waits = st.ModTime, waits
 	hdr, _ := object.ParseHeader(obj) // Decode parsed it already
 	onDisk := ChunkInfo{RawLen: info.RawLen, StoredLen: uint32(len(obj)), Codec: hdr.Codec}
 	if onDisk != info || hdr.Delta {
@@ -490,7 +505,16 @@ func (r *reencoder) finishReencode(items []reencodeItem) error {
 					return err
 				}
 			}
-			if err := tx.Deltas().DropPlan(id); err != nil {
+			if it.waits {
+				// Its plan waited for a later version (standalone
+				// encoding only): kept. Released since decide read
+				// it, it is queued again by the release: left so.
+				if waits, err := tx.DeltaWaits(id); err != nil {
+					return err
+				} else if !waits {
+					continue
+				}
+			} else if err := tx.Deltas().DropPlan(id); err != nil {
 				return err
 			}
 			if err := tx.Queue().Remove(id); err != nil {

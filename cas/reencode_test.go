@@ -30,7 +30,7 @@ func putHinted(t *testing.T, s *Store, data []byte, h Hint) ChunkRef {
 // rows returns chunk id's index row and queue row.
 func rows(t *testing.T, s *Store, id ID) (ChunkInfo, bool, PendingReencode, bool) {
 	t.Helper()
-	info, indexed, p, queued, _, err := s.re.reencodeRows(id)
+	info, indexed, p, queued, _, _, err := s.re.reencodeRows(id)
 	if err != nil {
 		t.Fatal(err)
 	}

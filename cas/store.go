@@ -64,6 +64,13 @@ type Options struct {
 	// DefaultDeltaKeyframe; 1 or less (negative) means no deltas are
 	// planned (deltas already stored still read).
 	DeltaKeyframe int
+	// DeltaLatestWhole keeps the newest version of a chunk whole: its delta
+	// plan waits until a later version of it is committed (deltaplan.go),
+	// so that the latest save reads as fast as one stored without deltas,
+	// at the cost of one whole version a chain until the next save. Plans
+	// that wait are released by later versions whatever the options say
+	// then.
+	DeltaLatestWhole bool
 	// Objects is where chunk objects live, and must be set: the store's own
 	// objects/ directory is local.New(ObjectsDir(dir), ...) (package
 	// cas/backend/local), tests may give a mem backend. A backend.Tier
@@ -123,8 +130,10 @@ type Store struct {
 	inlineMax int
 
 	re *reencoder // re-encoding (reencode.go)
-	// deltaKeyframe is Options.DeltaKeyframe.
+	// deltaKeyframe is Options.DeltaKeyframe, deltaWait
+	// Options.DeltaLatestWhole.
 	deltaKeyframe int
+	deltaWait     bool
 	rd            *reader // the read path (read.go)
 
 	// Coordination with garbage collection (see sweep.go): chunks named by
@@ -232,7 +241,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	objects := opts.Objects
 	s := &Store{dir: dir, db: db, readOnly: opts.ReadOnly, flights: map[ID]*flight{}, objects: objects,
 		hashSlots: make(chan struct{}, opts.HashWorkers),
-		obs:       opts.Observer, deltaKeyframe: opts.DeltaKeyframe}
+		obs:       opts.Observer, deltaKeyframe: opts.DeltaKeyframe, deltaWait: opts.DeltaLatestWhole}
 	if t, ok := objects.(backend.Tier); ok {
 		t.OnEvict(discardFetched(s))
 	}

@@ -633,9 +633,25 @@ func (c *fscker) checkDeltas(ctx context.Context) error {
 				c.chunkProblem("delta-unrecorded", o.id, "object is a delta against %v but has no delta row: a collection would not keep its base", o.base)
 			}
 		}
+		if err := tx.ForEachDeltaWait(func(id cas.ID, _ cas.DeltaWait) error {
+			// Dropped with its plan (DropPlan); an older ckptfs drops
+			// plans without it.
+			if _, _, planned, err := tx.DeltaPlan(id); err != nil {
+				return err
+			} else if !planned {
+				c.chunkNote("delta-wait-stale", id, "delta wait row of a chunk with no delta plan")
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
 		return tx.ForEachDeltaPlan(func(id, base cas.ID, _ int) error {
 			// The queue row as of this transaction: a plan and its queue
-			// row are written and dropped together.
+			// row are written and dropped together, unless the plan waits
+			// for a later version of its chunk (the newest stays whole).
+			if waits, err := tx.DeltaWaits(id); err != nil || waits {
+				return err
+			}
 			if _, queued, err := tx.PendingReencode(id); err != nil {
 				return err
 			} else if !queued {

@@ -310,7 +310,8 @@ func (d *DB) createNewBuckets() error {
 	var ok bool
 	if err := d.db.View(func(tx *bolt.Tx) error {
 		ok = tx.Bucket(bucketReencode) != nil && tx.Bucket(bucketDeltaPlans) != nil && tx.Bucket(bucketHoles) != nil &&
-			tx.Bucket(bucketPacks) != nil && tx.Bucket(bucketInline) != nil && tx.Bucket(bucketDirOrder) != nil
+			tx.Bucket(bucketPacks) != nil && tx.Bucket(bucketInline) != nil && tx.Bucket(bucketDirOrder) != nil &&
+			tx.Bucket(bucketDeltaWait) != nil
 		return nil
 	}); err != nil {
 		return err

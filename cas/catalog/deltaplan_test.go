@@ -73,7 +73,7 @@ func TestPlanCandidates(t *testing.T) {
 							return err
 						}
 					}
-					if err := tx.Deltas().Plan(v[i+1], v[st.suggest], Hint{ElemSize: 2}, 100, keyframe); err != nil {
+					if err := tx.Deltas().Plan(v[i+1], v[st.suggest], Hint{ElemSize: 2}, 100, keyframe, false); err != nil {
 						return err
 					}
 				}

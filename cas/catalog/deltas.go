@@ -13,6 +13,7 @@ var (
 	bucketDeltaPlans = []byte("deltaplans")
 	bucketDeltas     = []byte("deltas")
 	bucketBases      = []byte("bases")
+	bucketDeltaWait  = []byte("deltawait")
 )
 
 // keyDeltaChunks counts the rows of "deltas".
@@ -77,6 +78,99 @@ func (t *Tx) Delta(id ID) (base ID, dist int, ok bool, err error) {
 func (t *Tx) DeltaPlan(id ID) (base ID, dist int, ok bool, err error) {
 	l, ok, err := t.link(bucketDeltaPlans, id)
 	return l.Base, int(l.Dist), ok, err
+}
+
+// DeltaWait is a deltawait row: a plan made to wait for a later version of
+// its chunk (Deltas.Plan with wait), so that the newest version stays whole.
+type DeltaWait struct {
+	// Hint is what the chunk's put said it holds: the release queues the
+	// chunk with it.
+	Hint Hint
+	// Released: a later version was committed (Deltas.Release), and the
+	// plan is the re-encoder's to carry out; the row stays for Fallback.
+	Released bool
+	// Fallback is the keyframe the chain led to when the plan was made,
+	// at the chunk's distance from it (Dist 0: none), tried after the
+	// plan's own candidates: a waiting plan names the version before
+	// (PlanCandidates walks on from it), and a collection that takes that
+	// version before it is a delta would leave the plan no way to the
+	// keyframe.
+	Fallback DeltaLink
+}
+
+const deltaWaitVersion = 1
+
+func (w DeltaWait) marshal() []byte {
+	elem := w.Hint.ElemSize
+	if elem < 0 || elem > 255 {
+		elem = 0
+	}
+	var rel byte
+	if w.Released {
+		rel = 1
+	}
+	b := make([]byte, 0, 4+IDSize)
+	b = append(b, deltaWaitVersion, rel, byte(elem), w.Fallback.Dist)
+	return append(b, w.Fallback.Base[:]...)
+}
+
+func unmarshalDeltaWait(b []byte) (DeltaWait, error) {
+	if len(b) != 4+IDSize || b[0] != deltaWaitVersion || b[1] > 1 {
+		return DeltaWait{}, errors.New("bad delta wait record")
+	}
+	w := DeltaWait{Hint: Hint{ElemSize: int(b[2])}, Released: b[1] == 1, Fallback: DeltaLink{Dist: b[3]}}
+	copy(w.Fallback.Base[:], b[4:])
+	return w, nil
+}
+
+// DeltaWait returns chunk id's deltawait row (ok false: none). Only a row
+// beside a plan row means anything.
+func (t *Tx) DeltaWait(id ID) (w DeltaWait, ok bool, err error) {
+	b := t.b(bucketDeltaWait)
+	if b == nil {
+		return w, false, nil
+	}
+	v := b.Get(id[:])
+	if v == nil {
+		return w, false, nil
+	}
+	rec, err := t.openRecord(id[:], v)
+	if err != nil {
+		return w, false, fmt.Errorf("chunk %v: %w", id, err)
+	}
+	if w, err = unmarshalDeltaWait(rec); err != nil {
+		return w, false, fmt.Errorf("chunk %v: %w", id, errDamaged(err))
+	}
+	return w, true, nil
+}
+
+// DeltaWaits reports whether chunk id's plan waits for a later version of
+// id before it is carried out: a deltawait row not yet released.
+func (t *Tx) DeltaWaits(id ID) (bool, error) {
+	w, ok, err := t.DeltaWait(id)
+	return ok && !w.Released, err
+}
+
+// ForEachDeltaWait calls fn for every deltawait row.
+func (t *Tx) ForEachDeltaWait(fn func(id ID, w DeltaWait) error) error {
+	b := t.b(bucketDeltaWait)
+	if b == nil {
+		return nil
+	}
+	return b.ForEach(func(k, v []byte) error {
+		if len(k) != IDSize {
+			return fmt.Errorf("deltawait row %x: %w: bad key", k, ErrCatalogDamaged)
+		}
+		rec, err := t.openRecord(k, v)
+		if err != nil {
+			return err
+		}
+		w, err := unmarshalDeltaWait(rec)
+		if err != nil {
+			return fmt.Errorf("deltawait row %x: %w", k, errDamaged(err))
+		}
+		return fn(ID(k), w)
+	})
 }
 
 // PlanCandidates returns the bases chunk id's plan may be carried out
@@ -223,9 +317,10 @@ func (t *Tx) HasBaseRow(base, delta ID) bool {
 	return b != nil && b.Get(append(bytes.Clone(base[:]), delta[:]...)) != nil
 }
 
-// Deltas writes the delta rows: plans (deltaplans), delta rows (deltas) and
-// their reverse index (bases). Only the store's own bookkeeping writes them;
-// Tx.Delta, Tx.DeltaPlan, Tx.IsBase and the ForEach methods read them.
+// Deltas writes the delta rows: plans (deltaplans) and their waits
+// (deltawait), delta rows (deltas) and their reverse index (bases). Only
+// the store's own bookkeeping writes them; Tx.Delta, Tx.DeltaPlan,
+// Tx.DeltaWait, Tx.IsBase and the ForEach methods read them.
 type Deltas struct{ t *Tx }
 
 // Deltas returns the delta rows' writes in t.
@@ -233,9 +328,13 @@ func (t *Tx) Deltas() Deltas { return Deltas{t} }
 
 // Plan turns a suggestion (new chunk id, of rawLen bytes, is likely
 // close to chunk prev) into a plan, when that can give a delta of depth 1
-// within keyframe versions, and queues id for the re-encoder. Called by a
-// batch's commit for chunks its transaction indexes.
-func (x Deltas) Plan(id, prev ID, h Hint, rawLen uint32, keyframe int) error {
+// within keyframe versions. Called by a batch's commit for chunks its
+// transaction indexes.
+//
+// Without wait the plan is carried out now: id joins the re-encode queue.
+// With wait it waits for a later version of id (a deltawait row), so that
+// the newest version stays whole, until a Release of id.
+func (x Deltas) Plan(id, prev ID, h Hint, rawLen uint32, keyframe int, wait bool) error {
 	t := x.t
 	if keyframe < 2 || id == prev || rawLen == 0 {
 		return nil
@@ -249,6 +348,7 @@ func (x Deltas) Plan(id, prev ID, h Hint, rawLen uint32, keyframe int) error {
 		return err
 	}
 	l := DeltaLink{Base: prev, Dist: 1}
+	var fallback DeltaLink
 	if d, ok, err := t.link(bucketDeltas, prev); err != nil {
 		return err
 	} else if ok {
@@ -263,6 +363,14 @@ func (x Deltas) Plan(id, prev ID, h Hint, rawLen uint32, keyframe int) error {
 		// plan naming prev's keyframe directly left every later step of a
 		// new run planned against an unrelated chunk, and without deltas.
 		l = DeltaLink{Base: prev, Dist: p.Dist + 1}
+		if wait {
+			// That keyframe, for when prev is gone before it is a delta.
+			if c, ok, err := t.PlanCandidates(prev); err != nil {
+				return err
+			} else if ok && len(c) > 0 && c[0].Base != id && c[0].Base != prev {
+				fallback = DeltaLink{Base: c[0].Base, Dist: uint8(min(int(c[0].Dist)+1, 255))}
+			}
+		}
 	}
 	if int(l.Dist) >= keyframe || l.Base == id {
 		return nil // id starts a new chain
@@ -275,12 +383,50 @@ func (x Deltas) Plan(id, prev ID, h Hint, rawLen uint32, keyframe int) error {
 	if err := plans.Put(id[:], sealRecord(id[:], l.marshal())); err != nil {
 		return err
 	}
+	if wait {
+		if w := t.b(bucketDeltaWait); w != nil {
+			return w.Put(id[:], sealRecord(id[:], DeltaWait{Hint: h, Fallback: fallback}.marshal()))
+		}
+	}
 	return t.Queue().Add(id, h, rawLen)
 }
 
-// DropPlan removes chunk id's plan row, if any.
+// Release ends the wait of chunk id's plan, if it waits for a later version
+// of id (Plan with wait): a later version was committed. The plan joins the
+// re-encode queue; its row is marked released and kept for its fallback
+// (DropPlan removes it with the plan). Called by a batch's commit for every
+// chunk its files suggest a later version of, whether or not deltas are
+// planned now.
+func (x Deltas) Release(id ID) error {
+	t := x.t
+	w, ok, err := t.DeltaWait(id)
+	if err != nil || !ok || w.Released {
+		return err
+	}
+	info, indexed, err := t.Chunk(id)
+	if err != nil {
+		return err
+	}
+	if _, planned, err := t.link(bucketDeltaPlans, id); err != nil {
+		return err
+	} else if !planned || !indexed {
+		return x.DropPlan(id)
+	}
+	w.Released = true
+	if err := t.b(bucketDeltaWait).Put(id[:], sealRecord(id[:], w.marshal())); err != nil {
+		return err
+	}
+	return t.Queue().Add(id, w.Hint, info.RawLen)
+}
+
+// DropPlan removes chunk id's plan row and its wait row, if any.
 func (x Deltas) DropPlan(id ID) error {
 	t := x.t
+	if b := t.b(bucketDeltaWait); b != nil {
+		if err := b.Delete(id[:]); err != nil {
+			return err
+		}
+	}
 	if b := t.b(bucketDeltaPlans); b != nil {
 		return b.Delete(id[:])
 	}
@@ -359,7 +505,7 @@ var ErrDeltaRefused = errors.New("delta refused")
 // createDeltaBuckets creates the delta buckets in a catalog made before
 // they existed (an older ckptfs ignores them).
 func createDeltaBuckets(tx *bolt.Tx) error {
-	for _, name := range [][]byte{bucketDeltaPlans, bucketDeltas, bucketBases} {
+	for _, name := range [][]byte{bucketDeltaPlans, bucketDeltas, bucketBases, bucketDeltaWait} {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 			return fmt.Errorf("create bucket %s: %w", name, err)
 		}

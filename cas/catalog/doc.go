@@ -59,7 +59,7 @@
 //     writable Open migrates format 1 in one transaction; a read-only Open
 //     reads it as it is. A newer format than FormatVersion is refused
 //     (ErrNewerFormat). Buckets added without a format bump (reencode,
-//     deltaplans, deltas, bases, remote_chunks, holes, packs, dirorder) are created by a writable
+//     deltaplans, deltawait, deltas, bases, remote_chunks, holes, packs, dirorder) are created by a writable
 //     Open, and a missing one reads as empty.
 //   - dirorder holds every directory entry again, in natural order of names
 //     (dirorder.go): Link and Unlink change both rows in their transaction,

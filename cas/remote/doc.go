@@ -229,6 +229,9 @@
 //
 // The bucket stores a chunk as the local store does: a delta object goes
 // up as it is, so stored ÷ logical in the bucket is the local store's.
+// That needs deltas planned at once: a mount with a remote defaults to
+// --delta-latest delta, since with cas.Options.DeltaLatestWhole every
+// save would go up whole while it was the latest, and stay so.
 // BenchmarkBucketDeltaWorkload measures both side by side on the 20 bf16
 // saves of test/delta/workload.py --steps 400 --save-from 200, a round
 // after each commit: local 0.337, bucket 0.337 (0.531 when the uploader

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"math"
 	"os"
 	"os/exec"
@@ -430,6 +431,7 @@ func TestBackgroundUsageErrors(t *testing.T) {
 		{[]string{"--readahead-kb", "-1"}, "--readahead-kb must be 0"},
 		{[]string{"--commit", "later"}, "--commit must be sync, async or remote"},
 		{[]string{"--delta-keyframe", "0"}, "--delta-keyframe must be 1"},
+		{[]string{"--delta-latest", "newest"}, "--delta-latest must be whole or delta"},
 		{[]string{"--inline-encoders", "-3"}, "--inline-encoders must be -1"},
 		{[]string{"--cache-size", "0"}, "--cache-size must be more than 0"},
 		{[]string{"--write-memory", "0"}, "--write-memory must be more than 0"},
@@ -444,5 +446,29 @@ func TestBackgroundUsageErrors(t *testing.T) {
 	}
 	if _, err := os.Stat(logFile); !os.IsNotExist(err) {
 		t.Errorf("a daemon was started (its log exists): %v", err)
+	}
+}
+
+// TestDeltaLatestDefault: the newest version stays whole by default, and
+// is a delta at once by default with --remote (whose bucket keeps objects
+// as first uploaded); either can be asked for.
+func TestDeltaLatestDefault(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{nil, true},
+		{[]string{"--delta-latest", "delta"}, false},
+		{[]string{"--remote", "s3://b/p"}, false},
+		{[]string{"--remote", "s3://b/p", "--delta-latest", "whole"}, true},
+	} {
+		args := append(append([]string{}, tc.args...), "store", "mnt")
+		cfg, err := parseMount(commands[0], args, io.Discard)
+		if err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		if cfg.latestWhole != tc.want {
+			t.Errorf("%v: latest whole %v, want %v", tc.args, cfg.latestWhole, tc.want)
+		}
 	}
 }

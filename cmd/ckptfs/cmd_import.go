@@ -244,7 +244,8 @@ func importMount(ctx context.Context, target string, encoders int, stderr io.Wri
 			return "", nil, fmt.Errorf("%s is neither a ckptfs mountpoint nor a store (is its daemon running?)", target)
 		}
 	}
-	store, err := openStore(target, storeOptions(runtime.GOMAXPROCS(0), encoders, cas.Options{}))
+	// The mount's default without a remote: the latest save stays whole.
+	store, err := openStore(target, storeOptions(runtime.GOMAXPROCS(0), encoders, cas.Options{DeltaLatestWhole: true}))
 	if errors.Is(err, cas.ErrLocked) {
 		return "", nil, fmt.Errorf("%w: import into its mountpoint instead", err)
 	}

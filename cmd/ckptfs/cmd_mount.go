@@ -54,6 +54,7 @@ type mountConfig struct {
 	localCache    int64
 	encoders      int
 	keyframe      int
+	latestWhole   bool // --delta-latest whole
 	allowOther    bool
 	metricsAddr   string
 	background    bool
@@ -79,6 +80,7 @@ func parseMount(c command, args []string, stderr io.Writer) (*mountConfig, error
 	fl.Var(&localCache, "local-cache-size", "with --remote: local space for chunks fetched from the remote (e.g. 10GiB)")
 	encoders := inlineEncodersFlag(fl)
 	keyframe := fl.Int("delta-keyframe", cas.DefaultDeltaKeyframe, "store a changed tensor as a delta against its version up to N-1 saves earlier, then start again with a whole one (1: no deltas)")
+	latest := fl.String("delta-latest", "", "whole: a tensor's newest version is stored whole and becomes a delta when the next save comes, so that the latest checkpoint reads as fast as one without deltas; delta: at once (default: whole, or delta with --remote, whose bucket keeps objects as first uploaded)")
 	allowOther := fl.Bool("allow-other", false, "let other users use the mount (FUSE allow_other; an ordinary user needs user_allow_other in /etc/fuse.conf); by default only you can")
 	metricsAddr := fl.String("metrics-addr", "", "serve Prometheus metrics at http://HOST:PORT/metrics (e.g. 127.0.0.1:9477)")
 	background := fl.Bool("background", false, "return once the mount is live, leaving the daemon running (its log: --log); unmount with fusermount3 -u or umount")
@@ -136,11 +138,20 @@ func parseMount(c command, args []string, stderr io.Writer) (*mountConfig, error
 		fmt.Fprintf(stderr, "ckptfs mount: --delta-keyframe must be 1 (no deltas) or more, not %d\n", *keyframe)
 		return nil, errUsage
 	}
+	latestWhole := *remoteURL == ""
+	switch *latest {
+	case "":
+	case "whole", "delta":
+		latestWhole = *latest == "whole"
+	default:
+		fmt.Fprintf(stderr, "ckptfs mount: --delta-latest must be whole or delta, not %q\n", *latest)
+		return nil, errUsage
+	}
 	return &mountConfig{
 		storeDir: pos[0], mnt: pos[1], flagArgs: flagArgs,
 		cacheSize: int64(cacheSize), writeMem: int64(writeMem), nodeLimit: *nodeLimit, readAhead: *readAhead, debug: *debug, commitMode: *commitMode,
 		remoteURL: *remoteURL, remoteTimeout: *remoteTimeout, readOnly: *readOnly, localCache: int64(localCache), encoders: *encoders,
-		keyframe: *keyframe, allowOther: *allowOther, metricsAddr: *metricsAddr, background: *background,
+		keyframe: *keyframe, latestWhole: latestWhole, allowOther: *allowOther, metricsAddr: *metricsAddr, background: *background,
 		logFile: *logFile, nonEmpty: *nonEmpty,
 	}, nil
 }
@@ -189,7 +200,8 @@ func serveMount(ctx context.Context, cfg *mountConfig, stdout, stderr io.Writer)
 	}
 	removeNew := newStoreCleanup(cfg.storeDir)
 	mounted := false
-	storeOpts := storeOptions(cores, cfg.encoders, cas.Options{CacheSize: mem.cache, DeltaKeyframe: cfg.keyframe})
+	storeOpts := storeOptions(cores, cfg.encoders, cas.Options{CacheSize: mem.cache, DeltaKeyframe: cfg.keyframe,
+		DeltaLatestWhole: cfg.latestWhole})
 	if metrics != nil {
 		storeOpts.Observer = metrics
 	}
