@@ -5,9 +5,10 @@ ckptfs binaries side by side (say main's and a branch's):
     python test/delta/cold_read.py --bin /tmp/ckptfs-main --bin bin/ckptfs
 
 For each binary, two mounts (deltas, and --delta-keyframe 1) receive the same
-two consecutive bf16 checkpoints (bench.py's model_steps: every weight moved
+three consecutive bf16 checkpoints (bench.py's model_steps: every weight moved
 by about 1% of its magnitude) in step directories; the second is stored as
-deltas against the first in the one mount. Then, --repeat rounds going
+deltas against the first in the one mount (once the third is committed: the
+latest stays whole). Then, --repeat rounds going
 through the binaries in turn: both daemons of the binary restart (empty chunk
 cache), the page cache is dropped, and the second file is read sequentially
 from each mount, the two in alternating order. Reported per binary: medians of the wall time and of the daemon's CPU time (utime + stime
@@ -39,7 +40,9 @@ def main():
     a = ap.parse_args()
     root = Path(a.dir or tempfile.mkdtemp(prefix="ckptfs-cold-read.", dir="/var/tmp"))
     n_tensors = 64
-    s1, s2 = model_steps(15, n_tensors, a.size_mib * (1 << 20) // n_tensors)
+    # Three saves: the second is read. It is stored as deltas once the third
+    # is committed; the third, the latest, stays whole (--delta-latest whole).
+    saves = model_steps(15, n_tensors, a.size_mib * (1 << 20) // n_tensors, n=3)
     mounts = []  # per binary: (binary, delta daemon, standalone daemon)
     try:
         for bi, binary in enumerate(a.bin):
@@ -49,7 +52,7 @@ def main():
             mounts.append((binary, d, n))
             for m in (d, n):
                 m.start()
-                for step, sd in (("0001", s1), ("0002", s2)):
+                for step, sd in zip(("0001", "0002", "0003"), saves):
                     (m.mnt / "run" / step).mkdir(parents=True, exist_ok=True)
                     save(sd, m.mnt / "run" / step / "model.safetensors", fsync=False)
                 m.settle()
