@@ -198,7 +198,9 @@ func TestDeltaLatestWhole(t *testing.T) {
 			}
 			refs = append(refs, commitVersion(t, s, v, prev))
 			drain(t, s)
-			checkCounters(t, s)
+			if c := checkCounters(t, s); (c.DeltaWaiting == 1) != want[i].delta || c.DeltaWaiting > 1 {
+				t.Errorf("inline %d, after version %d: %d waiting plans", inline, i, c.DeltaWaiting)
+			}
 			for j, r := range refs {
 				st := deltaOf(t, s, r.ID)
 				w := want[j]

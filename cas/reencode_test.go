@@ -37,7 +37,8 @@ func rows(t *testing.T, s *Store, id ID) (ChunkInfo, bool, PendingReencode, bool
 	return info, indexed, p, queued
 }
 
-// checkCounters compares the catalog's chunk and queue counters with its rows.
+// checkCounters compares the catalog's chunk, queue and delta-wait counters
+// with its rows.
 func checkCounters(t *testing.T, s *Store) Counts {
 	t.Helper()
 	var got, want Counts
@@ -47,6 +48,14 @@ func checkCounters(t *testing.T, s *Store) Counts {
 			want.Chunks++
 			want.UniqueBytes += int64(c.RawLen)
 			want.StoredBytes += int64(c.StoredLen)
+			return nil
+		}); err != nil {
+			return err
+		}
+		if err := tx.ForEachDeltaWait(func(id ID, w DeltaWait) error {
+			if !w.Released {
+				want.DeltaWaiting++
+			}
 			return nil
 		}); err != nil {
 			return err
@@ -61,7 +70,8 @@ func checkCounters(t *testing.T, s *Store) Counts {
 		t.Fatal(err)
 	}
 	if got.Chunks != want.Chunks || got.UniqueBytes != want.UniqueBytes || got.StoredBytes != want.StoredBytes ||
-		got.ReencodePending != want.ReencodePending || got.ReencodePendingBytes != want.ReencodePendingBytes {
+		got.ReencodePending != want.ReencodePending || got.ReencodePendingBytes != want.ReencodePendingBytes ||
+		got.DeltaWaiting != want.DeltaWaiting {
 		t.Fatalf("counters %+v, rows say %+v", got, want)
 	}
 	return got

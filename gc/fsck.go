@@ -633,7 +633,11 @@ func (c *fscker) checkDeltas(ctx context.Context) error {
 				c.chunkProblem("delta-unrecorded", o.id, "object is a delta against %v but has no delta row: a collection would not keep its base", o.base)
 			}
 		}
-		if err := tx.ForEachDeltaWait(func(id cas.ID, _ cas.DeltaWait) error {
+		waiting := 0
+		if err := tx.ForEachDeltaWait(func(id cas.ID, w cas.DeltaWait) error {
+			if !w.Released {
+				waiting++
+			}
 			// Dropped with its plan (DropPlan); an older ckptfs drops
 			// plans without it.
 			if _, _, planned, err := tx.DeltaPlan(id); err != nil {
@@ -644,6 +648,9 @@ func (c *fscker) checkDeltas(ctx context.Context) error {
 			return nil
 		}); err != nil {
 			return err
+		}
+		if n := tx.Counts().DeltaWaiting; n != int64(waiting) {
+			c.problem("counter", "", "", "delta_waiting counter is %d, the catalog holds %d waiting plans", n, waiting)
 		}
 		return tx.ForEachDeltaPlan(func(id, base cas.ID, _ int) error {
 			// The queue row as of this transaction: a plan and its queue

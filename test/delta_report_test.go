@@ -87,6 +87,9 @@ func TestDeltaReportsAgree(t *testing.T) {
 	if bases < tensors || deltas != int64(bases*(len(steps)-2)) {
 		t.Fatalf("%d delta chunks from the %d data chunks of the first save, want %d", deltas, bases, bases*(len(steps)-2))
 	}
+	if w := statsJSON(t, mnt)["delta_waiting"]; w != int64(bases) {
+		t.Fatalf("stats: %d chunks wait for a next save to be coded as deltas, want the last save's %d", w, bases)
+	}
 
 	type usage struct {
 		FreesBytes       int64 `json:"frees_bytes"`

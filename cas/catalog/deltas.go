@@ -16,8 +16,12 @@ var (
 	bucketDeltaWait  = []byte("deltawait")
 )
 
-// keyDeltaChunks counts the rows of "deltas".
-var keyDeltaChunks = []byte("delta_chunks")
+// keyDeltaChunks counts the rows of "deltas", keyDeltaWaiting the rows of
+// "deltawait" not released.
+var (
+	keyDeltaChunks  = []byte("delta_chunks")
+	keyDeltaWaiting = []byte("delta_waiting")
+)
 
 // DeltaLink is a plan or delta row: the base chunk and the distance from it
 // in versions (1 for the version right after the base).
@@ -385,6 +389,13 @@ func (x Deltas) Plan(id, prev ID, h Hint, rawLen uint32, keyframe int, wait bool
 	}
 	if wait {
 		if w := t.b(bucketDeltaWait); w != nil {
+			if old, ok, err := t.DeltaWait(id); err != nil {
+				return err
+			} else if !ok || old.Released {
+				if err := t.addCounter(keyDeltaWaiting, 1); err != nil {
+					return err
+				}
+			}
 			return w.Put(id[:], sealRecord(id[:], DeltaWait{Hint: h, Fallback: fallback}.marshal()))
 		}
 	}
@@ -416,15 +427,25 @@ func (x Deltas) Release(id ID) error {
 	if err := t.b(bucketDeltaWait).Put(id[:], sealRecord(id[:], w.marshal())); err != nil {
 		return err
 	}
+	if err := t.addCounter(keyDeltaWaiting, -1); err != nil {
+		return err
+	}
 	return t.Queue().Add(id, w.Hint, info.RawLen)
 }
 
 // DropPlan removes chunk id's plan row and its wait row, if any.
 func (x Deltas) DropPlan(id ID) error {
 	t := x.t
-	if b := t.b(bucketDeltaWait); b != nil {
-		if err := b.Delete(id[:]); err != nil {
+	if w, ok, err := t.DeltaWait(id); err != nil {
+		return err
+	} else if ok {
+		if err := t.b(bucketDeltaWait).Delete(id[:]); err != nil {
 			return err
+		}
+		if !w.Released {
+			if err := t.addCounter(keyDeltaWaiting, -1); err != nil {
+				return err
+			}
 		}
 	}
 	if b := t.b(bucketDeltaPlans); b != nil {

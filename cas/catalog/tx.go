@@ -316,6 +316,9 @@ type Counts struct {
 	// DeltaChunks counts chunks stored as a delta against a base chunk
 	// (deltas.go).
 	DeltaChunks int64 `json:"delta_chunks"`
+	// DeltaWaiting counts chunks whose delta plan waits for a later
+	// version (the latest save's changed chunks: deltas.go, DeltaWait).
+	DeltaWaiting int64 `json:"delta_waiting"`
 	// Packs counts committed packs (packs.go); PackBytes is their size, and
 	// PackedBytes the part of it live chunks hold (the rest is dead chunks
 	// a collection cannot free until the whole pack is dead).
@@ -341,6 +344,7 @@ func (t *Tx) Counts() Counts {
 		ReencodePending:      t.counter(keyReencodeChunks),
 		ReencodePendingBytes: t.counter(keyReencodeBytes),
 		DeltaChunks:          t.counter(keyDeltaChunks),
+		DeltaWaiting:         t.counter(keyDeltaWaiting),
 		Packs:                t.counter(keyPacks),
 		PackBytes:            t.counter(keyPackBytes),
 		PackedBytes:          t.counter(keyPackedBytes),
