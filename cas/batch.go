@@ -112,6 +112,23 @@ func (b *Batch) DeltaCandidate(id ID) bool {
 	return added && !info.Inline && !packed
 }
 
+// HintWanted reports whether a suggested base for chunk id, put in b, of n
+// bytes, does anything at commit: id is a DeltaCandidate, or the store held
+// it already and it is too large to be inline or packed, so that its
+// suggestion may name a version whose delta plan waits for a later one
+// (deltaplan.go), which the commit releases (a save that goes back to
+// content stored before).
+func (b *Batch) HintWanted(id ID, n int) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	info, added := b.added[id]
+	if !added {
+		return n > b.s.packMax && n > b.s.inlineMax
+	}
+	_, packed := b.inPack[id]
+	return !info.Inline && !packed
+}
+
 // Put stores data as a chunk and returns its reference. When the chunk is
 // already indexed nothing is written. data is not retained. It is
 // PutHinted(ctx, data, Hint{}).

@@ -29,8 +29,17 @@ package cas
 //     standalone encoding only and keeps its plan; a release that comes
 //     while it does leaves the queue row for the next round. An older
 //     ckptfs ignores the bucket (no format change): it never releases a
-//     waiting plan, so that chunk stays whole, and its collections leave
-//     wait rows that fsck notes (delta-wait-stale).
+//     waiting plan (its fsck calls the plan stale), so that chunk stays
+//     whole unless it was stored raw and queued, when the older
+//     re-encoder carries the plan out; the wait rows its re-encodes and
+//     collections leave behind fsck notes (delta-wait-stale), and a plan
+//     made again for the chunk replaces them.
+//   - A window this leaves: a released plan is carried out by the
+//     background re-encoder, and a rotation that deletes the version its
+//     base belongs to, followed by a collection before the re-encoder ran
+//     (the plan's bases are kept only once it is a delta), leaves that
+//     chunk whole; the chain goes on from it as from a keyframe. Space,
+//     never bytes.
 //   - The re-encoder (reencode.go) carries a plan out: it encodes the chunk
 //     against a base and keeps the delta only when it is smaller than the
 //     best standalone encoding by more than 1/32; it skips a base that a

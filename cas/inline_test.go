@@ -359,16 +359,19 @@ func TestDeltaCandidate(t *testing.T) {
 	defer s.Close()
 	held := pseudoRandom(1<<20, 40)
 	put(t, s, held)
+	put(t, s, pseudoRandom(64<<10, 44))
 	cases := []struct {
 		name string
 		data []byte // nil: never put
 		want bool
+		hint bool // HintWanted: also a chunk held already too large to be inline or packed
 	}{
-		{"inline", pseudoRandom(4<<10, 41), false},
-		{"packed", pseudoRandom(64<<10, 42), false},
-		{"own object", pseudoRandom(1<<20, 43), true},
-		{"held already", held, false},
-		{"never put", nil, false},
+		{"inline", pseudoRandom(4<<10, 41), false, false},
+		{"packed", pseudoRandom(64<<10, 42), false, false},
+		{"own object", pseudoRandom(1<<20, 43), true, true},
+		{"held already", held, false, true},
+		{"held already, small", pseudoRandom(64<<10, 44), false, false},
+		{"never put", nil, false, false},
 	}
 	b := s.NewBatch()
 	ids := make([]ID, len(cases))
@@ -389,6 +392,9 @@ func TestDeltaCandidate(t *testing.T) {
 	for i, c := range cases {
 		if got := b.DeltaCandidate(ids[i]); got != c.want {
 			t.Errorf("%s: DeltaCandidate %v, want %v", c.name, got, c.want)
+		}
+		if got := b.HintWanted(ids[i], len(c.data)); got != c.hint {
+			t.Errorf("%s: HintWanted %v, want %v", c.name, got, c.hint)
 		}
 	}
 	mustCommit(t, s, b)

@@ -53,7 +53,7 @@ type hintPlace struct {
 // its chunks as bases for refs (the new content, indexed by ix, may be nil).
 func (f *FS) suggestBases(batch *cas.Batch, place hintPlace, m *cas.Manifest, ix *FileIndex) {
 	if !slices.ContainsFunc(m.Chunks, func(c cas.ChunkRef) bool {
-		return c.Len >= minHintChunk && batch.DeltaCandidate(c.ID)
+		return c.Len >= minHintChunk && batch.HintWanted(c.ID, int(c.Len))
 	}) {
 		return // nothing to pair (small files: inline; small chunks: packed): no need to look for the previous version
 	}

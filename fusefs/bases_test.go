@@ -1,7 +1,14 @@
 package fusefs
 
 import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/ckptfs/ckptfs/cas"
 )
@@ -56,6 +63,54 @@ func TestPairChunks(t *testing.T) {
 			if got[i] != c.want[i] {
 				t.Errorf("%s: pair %d %v, want %v", c.name, i, got[i], c.want[i])
 			}
+		}
+	}
+}
+
+// bigStepSafetensors is a safetensors file of one 1 MiB F32 tensor (an
+// object of its own, not packed) that changes a little from step to step.
+func bigStepSafetensors(step int) []byte {
+	const n = 256 << 10
+	h, _ := json.Marshal(map[string]any{"w": map[string]any{"dtype": "F32", "shape": []int{n}, "data_offsets": []int{0, 4 * n}}})
+	for len(h)%8 != 0 {
+		h = append(h, ' ')
+	}
+	b := binary.LittleEndian.AppendUint64(nil, uint64(len(h)))
+	b = append(b, h...)
+	for i := range n {
+		v := float32(math.Sin(float64(i))) + float32(step)*1e-3*float32(i%7)
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v))
+	}
+	return b
+}
+
+// TestLatestWholeReleasedByStoredContent: with the latest save kept whole
+// (cas.Options.DeltaLatestWhole), a save whose tensors the store holds
+// already (it goes back to an earlier step's content) still releases the
+// waiting delta plans of the save before it: it looks for its previous
+// version although none of its chunks is new.
+func TestLatestWholeReleasedByStoredContent(t *testing.T) {
+	m := &testMount{t: t, store: filepath.Join(t.TempDir(), "store"), dir: t.TempDir(),
+		cas0: cas.Options{DeltaLatestWhole: true}, opts: []Option{WithReencodeIdle(time.Hour)}}
+	m.mount()
+	t.Cleanup(m.unmount)
+	waiting := func() int64 {
+		t.Helper()
+		var n int64
+		if err := m.cas.View(func(tx *cas.Tx) error { n = tx.Counts().DeltaWaiting; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for i, step := range []int{1, 2, 1} {
+		dir := m.path(fmt.Sprintf("run/%d", i))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		mustWrite(t, filepath.Join(dir, "model.safetensors"), bigStepSafetensors(step))
+		// Only the second save's tensor chunks wait for a later version.
+		if got := waiting(); (got > 0) != (i == 1) {
+			t.Fatalf("after save %d: %d chunks wait", i, got)
 		}
 	}
 }

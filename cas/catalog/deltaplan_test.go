@@ -115,3 +115,97 @@ func TestPlanCandidates(t *testing.T) {
 		})
 	}
 }
+
+// TestDeltaWaitRows: a waiting plan's row and the delta_waiting counter
+// through Plan, Release and DropPlan, a released row's fallback, and a
+// row an older ckptfs left behind (its plan carried out, the row kept).
+func TestDeltaWaitRows(t *testing.T) {
+	type state struct {
+		waits, row, released, planned, queued bool
+		counter                               int64
+	}
+	get := func(tx *Tx, id ID) state {
+		t.Helper()
+		w, row, err := tx.DeltaWait(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waits, err := tx.DeltaWaits(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _, planned, err := tx.DeltaPlan(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, queued, err := tx.PendingReencode(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return state{waits, row, w.Released, planned, queued, tx.Counts().DeltaWaiting}
+	}
+	d, _ := testDB(t)
+	v := make([]ID, 4)
+	for i := range v {
+		v[i] = object.Sum(fmt.Appendf(nil, "wait version %d", i))
+	}
+	check := func(tx *Tx, what string, id ID, want state) {
+		t.Helper()
+		if got := get(tx, id); got != want {
+			t.Errorf("%s: %+v, want %+v", what, got, want)
+		}
+	}
+	err := d.Update(func(tx *Tx) error {
+		for _, id := range v {
+			if _, err := tx.Index().Add(id, ChunkInfo{RawLen: 100, StoredLen: 100}); err != nil {
+				return err
+			}
+		}
+		if err := tx.Deltas().Plan(v[1], v[0], Hint{ElemSize: 2}, 100, 5, true); err != nil {
+			return err
+		}
+		check(tx, "v1 planned", v[1], state{waits: true, row: true, planned: true, counter: 1})
+		if err := tx.Deltas().Plan(v[2], v[1], Hint{ElemSize: 2}, 100, 5, true); err != nil {
+			return err
+		}
+		if err := tx.Deltas().Release(v[1]); err != nil {
+			return err
+		}
+		check(tx, "v1 released", v[1], state{row: true, released: true, planned: true, queued: true, counter: 1})
+		check(tx, "v2 planned", v[2], state{waits: true, row: true, planned: true, counter: 1})
+		if w, _, _ := tx.DeltaWait(v[2]); w.Fallback != (DeltaLink{Base: v[0], Dist: 2}) || w.Hint.ElemSize != 2 {
+			t.Errorf("v2's wait row %+v, want the hint and v0 at 2 as its fallback", w)
+		}
+		if err := tx.Deltas().Release(v[1]); err != nil { // twice: nothing more
+			return err
+		}
+		check(tx, "v1 released twice", v[1], state{row: true, released: true, planned: true, queued: true, counter: 1})
+		if err := tx.Deltas().DropPlan(v[2]); err != nil {
+			return err
+		}
+		check(tx, "v2 dropped", v[2], state{})
+		// What an older ckptfs leaves: the plan carried out, its row kept.
+		if err := tx.Deltas().Plan(v[3], v[0], Hint{}, 100, 5, true); err != nil {
+			return err
+		}
+		if err := tx.b(bucketDeltaPlans).Delete(v[3][:]); err != nil {
+			return err
+		}
+		check(tx, "v3 left by an older ckptfs", v[3], state{waits: true, row: true, counter: 1})
+		if err := tx.Deltas().Plan(v[3], v[0], Hint{}, 100, 5, false); err != nil {
+			return err
+		}
+		check(tx, "v3 planned again, not waiting", v[3], state{planned: true, queued: true, counter: 0})
+		if err := tx.Deltas().Release(v[1]); err != nil {
+			return err
+		}
+		if err := tx.Deltas().DropPlan(v[1]); err != nil {
+			return err
+		}
+		check(tx, "v1 dropped (its queue row is the caller's)", v[1], state{queued: true, counter: 0})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -387,16 +387,30 @@ func (x Deltas) Plan(id, prev ID, h Hint, rawLen uint32, keyframe int, wait bool
 	if err := plans.Put(id[:], sealRecord(id[:], l.marshal())); err != nil {
 		return err
 	}
-	if wait {
-		if w := t.b(bucketDeltaWait); w != nil {
-			if old, ok, err := t.DeltaWait(id); err != nil {
-				return err
-			} else if !ok || old.Released {
+	if w := t.b(bucketDeltaWait); w != nil {
+		old, had, err := t.DeltaWait(id)
+		if err != nil {
+			return err
+		}
+		if wait {
+			if !had || old.Released {
 				if err := t.addCounter(keyDeltaWaiting, 1); err != nil {
 					return err
 				}
 			}
 			return w.Put(id[:], sealRecord(id[:], DeltaWait{Hint: h, Fallback: fallback}.marshal()))
+		}
+		if had {
+			// A row an older ckptfs left when it carried the plan out:
+			// this plan does not wait.
+			if err := w.Delete(id[:]); err != nil {
+				return err
+			}
+			if !old.Released {
+				if err := t.addCounter(keyDeltaWaiting, -1); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	return t.Queue().Add(id, h, rawLen)

@@ -13,7 +13,8 @@ import "encoding/binary"
 //	deltaplans chunk ID → base to try and distance from it; see deltas.go
 //	deltas     chunk ID → base its object is a delta against, and distance
 //	bases      base ID ‖ delta ID → (empty): the reverse of deltas
-//	deltawait  chunk ID → (empty): its plan waits for a later version of the chunk; see deltas.go
+//	deltawait  chunk ID → its plan's wait for a later version of the chunk (hint, released,
+//	           fallback base and distance); see deltas.go
 //	remote_chunks chunk ID → (empty): chunks known to be in the remote tier
 //	holes      ino (u64 BE) → bytes in the holes of its manifest (uvarint), only when
 //	           not 0: what stat's st_blocks leaves out, without reading the manifest
