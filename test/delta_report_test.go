@@ -99,6 +99,7 @@ func TestDeltaReportsAgree(t *testing.T) {
 		KeptChunks       int   `json:"kept_chunks"`
 		KeptStoredBytes  int64 `json:"kept_stored_bytes"`
 		KeptForDeltas    int   `json:"kept_for_deltas"`
+		WaitingChunks    int   `json:"waiting_chunks"`
 	}
 	type gcResult struct {
 		Chunks            int   `json:"freed_chunks"`
@@ -136,6 +137,18 @@ func TestDeltaReportsAgree(t *testing.T) {
 		if g.BasesKept != u.KeptChunks || g.BasesKeptRawBytes != u.KeptBytes || g.BasesKeptBytes != u.KeptStoredBytes || g.LiveDeltas != u.KeptForDeltas {
 			t.Errorf("%s: gc kept %d bases, %d B (%d raw) for %d deltas; du said %d, %d B (%d raw) for %d", what, g.BasesKept, g.BasesKeptBytes, g.BasesKeptRawBytes, g.LiveDeltas, u.KeptChunks, u.KeptStoredBytes, u.KeptBytes, u.KeptForDeltas)
 		}
+	}
+
+	// du says which chunks wait for a next save: the last save's.
+	last := filepath.Join(mnt, "runs/r", steps[len(steps)-1])
+	if u := du(last); u.WaitingChunks != bases {
+		t.Errorf("du of the last save: %d chunks waiting, want %d", u.WaitingChunks, bases)
+	}
+	if _, out, _ := ckptfs(t, "du", last); !strings.Contains(out, fmt.Sprintf("%d changed chunks", bases)) || !strings.Contains(out, "stay whole until the next save") {
+		t.Errorf("du does not say that the last save's chunks wait:\n%s", out)
+	}
+	if u := du(filepath.Join(mnt, "runs/r", steps[1])); u.WaitingChunks != 0 {
+		t.Errorf("du of a delta-coded save: %d chunks waiting", u.WaitingChunks)
 	}
 
 	// Deleting the first save frees nothing but what only it holds (the

@@ -100,6 +100,10 @@ func runDu(ctx context.Context, c command, args []string, stdout, stderr io.Writ
 			fmt.Fprintf(stdout, "%s: %s kept (%s on disk): bases of %d live deltas in other files (freed with the last of them)\n",
 				name, formatBytes(u.KeptBytes), formatBytes(u.KeptStoredBytes), u.KeptForDeltas)
 		}
+		if u.WaitingChunks > 0 {
+			fmt.Fprintf(stdout, "%s: %d changed chunks (%s on disk) stay whole until the next save of their tensors, which stores them as deltas (mount --delta-latest)\n",
+				name, u.WaitingChunks, formatBytes(u.WaitingStoredBytes))
+		}
 	}
 	for _, pu := range out.Paths {
 		kept(pu.duUsage, pu.Path)

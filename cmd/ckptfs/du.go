@@ -37,6 +37,11 @@ type duUsage struct {
 	KeptChunks      int   `json:"kept_chunks"`       // how many
 	KeptStoredBytes int64 `json:"kept_stored_bytes"` // bytes of their object files
 	KeptForDeltas   int   `json:"kept_for_deltas"`   // the deltas, still used, that keep them
+	// The set's chunks stored whole until a later save of them releases
+	// their delta plans (the latest save: cas's deltaplan.go), and the bytes
+	// of their object files now.
+	WaitingChunks      int   `json:"waiting_chunks"`
+	WaitingStoredBytes int64 `json:"waiting_stored_bytes"`
 }
 
 // duResult answers the control op "du": one usage per group of inode numbers,
@@ -128,17 +133,23 @@ type duGraph struct {
 	baseOf   map[cas.ID]cas.ID   // delta of interest → its base
 	info     map[cas.ID]cas.ChunkInfo
 	packs    map[cas.ID]cas.PackInfo // packs of the chunks of interest
+	waiting  map[cas.ID]bool         // chunks whose delta plans wait for a later save
 }
 
 // newDuGraph reads the delta rows around chunks and the index rows of the
 // chunks it adds.
 func newDuGraph(tx *cas.Tx, chunks map[cas.ID]uint32) (*duGraph, error) {
 	g := &duGraph{users: make(map[cas.ID]int, len(chunks)), deltasOf: map[cas.ID][]cas.ID{}, baseOf: map[cas.ID]cas.ID{}, info: map[cas.ID]cas.ChunkInfo{},
-		packs: map[cas.ID]cas.PackInfo{}}
+		packs: map[cas.ID]cas.PackInfo{}, waiting: map[cas.ID]bool{}}
 	for id := range chunks {
 		g.users[id] = 0
 	}
 	for id := range chunks {
+		if w, err := tx.DeltaWaits(id); err != nil {
+			return nil, err
+		} else if w {
+			g.waiting[id] = true
+		}
 		if base, _, ok, err := tx.Delta(id); err != nil {
 			return nil, err
 		} else if ok {
@@ -231,6 +242,10 @@ func (s *duSet) finish(g *duGraph) duUsage {
 	for id, n := range s.chunks {
 		u.Chunks++
 		u.UniqueBytes += int64(n)
+		if g.waiting[id] {
+			u.WaitingChunks++
+			u.WaitingStoredBytes += int64(g.info[id].StoredLen)
+		}
 		if !gone(id) {
 			continue
 		}
