@@ -34,12 +34,14 @@ package cas
 //     re-encoder carries the plan out; the wait rows its re-encodes and
 //     collections leave behind fsck notes (delta-wait-stale), and a plan
 //     made again for the chunk replaces them.
-//   - A window this leaves: a released plan is carried out by the
-//     background re-encoder, and a rotation that deletes the version its
-//     base belongs to, followed by a collection before the re-encoder ran
-//     (the plan's bases are kept only once it is a delta), leaves that
-//     chunk whole; the chain goes on from it as from a keyframe. Space,
-//     never bytes.
+//   - A window, as with plans carried out at once: a queued plan is
+//     carried out by the background re-encoder, and a rotation that
+//     deletes the save its base belongs to, followed by a collection
+//     before the re-encoder ran (a plan's bases are kept only once it is
+//     a delta), leaves that chunk whole; the chain goes on from it as from
+//     a keyframe. Space, never bytes. Waiting moves the window from a
+//     save's commit to the next save's, the moment a rotation then
+//     deletes the oldest save either way.
 //   - The re-encoder (reencode.go) carries a plan out: it encodes the chunk
 //     against a base and keeps the delta only when it is smaller than the
 //     best standalone encoding by more than 1/32; it skips a base that a
