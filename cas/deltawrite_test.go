@@ -52,6 +52,29 @@ func commitVersion(t *testing.T, s *Store, data []byte, prev *ChunkRef) ChunkRef
 	return ref
 }
 
+// commitNext commits data as the next version of the chain refs (suggested
+// against its last version, if any) and returns the chain with it.
+func commitNext(t *testing.T, s *Store, refs []ChunkRef, data []byte) []ChunkRef {
+	t.Helper()
+	var prev *ChunkRef
+	if len(refs) > 0 {
+		prev = &refs[len(refs)-1]
+	}
+	return append(refs, commitVersion(t, s, data, prev))
+}
+
+// chainWant is what version i of a chain of deltas is: a delta against
+// version base at distance dist, or not.
+type chainWant struct {
+	delta bool
+	base  int
+	dist  int
+}
+
+// keyframe3 is a chain with DeltaKeyframe 3: v0 key, v1 d1, v2 d2, v3 key,
+// v4 d1, v5 d2, v6 key.
+var keyframe3 = []chainWant{{false, 0, 0}, {true, 0, 1}, {true, 0, 2}, {false, 0, 0}, {true, 3, 1}, {true, 3, 2}, {false, 0, 0}}
+
 type deltaState struct {
 	base    ID
 	dist    int
@@ -87,24 +110,15 @@ func TestDeltaWriter(t *testing.T) {
 		s := testStore(t, Options{InlineEncoders: inline, DeltaKeyframe: 3})
 		vs := stepChain(1, 256<<10, 7, 0.01)
 		var refs []ChunkRef
-		for i, v := range vs {
-			var prev *ChunkRef
-			if i > 0 {
-				prev = &refs[i-1]
-			}
-			refs = append(refs, commitVersion(t, s, v, prev))
+		for _, v := range vs {
+			refs = commitNext(t, s, refs, v)
 		}
 		if f := s.Format(); f != 2 {
 			t.Fatalf("format %d before any delta, want 2", f)
 		}
 		drain(t, s)
 		checkCounters(t, s)
-		// keyframe 3: v0 key, v1 d1, v2 d2, v3 key, v4 d1, v5 d2, v6 key.
-		want := []struct {
-			delta bool
-			base  int
-			dist  int
-		}{{false, 0, 0}, {true, 0, 1}, {true, 0, 2}, {false, 0, 0}, {true, 3, 1}, {true, 3, 2}, {false, 0, 0}}
+		want := keyframe3
 		var stored, standalone int64
 		for i, r := range refs {
 			st := deltaOf(t, s, r.ID)
@@ -184,19 +198,10 @@ func TestDeltaLatestWhole(t *testing.T) {
 	for _, inline := range []int{-1, 0} { // stored raw then queued; encoded inline then planned
 		s := testStore(t, Options{InlineEncoders: inline, DeltaKeyframe: 3, DeltaLatestWhole: true})
 		vs := stepChain(1, 256<<10, 6, 0.01)
-		// keyframe 3: v0 key, v1 d1, v2 d2, v3 key, v4 d1, v5 d2.
-		want := []struct {
-			delta bool
-			base  int
-			dist  int
-		}{{false, 0, 0}, {true, 0, 1}, {true, 0, 2}, {false, 0, 0}, {true, 3, 1}, {true, 3, 2}}
+		want := keyframe3[:6] // the last version a delta, once a later one comes
 		var refs []ChunkRef
 		for i, v := range vs {
-			var prev *ChunkRef
-			if i > 0 {
-				prev = &refs[i-1]
-			}
-			refs = append(refs, commitVersion(t, s, v, prev))
+			refs = commitNext(t, s, refs, v)
 			drain(t, s)
 			if c := checkCounters(t, s); (c.DeltaWaiting == 1) != want[i].delta || c.DeltaWaiting > 1 {
 				t.Errorf("inline %d, after version %d: %d waiting plans", inline, i, c.DeltaWaiting)
@@ -256,12 +261,8 @@ func TestDeltaLatestWholeVersionSwept(t *testing.T) {
 	s := testStore(t, Options{InlineEncoders: -1, DeltaLatestWhole: true})
 	vs := stepChain(4, 256<<10, 4, 0.01)
 	var refs []ChunkRef
-	for i := range 3 {
-		var prev *ChunkRef
-		if i > 0 {
-			prev = &refs[i-1]
-		}
-		refs = append(refs, commitVersion(t, s, vs[i], prev))
+	for _, v := range vs[:3] {
+		refs = commitNext(t, s, refs, v)
 		drain(t, s)
 	}
 	// v1 is a delta against v0, and v2's plan, waiting, names v1.

@@ -21,8 +21,11 @@ import (
 
 // stepSafetensors is a safetensors file of one 64 KiB F32 tensor that
 // changes a little from step to step (a chunk large enough for a hint).
-func stepSafetensors(step int) []byte {
-	const n = 16 << 10
+func stepSafetensors(step int) []byte { return stepTensorFile(step, 16<<10) }
+
+// stepTensorFile is a safetensors file of one F32 tensor of n elements that
+// changes a little from step to step.
+func stepTensorFile(step, n int) []byte {
 	h, _ := json.Marshal(map[string]any{"w": map[string]any{"dtype": "F32", "shape": []int{n}, "data_offsets": []int{0, 4 * n}}})
 	for len(h)%8 != 0 {
 		h = append(h, ' ')

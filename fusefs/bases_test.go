@@ -1,10 +1,7 @@
 package fusefs
 
 import (
-	"encoding/binary"
-	"encoding/json"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -67,23 +64,6 @@ func TestPairChunks(t *testing.T) {
 	}
 }
 
-// bigStepSafetensors is a safetensors file of one 1 MiB F32 tensor (an
-// object of its own, not packed) that changes a little from step to step.
-func bigStepSafetensors(step int) []byte {
-	const n = 256 << 10
-	h, _ := json.Marshal(map[string]any{"w": map[string]any{"dtype": "F32", "shape": []int{n}, "data_offsets": []int{0, 4 * n}}})
-	for len(h)%8 != 0 {
-		h = append(h, ' ')
-	}
-	b := binary.LittleEndian.AppendUint64(nil, uint64(len(h)))
-	b = append(b, h...)
-	for i := range n {
-		v := float32(math.Sin(float64(i))) + float32(step)*1e-3*float32(i%7)
-		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v))
-	}
-	return b
-}
-
 // TestLatestWholeReleasedByStoredContent: with the latest save kept whole
 // (cas.Options.DeltaLatestWhole), a save whose tensors the store holds
 // already (it goes back to an earlier step's content) still releases the
@@ -107,7 +87,8 @@ func TestLatestWholeReleasedByStoredContent(t *testing.T) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		mustWrite(t, filepath.Join(dir, "model.safetensors"), bigStepSafetensors(step))
+		// A 1 MiB tensor: an object of its own, not packed.
+		mustWrite(t, filepath.Join(dir, "model.safetensors"), stepTensorFile(step, 256<<10))
 		// Only the second save's tensor chunks wait for a later version.
 		if got := waiting(); (got > 0) != (i == 1) {
 			t.Fatalf("after save %d: %d chunks wait", i, got)
