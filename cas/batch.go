@@ -107,6 +107,11 @@ func (b *Batch) SuggestBase(id, prev ID) {
 func (b *Batch) DeltaCandidate(id ID) bool {
 	b.mu.Lock() // inPack is written holding both mu and packMu
 	defer b.mu.Unlock()
+	return b.candidateLocked(id)
+}
+
+// candidateLocked is DeltaCandidate with b.mu held.
+func (b *Batch) candidateLocked(id ID) bool {
 	info, added := b.added[id]
 	_, packed := b.inPack[id]
 	return added && !info.Inline && !packed
@@ -121,12 +126,10 @@ func (b *Batch) DeltaCandidate(id ID) bool {
 func (b *Batch) HintWanted(id ID, n int) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	info, added := b.added[id]
-	if !added {
+	if _, added := b.added[id]; !added {
 		return n > b.s.packMax && n > b.s.inlineMax
 	}
-	_, packed := b.inPack[id]
-	return !info.Inline && !packed
+	return b.candidateLocked(id)
 }
 
 // Put stores data as a chunk and returns its reference. When the chunk is

@@ -51,23 +51,51 @@ func unmarshalDeltaLink(b []byte) (DeltaLink, error) {
 
 // link reads chunk id's row in bucket name.
 func (t *Tx) link(name []byte, id ID) (DeltaLink, bool, error) {
+	return chunkRow(t, name, id, unmarshalDeltaLink)
+}
+
+// chunkRow reads chunk id's sealed row in bucket name, decoded (ok false:
+// no row, or no such bucket).
+func chunkRow[T any](t *Tx, name []byte, id ID, decode func([]byte) (T, error)) (v T, ok bool, err error) {
 	b := t.b(name)
 	if b == nil {
-		return DeltaLink{}, false, nil
+		return v, false, nil
 	}
-	v := b.Get(id[:])
-	if v == nil {
-		return DeltaLink{}, false, nil
+	raw := b.Get(id[:])
+	if raw == nil {
+		return v, false, nil
 	}
-	rec, err := t.openRecord(id[:], v)
+	rec, err := t.openRecord(id[:], raw)
 	if err != nil {
-		return DeltaLink{}, false, fmt.Errorf("chunk %v: %w", id, err)
+		return v, false, fmt.Errorf("chunk %v: %w", id, err)
 	}
-	l, err := unmarshalDeltaLink(rec)
-	if err != nil {
-		return l, false, fmt.Errorf("chunk %v: %w", id, errDamaged(err))
+	if v, err = decode(rec); err != nil {
+		return v, false, fmt.Errorf("chunk %v: %w", id, errDamaged(err))
 	}
-	return l, true, nil
+	return v, true, nil
+}
+
+// forEachChunkRow calls fn for every row of bucket name, keyed by chunk ID
+// and decoded.
+func forEachChunkRow[T any](t *Tx, name []byte, decode func([]byte) (T, error), fn func(ID, T) error) error {
+	b := t.b(name)
+	if b == nil {
+		return nil
+	}
+	return b.ForEach(func(k, v []byte) error {
+		if len(k) != IDSize {
+			return fmt.Errorf("%s row %x: %w: bad key", name, k, ErrCatalogDamaged)
+		}
+		rec, err := t.openRecord(k, v)
+		if err != nil {
+			return err
+		}
+		x, err := decode(rec)
+		if err != nil {
+			return fmt.Errorf("%s row %x: %w", name, k, errDamaged(err))
+		}
+		return fn(ID(k), x)
+	})
 }
 
 // Delta returns chunk id's delta row: the base its object is coded against.
@@ -130,22 +158,7 @@ func unmarshalDeltaWait(b []byte) (DeltaWait, error) {
 // DeltaWait returns chunk id's deltawait row (ok false: none). Only a row
 // beside a plan row means anything.
 func (t *Tx) DeltaWait(id ID) (w DeltaWait, ok bool, err error) {
-	b := t.b(bucketDeltaWait)
-	if b == nil {
-		return w, false, nil
-	}
-	v := b.Get(id[:])
-	if v == nil {
-		return w, false, nil
-	}
-	rec, err := t.openRecord(id[:], v)
-	if err != nil {
-		return w, false, fmt.Errorf("chunk %v: %w", id, err)
-	}
-	if w, err = unmarshalDeltaWait(rec); err != nil {
-		return w, false, fmt.Errorf("chunk %v: %w", id, errDamaged(err))
-	}
-	return w, true, nil
+	return chunkRow(t, bucketDeltaWait, id, unmarshalDeltaWait)
 }
 
 // DeltaWaits reports whether chunk id's plan waits for a later version of
@@ -157,24 +170,7 @@ func (t *Tx) DeltaWaits(id ID) (bool, error) {
 
 // ForEachDeltaWait calls fn for every deltawait row.
 func (t *Tx) ForEachDeltaWait(fn func(id ID, w DeltaWait) error) error {
-	b := t.b(bucketDeltaWait)
-	if b == nil {
-		return nil
-	}
-	return b.ForEach(func(k, v []byte) error {
-		if len(k) != IDSize {
-			return fmt.Errorf("deltawait row %x: %w: bad key", k, ErrCatalogDamaged)
-		}
-		rec, err := t.openRecord(k, v)
-		if err != nil {
-			return err
-		}
-		w, err := unmarshalDeltaWait(rec)
-		if err != nil {
-			return fmt.Errorf("deltawait row %x: %w", k, errDamaged(err))
-		}
-		return fn(ID(k), w)
-	})
+	return forEachChunkRow(t, bucketDeltaWait, unmarshalDeltaWait, fn)
 }
 
 // PlanCandidates returns the bases chunk id's plan may be carried out
@@ -246,23 +242,8 @@ func (t *Tx) ForEachDeltaPlan(fn func(id, base ID, dist int) error) error {
 }
 
 func (t *Tx) forEachLink(name []byte, fn func(id, base ID, dist int) error) error {
-	b := t.b(name)
-	if b == nil {
-		return nil
-	}
-	return b.ForEach(func(k, v []byte) error {
-		if len(k) != IDSize {
-			return fmt.Errorf("%s row %x: %w: bad key", name, k, ErrCatalogDamaged)
-		}
-		rec, err := t.openRecord(k, v)
-		if err != nil {
-			return err
-		}
-		l, err := unmarshalDeltaLink(rec)
-		if err != nil {
-			return fmt.Errorf("%s row %x: %w", name, k, errDamaged(err))
-		}
-		return fn(ID(k), l.Base, int(l.Dist))
+	return forEachChunkRow(t, name, unmarshalDeltaLink, func(id ID, l DeltaLink) error {
+		return fn(id, l.Base, int(l.Dist))
 	})
 }
 
@@ -387,31 +368,16 @@ func (x Deltas) Plan(id, prev ID, h Hint, rawLen uint32, keyframe int, wait bool
 	if err := plans.Put(id[:], sealRecord(id[:], l.marshal())); err != nil {
 		return err
 	}
-	if w := t.b(bucketDeltaWait); w != nil {
-		old, had, err := t.DeltaWait(id)
-		if err != nil {
+	// Any wait row before this plan's is gone: one an older ckptfs left
+	// when it carried a plan out, or a released one.
+	if err := x.dropWait(id); err != nil {
+		return err
+	}
+	if w := t.b(bucketDeltaWait); wait && w != nil {
+		if err := t.addCounter(keyDeltaWaiting, 1); err != nil {
 			return err
 		}
-		if wait {
-			if !had || old.Released {
-				if err := t.addCounter(keyDeltaWaiting, 1); err != nil {
-					return err
-				}
-			}
-			return w.Put(id[:], sealRecord(id[:], DeltaWait{Hint: h, Fallback: fallback}.marshal()))
-		}
-		if had {
-			// A row an older ckptfs left when it carried the plan out:
-			// this plan does not wait.
-			if err := w.Delete(id[:]); err != nil {
-				return err
-			}
-			if !old.Released {
-				if err := t.addCounter(keyDeltaWaiting, -1); err != nil {
-					return err
-				}
-			}
-		}
+		return w.Put(id[:], sealRecord(id[:], DeltaWait{Hint: h, Fallback: fallback}.marshal()))
 	}
 	return t.Queue().Add(id, h, rawLen)
 }
@@ -447,20 +413,28 @@ func (x Deltas) Release(id ID) error {
 	return t.Queue().Add(id, w.Hint, info.RawLen)
 }
 
+// dropWait removes chunk id's wait row, if any, and counts it out of
+// delta_waiting unless it was released.
+func (x Deltas) dropWait(id ID) error {
+	t := x.t
+	w, ok, err := t.DeltaWait(id)
+	if err != nil || !ok {
+		return err
+	}
+	if err := t.b(bucketDeltaWait).Delete(id[:]); err != nil {
+		return err
+	}
+	if w.Released {
+		return nil
+	}
+	return t.addCounter(keyDeltaWaiting, -1)
+}
+
 // DropPlan removes chunk id's plan row and its wait row, if any.
 func (x Deltas) DropPlan(id ID) error {
 	t := x.t
-	if w, ok, err := t.DeltaWait(id); err != nil {
+	if err := x.dropWait(id); err != nil {
 		return err
-	} else if ok {
-		if err := t.b(bucketDeltaWait).Delete(id[:]); err != nil {
-			return err
-		}
-		if !w.Released {
-			if err := t.addCounter(keyDeltaWaiting, -1); err != nil {
-				return err
-			}
-		}
 	}
 	if b := t.b(bucketDeltaPlans); b != nil {
 		return b.Delete(id[:])
