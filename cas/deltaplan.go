@@ -34,14 +34,19 @@ package cas
 //     re-encoder carries the plan out; the wait rows its re-encodes and
 //     collections leave behind fsck notes (delta-wait-stale), and a plan
 //     made again for the chunk replaces them.
-//   - A window, as with plans carried out at once: a queued plan is
-//     carried out by the background re-encoder, and a rotation that
-//     deletes the save its base belongs to, followed by a collection
-//     before the re-encoder ran (a plan's bases are kept only once it is
-//     a delta), leaves that chunk whole; the chain goes on from it as from
-//     a keyframe. Space, never bytes. Waiting moves the window from a
-//     save's commit to the next save's, the moment a rotation then
-//     deletes the oldest save either way.
+//   - A plan does not keep its base: a collection keeps the bases of
+//     delta rows only. A rotation that deletes the save a queued plan's
+//     keyframe belongs to, followed by a collection before the background
+//     re-encoder ran, sweeps that keyframe and leaves the planned chunk
+//     whole; the chain goes on from it as from a keyframe (its later
+//     versions are coded against it). That is the cheaper outcome, not a
+//     loss to close: keeping a keyframe no file uses would cost its whole
+//     size to save the difference between the planned chunk's standalone
+//     and delta encodings, and the chains after it are as short either
+//     way (TestDeltaSweptKeyframeRestartsChain: 4 bf16 versions of 128
+//     KiB, 158 KB stored after the sweep, 199 KB with the keyframe kept).
+//     A keyframe that a file still uses is marked by that file. Waiting
+//     moves the moment from a save's commit to the next save's.
 //   - The re-encoder (reencode.go) carries a plan out: it encodes the chunk
 //     against a base and keeps the delta only when it is smaller than the
 //     best standalone encoding by more than 1/32; it skips a base that a

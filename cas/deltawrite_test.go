@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
@@ -552,5 +553,82 @@ func TestReencodeGroup(t *testing.T) {
 				t.Fatalf("chunk %d reads back wrong: %v", i, err)
 			}
 		}
+	}
+}
+
+// TestDeltaSweptKeyframeRestartsChain: a collection that sweeps a keyframe
+// no file uses any more before the re-encoder carried out the plans against
+// it (a rotation, then gc) leaves the next version whole, and the chain goes
+// on from that version as from a keyframe. That costs less than keeping the
+// dead keyframe for the plans would: the versions kept take fewer stored
+// bytes than they would beside it (cas/deltaplan.go).
+func TestDeltaSweptKeyframeRestartsChain(t *testing.T) {
+	for _, latestWhole := range []bool{false, true} {
+		t.Run(fmt.Sprintf("latestWhole=%v", latestWhole), func(t *testing.T) {
+			ctx := context.Background()
+			vs := stepChain(5, 64<<10, 4, 0.01)
+			// Versions 0..2 in each store; with latestWhole a third version
+			// releases the second's plan. kept: every version stays (the
+			// keyframe too); swept: version 0 goes before the re-encoder.
+			build := func(sweep bool) (*Store, []ChunkRef) {
+				s := testStore(t, Options{InlineEncoders: -1, DeltaLatestWhole: latestWhole})
+				var refs []ChunkRef
+				for _, v := range vs {
+					refs = commitNext(t, s, refs, v)
+				}
+				if sweep {
+					if r, err := s.Sweep(ctx, []ID{refs[0].ID}); err != nil || r.Chunks != 1 {
+						t.Fatalf("sweep: %+v %v", r, err)
+					}
+				}
+				drain(t, s)
+				return s, refs
+			}
+			kept, krefs := build(false)
+			swept, srefs := build(true)
+			if st := deltaOf(t, swept, srefs[1].ID); st.isDelta || st.object {
+				t.Errorf("version 1 of the swept chain: %+v, want whole", st)
+			}
+			last := len(vs) - 1
+			if latestWhole {
+				last-- // the newest stays whole until a later version
+			}
+			for i := 2; i <= last; i++ {
+				if st := deltaOf(t, swept, srefs[i].ID); !st.isDelta || st.base != srefs[1].ID {
+					t.Errorf("version %d of the swept chain: %+v, want a delta against version 1", i, st)
+				}
+				if st := deltaOf(t, kept, krefs[i].ID); !st.isDelta || st.base != krefs[0].ID {
+					t.Errorf("version %d of the kept chain: %+v, want a delta against version 0", i, st)
+				}
+			}
+			stored := func(s *Store, refs []ChunkRef) (n int64) {
+				if err := s.View(func(tx *Tx) error {
+					for _, r := range refs {
+						info, ok, err := tx.Chunk(r.ID)
+						if err != nil || !ok {
+							return fmt.Errorf("chunk %v: %v %v", r.ID, ok, err)
+						}
+						n += int64(info.StoredLen)
+					}
+					return nil
+				}); err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+			if k, s := stored(kept, krefs), stored(swept, srefs[1:]); s >= k {
+				t.Errorf("versions 1..%d stored in %d bytes after the sweep, %d with the keyframe kept: keeping would pay", len(vs)-1, s, k)
+			} else {
+				t.Logf("stored: %d bytes with the dead keyframe kept, %d without", k, s)
+			}
+			for i, r := range srefs[1:] {
+				swept.cache.drop(r.ID)
+				if got, err := swept.ReadChunk(ctx, r); err != nil || !bytes.Equal(got, vs[i+1]) {
+					t.Fatalf("version %d reads back wrong: %v", i+1, err)
+				}
+			}
+			checkCounters(t, kept)
+			checkCounters(t, swept)
+		})
 	}
 }
