@@ -22,11 +22,19 @@ import (
 //     names ("step-90" before "step-100"): runs/r1/0200/model.safetensors
 //     for runs/r1/0210/model.safetensors, runs/r1/0200/bf16/model.safetensors
 //     for runs/r1/0210/bf16/model.safetensors, checkpoint-500/ before
-//     checkpoint-1000/.
+//     checkpoint-1000/. A sibling without that path (a save that crashed
+//     before its commit leaves its step directory empty; a directory of
+//     logs between steps) is passed over, up to maxHintSiblings siblings a
+//     level: otherwise the save after it would start a new chain, and with
+//     the latest save kept whole (cas/deltaplan.go) the save before it would
+//     wait for good, never released, a whole copy.
 //
 // A file written under a temporary name and renamed into place commits under
 // the temporary name: the previous step is searched for the name without a
-// temporary suffix (finalName).
+// temporary suffix (finalName), and a hidden temporary name stands for the
+// visible one: rsync's ".model.safetensors.Xy12Ab" and `ckptfs import`'s
+// ".model.safetensors.ckptfs-import-PID" for "model.safetensors". A writer
+// that picks a random name (Python's tempfile) gives no hint at commit.
 //
 // Chunks are paired by tensor when both files have a tensor index (same
 // name, dtype and length: the same offset within the tensor), and by file
@@ -38,8 +46,9 @@ import (
 // most maxHintLevels levels; and none of it when no chunk of the file is
 // large enough to be paired (minHintChunk).
 const (
-	maxHintLevels = 3
-	minHintChunk  = 4 << 10 // smaller chunks are not worth a second object on read
+	maxHintLevels   = 3
+	maxHintSiblings = 4       // previous siblings tried a level
+	minHintChunk    = 4 << 10 // smaller chunks are not worth a second object on read
 )
 
 // hintPlace is where a commit's file lives, for finding its previous version.
@@ -105,7 +114,12 @@ func previousStep(tx *cas.Tx, place hintPlace) *cas.Manifest {
 		if parent == nil {
 			return nil
 		}
-		if sib, ok := previousSibling(tx, parent.StableAttr().Ino, name); ok {
+		for sibName, i := name, 0; i < maxHintSiblings; i++ {
+			var sib uint64
+			var ok bool
+			if sibName, sib, ok = previousSibling(tx, parent.StableAttr().Ino, sibName); !ok {
+				break
+			}
 			if m := lookupFile(tx, sib, rel); m != nil {
 				return m
 			}
@@ -119,9 +133,9 @@ func previousStep(tx *cas.Tx, place hintPlace) *cas.Manifest {
 // previousSibling returns the directory entry of dir that comes right before
 // name in natural order: one seek in the catalog's index of entries in that
 // order (cas/catalog: Tx.PrevSibling), whatever dir's size.
-func previousSibling(tx *cas.Tx, dir uint64, name string) (uint64, bool) {
-	_, ino, ok, err := tx.PrevSibling(dir, name)
-	return ino, ok && err == nil
+func previousSibling(tx *cas.Tx, dir uint64, name string) (string, uint64, bool) {
+	sib, ino, ok, err := tx.PrevSibling(dir, name)
+	return sib, ino, ok && err == nil
 }
 
 // errStopWalk ends a walk of a directory early.
@@ -203,19 +217,47 @@ func digits(s string) int {
 }
 
 // tempSuffixes are what writers append to a file's name while they write it,
-// before renaming it into place.
-var tempSuffixes = []string{".tmp", ".temp", ".part", ".partial", ".incomplete", "~"}
+// before renaming it into place (".ckptfs-import": `ckptfs import`).
+var tempSuffixes = []string{".tmp", ".temp", ".part", ".partial", ".incomplete", "~", ".ckptfs-import"}
 
 // finalName is name without a temporary suffix: "model.safetensors.tmp" →
-// "model.safetensors", "model.safetensors.tmp.1234" too.
+// "model.safetensors", "model.safetensors.tmp.1234" too. A hidden temporary
+// name stands for the visible one: ".model.safetensors.tmp" and
+// ".model.safetensors.ckptfs-import-1234" (`ckptfs import`), and rsync's
+// ".model.safetensors.Xy12Ab" (mkstemp's six letters or digits after the
+// name), are "model.safetensors". A name taken for a temporary one that is
+// not costs a lookup that finds nothing, or a delta that does not pay.
 func finalName(name string) string {
 	for _, suf := range tempSuffixes {
 		if i := strings.LastIndex(name, suf); i > 0 {
 			rest := name[i+len(suf):]
 			if rest == "" || (rest[0] == '.' || rest[0] == '-' || rest[0] == '_') && digits(rest[1:]) == len(rest)-1 {
-				return name[:i]
+				if f := unhidden(name[:i]); f != "." {
+					return f
+				}
 			}
 		}
 	}
+	if i := strings.LastIndexByte(name, '.'); i > 1 && name[0] == '.' && len(name)-i-1 == 6 && alnum(name[i+1:]) {
+		return name[1:i] // rsync: .NAME.XXXXXX
+	}
 	return name
+}
+
+// unhidden is name without its leading dot, unless that would leave nothing.
+func unhidden(name string) string {
+	if len(name) > 1 && name[0] == '.' {
+		return name[1:]
+	}
+	return name
+}
+
+// alnum reports whether s is all ASCII letters and digits.
+func alnum(s string) bool {
+	for i := range len(s) {
+		if c := s[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') {
+			return false
+		}
+	}
+	return true
 }

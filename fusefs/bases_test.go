@@ -4,21 +4,32 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/ckptfs/ckptfs/cas"
+	"github.com/ckptfs/ckptfs/cas/catalog"
 )
 
 func TestFinalName(t *testing.T) {
 	for in, want := range map[string]string{
-		"model.safetensors":          "model.safetensors",
-		"model.safetensors.tmp":      "model.safetensors",
-		"model.safetensors.tmp.4242": "model.safetensors",
-		"optimizer.pt.part":          "optimizer.pt",
-		"model.safetensors~":         "model.safetensors",
-		"a.tmpfile":                  "a.tmpfile",
-		".tmp":                       ".tmp",
+		"model.safetensors":                     "model.safetensors",
+		"model.safetensors.tmp":                 "model.safetensors",
+		"model.safetensors.tmp.4242":            "model.safetensors",
+		"optimizer.pt.part":                     "optimizer.pt",
+		"model.safetensors~":                    "model.safetensors",
+		"a.tmpfile":                             "a.tmpfile",
+		".tmp":                                  ".tmp",
+		".model.safetensors.tmp":                "model.safetensors",
+		".model.safetensors.ckptfs-import-4242": "model.safetensors", // ckptfs import
+		".model.safetensors.Xy12Ab":             "model.safetensors", // rsync
+		".model.safetensors.Xy12A":              ".model.safetensors.Xy12A",
+		".model.safetensors.Xy-2Ab":             ".model.safetensors.Xy-2Ab",
+		".bashrc":                               ".bashrc",
+		"..tmp":                                 "..tmp",
+		"model.Xy12Ab":                          "model.Xy12Ab",
 	} {
 		if got := finalName(in); got != want {
 			t.Errorf("finalName(%q) = %q, want %q", in, got, want)
@@ -93,5 +104,91 @@ func TestLatestWholeReleasedByStoredContent(t *testing.T) {
 		if got := waiting(); (got > 0) != (i == 1) {
 			t.Fatalf("after save %d: %d chunks wait", i, got)
 		}
+	}
+}
+
+// TestHintPassesStepsWithoutTheFile: a step directory without the file (a
+// save that crashed before its commit) does not end the chain: the next
+// save's previous version is the step before it, so that with the latest
+// save kept whole that step's plans are released instead of waiting for
+// good; past maxHintSiblings such steps the search gives up (a new chain),
+// reading a bounded number of rows.
+func TestHintPassesStepsWithoutTheFile(t *testing.T) {
+	var mu sync.Mutex
+	var prev *cas.Manifest
+	var walked int
+	hook := func(f *FS) {
+		f.hintHook = func(p *cas.Manifest, w int) {
+			mu.Lock()
+			defer mu.Unlock()
+			prev, walked = p, w
+		}
+	}
+	m := &testMount{t: t, store: filepath.Join(t.TempDir(), "store"), dir: t.TempDir(),
+		cas0: cas.Options{DeltaLatestWhole: true}, opts: []Option{hook, WithReencodeIdle(time.Hour)}}
+	m.mount()
+	t.Cleanup(m.unmount)
+	manifest := func(step string) *cas.Manifest {
+		t.Helper()
+		var got *cas.Manifest
+		if err := m.cas.View(func(tx *cas.Tx) error {
+			got = lookupFile(tx, catalog.RootIno, []string{"run", step, "model.safetensors"})
+			return nil
+		}); err != nil || got == nil {
+			t.Fatalf("no committed run/%s/model.safetensors: %v", step, err)
+		}
+		return got
+	}
+	waiting := func() int64 {
+		t.Helper()
+		var n int64
+		if err := m.cas.View(func(tx *cas.Tx) error { n = tx.Counts().DeltaWaiting; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	mkdir := func(step string) {
+		t.Helper()
+		if err := os.MkdirAll(m.path("run/"+step), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	save := func(step string, n int) *cas.Manifest {
+		t.Helper()
+		mkdir(step)
+		mu.Lock()
+		prev = nil
+		mu.Unlock()
+		// A 1 MiB tensor: objects of their own, which deltas may code.
+		mustWrite(t, m.path("run/"+step+"/model.safetensors"), stepTensorFile(n, 256<<10))
+		mu.Lock()
+		defer mu.Unlock()
+		return prev
+	}
+	save("0001", 1)
+	save("0002", 2)
+	w2 := waiting()
+	if w2 == 0 {
+		t.Fatal("the second save has no waiting plans")
+	}
+	// 0003 crashed before its commit; then 0004 is saved.
+	mkdir("0003")
+	if p := save("0004", 4); p == nil || !slices.Equal(p.Chunks, manifest("0002").Chunks) {
+		t.Fatalf("0004's previous version: %v, want 0002's", p)
+	}
+	if got := waiting(); got != w2 {
+		t.Errorf("after 0004: %d chunks wait, want %d (0004's only: 0002's released)", got, w2)
+	}
+	// More steps without the file than the search passes over: a new chain.
+	for i := range maxHintSiblings {
+		mkdir(fmt.Sprintf("%04d", 5+i))
+	}
+	if p := save(fmt.Sprintf("%04d", 5+maxHintSiblings), 9); p != nil {
+		t.Errorf("a previous version %d empty steps back: %v", maxHintSiblings, p.Chunks)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if walked > 4*maxHintSiblings {
+		t.Errorf("the search read %d directory rows", walked)
 	}
 }

@@ -16,6 +16,36 @@ import (
 	"time"
 )
 
+// trainingElems is the elements of each of trainingSteps' tensors.
+const trainingElems = 256 << 10
+
+// trainingSteps returns n saves of a state dict of tensors bf16 tensors of
+// 512 KiB, each save a small step from the one before (an optimizer's).
+func trainingSteps(tensors, n int) [][]stTensor {
+	rng := rand.New(rand.NewPCG(26, 3))
+	w := make([][]float64, tensors)
+	for i := range w {
+		w[i] = make([]float64, trainingElems)
+		for j := range w[i] {
+			w[i][j] = rng.NormFloat64() * 0.02
+		}
+	}
+	out := make([][]stTensor, n)
+	for s := range out {
+		for i := range w {
+			b := make([]byte, 2*trainingElems)
+			for j := range w[i] {
+				if s > 0 {
+					w[i][j] += rng.NormFloat64() * 0.0002
+				}
+				binary.LittleEndian.PutUint16(b[2*j:], uint16(math.Float32bits(float32(w[i][j]))>>16))
+			}
+			out[s] = append(out[s], stTensor{name: fmt.Sprintf("layer.%d.weight", i), dtype: "BF16", shape: []int64{trainingElems}, data: b})
+		}
+	}
+	return out
+}
+
 // TestDeltaReportsAgree (issue #26, item 3): with delta coding, du, gc and
 // fsck tell one story through a mount. Deleting a step whose tensors are
 // the bases of later steps' deltas frees nothing, and du says so (the bases
@@ -30,29 +60,11 @@ func TestDeltaReportsAgree(t *testing.T) {
 
 	// Four saves of four 512 KiB bf16 tensors, each a small step from the
 	// last: the first save's tensors become the keyframes (bases).
-	const tensors, elems = 4, 256 << 10
-	rng := rand.New(rand.NewPCG(26, 3))
-	w := make([][]float64, tensors)
-	for i := range w {
-		w[i] = make([]float64, elems)
-		for j := range w[i] {
-			w[i][j] = rng.NormFloat64() * 0.02
-		}
-	}
+	const tensors = 4
+	const elems = trainingElems
 	steps := []string{"100", "110", "120", "130"}
-	for s, step := range steps {
-		var ts []stTensor
-		for i := range w {
-			b := make([]byte, 2*elems)
-			for j := range w[i] {
-				if s > 0 {
-					w[i][j] += rng.NormFloat64() * 0.0002
-				}
-				binary.LittleEndian.PutUint16(b[2*j:], uint16(math.Float32bits(float32(w[i][j]))>>16))
-			}
-			ts = append(ts, stTensor{name: fmt.Sprintf("layer.%d.weight", i), dtype: "BF16", shape: []int64{elems}, data: b})
-		}
-		writeSafetensors(t, filepath.Join(mnt, "runs/r", step, "model.safetensors"), ts)
+	for s, ts := range trainingSteps(tensors, len(steps)) {
+		writeSafetensors(t, filepath.Join(mnt, "runs/r", steps[s], "model.safetensors"), ts)
 	}
 	deadline := time.Now().Add(2 * time.Minute)
 	for statsJSON(t, mnt)["reencode_pending"] != 0 {
@@ -219,5 +231,31 @@ func TestDeltaReportsAgree(t *testing.T) {
 	ckptfsJSON(t, &f, "fsck", "--json", mnt)
 	if st := statsJSON(t, mnt); st["chunks"] != 0 || f.Unreferenced != 0 || f.Bases != 0 {
 		t.Errorf("after deleting everything: %d chunks indexed, fsck %+v", st["chunks"], f)
+	}
+}
+
+// TestImportDeltas: `ckptfs import` of a run's steps codes them as deltas as
+// saves into the mount do: it imports the steps in natural order ("2" before
+// "10", which bytewise order reverses) and writes each file under a
+// temporary name that the commit's search for the previous version reads
+// as the final one (fusefs: finalName). The second of three steps becomes
+// deltas; the third, the latest, stays whole, its plans waiting.
+func TestImportDeltas(t *testing.T) {
+	src, store, mnt := t.TempDir(), filepath.Join(t.TempDir(), "store"), t.TempDir()
+	const tensors = 4
+	for s, ts := range trainingSteps(tensors, 3) {
+		writeSafetensors(t, filepath.Join(src, []string{"1", "2", "10"}[s], "model.safetensors"), ts)
+	}
+	importJSON(t, store, src, "runs/r") // into the store: import mounts it, and encodes before it unmounts
+	d := startDaemon(t, store, mnt)
+	defer d.stop(syscall.SIGTERM)
+	sameTree(t, src, filepath.Join(mnt, "runs/r"))
+	st := statsJSON(t, mnt)
+	t.Logf("after the import: %d delta chunks, %d waiting", st["delta_chunks"], st["delta_waiting"])
+	if st["delta_chunks"] < tensors || st["delta_waiting"] < tensors {
+		t.Errorf("after the import: %d delta chunks, %d waiting, want step 2's and step 10's data chunks (%d tensors each)", st["delta_chunks"], st["delta_waiting"], tensors)
+	}
+	if st["delta_chunks"] != st["delta_waiting"] {
+		t.Errorf("%d delta chunks, %d waiting: want as many (step 2's and step 10's tensors are cut alike)", st["delta_chunks"], st["delta_waiting"])
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -171,15 +172,17 @@ func cleanDest(d string) (string, error) {
 	return c, nil
 }
 
-// planImport lists SRC (a directory or one file) in walk order.
+// planImport lists SRC (a directory or one file) in walk order, each
+// directory's entries in natural order of names (checkpoint-500 before
+// checkpoint-1000, as `ckptfs log` orders steps): each step is then imported
+// after the one before it, which its commit takes as the previous version
+// of its files for delta coding (fusefs: bases.go).
 func planImport(src string) ([]importEntry, int64, error) {
 	var entries []importEntry
 	var total int64
-	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
+	err := walkNatural(src, func(p string) error {
 		var e importEntry
+		var err error
 		if e.rel, err = filepath.Rel(src, p); err != nil {
 			return err
 		}
@@ -215,6 +218,48 @@ func planImport(src string) ([]importEntry, int64, error) {
 		return nil, 0, fmt.Errorf("SRC %s is neither a directory nor a regular file", src)
 	}
 	return entries, total, nil
+}
+
+// walkNatural calls fn for root and, root being a directory, for everything
+// under it, depth first, a directory before its entries and its entries in
+// natural order of names (bytewise among names equal in that order).
+func walkNatural(root string, fn func(p string) error) error {
+	if err := fn(root); err != nil {
+		return err
+	}
+	if st, err := os.Lstat(root); err != nil || !st.IsDir() {
+		return err
+	}
+	return walkEntries(root, fn)
+}
+
+// walkEntries is walkNatural under directory dir.
+func walkEntries(dir string, fn func(p string) error) error {
+	ents, err := os.ReadDir(dir) // bytewise
+	if err != nil {
+		return err
+	}
+	slices.SortStableFunc(ents, func(a, b fs.DirEntry) int {
+		switch {
+		case naturalLess(a.Name(), b.Name()):
+			return -1
+		case naturalLess(b.Name(), a.Name()):
+			return 1
+		}
+		return 0
+	})
+	for _, e := range ents {
+		p := filepath.Join(dir, e.Name())
+		if err := fn(p); err != nil {
+			return err
+		}
+		if e.IsDir() {
+			if err := walkEntries(p, fn); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func modeType(m uint32) fs.FileMode {
