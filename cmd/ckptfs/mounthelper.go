@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,16 +25,15 @@ import (
 // returns while the daemon serves. A daemon that fails before that makes the
 // helper exit 32 (mount(8)'s "mount failure") with the daemon's error.
 //
-// Options (-o, comma-separated): cache_size=SIZE, write_memory=SIZE, readahead_kb=N,
-// commit=sync|async, inline_encoders=N, metrics_addr=HOST:PORT, node_limit=N, allow_other,
-// nonempty (mount over a directory that has files, hiding them), log=FILE
-// (the daemon's log, in a directory that exists; default
-// /var/log/ckptfs.log for root, ~/.cache/ckptfs/mount.log otherwise).
-// mount(8)'s generic options (rw, defaults, auto, noauto, user, nofail,
-// _netdev, x-systemd.*, nosuid, nodev, noatime, ...) are accepted and left to
-// mount(8); ro is refused (a read-only mount is not supported). A daemon that
-// fails before its mount is live has its error printed by the helper, in the
-// options' words (cache_size, not --cache-size).
+// Options (-o, comma-separated): helperOptions, the flags of `ckptfs mount`
+// with underscores (cache_size=SIZE for --cache-size, allow_other for
+// --allow-other; ro for --read-only, with remote= only), and log=FILE (the
+// daemon's log, in a directory that exists; default /var/log/ckptfs.log for
+// root, ~/.cache/ckptfs/mount.log otherwise). mount(8)'s generic options
+// (rw, defaults, auto, noauto, user, nofail, _netdev, x-systemd.*, nosuid,
+// nodev, noatime, ...) are accepted and left to mount(8). A daemon that
+// fails before its mount is live has its error printed by the helper, in
+// the options' words (cache_size, not --cache-size).
 
 // readyEnv names the descriptor on which a daemon started by the helper
 // reports that its mount is live.
@@ -74,38 +74,103 @@ func helperArgs(args []string) (mountArgs []string, logFile string, err error) {
 		return nil, "", fmt.Errorf("want STORE MOUNTPOINT, got %d argument(s)", len(pos))
 	}
 	var flags []string
+	readOnly, remote := false, false
 	for _, o := range opts {
 		k, v, hasV := strings.Cut(strings.TrimSpace(o), "=")
-		switch k {
-		case "":
-		case "cache_size", "write_memory", "readahead_kb", "commit", "inline_encoders", "metrics_addr", "node_limit":
+		opt, known := helperOption(k)
+		switch {
+		case k == "":
+		case known && opt.value:
 			if !hasV || v == "" {
-				return nil, "", fmt.Errorf("option %s needs a value (%s=...)", k, k)
+				return nil, "", fmt.Errorf("option %s needs a value (%s=%s)", k, k, opt.arg)
 			}
-			flags = append(flags, "--"+strings.ReplaceAll(k, "_", "-")+"="+v)
-		case "allow_other":
-			flags = append(flags, "--allow-other")
-		case "nonempty": // fuse2's name for it
-			flags = append(flags, "--nonempty")
-		case "log":
-			if !hasV || v == "" {
-				return nil, "", errors.New("option log needs a value (log=FILE)")
-			}
-			logFile = v
-		case "ro":
-			return nil, "", errors.New("ckptfs mounts read-write only: drop the ro option")
-		case "rw", "defaults", "auto", "noauto", "user", "nouser", "users", "owner", "nofail", "_netdev",
-			"nosuid", "suid", "nodev", "dev", "exec", "noexec", "atime", "noatime", "relatime", "norelatime",
-			"strictatime", "lazytime", "sync", "async", "dirsync", "loop", "comment":
-			// generic: mount(8)'s, or the FUSE defaults ckptfs uses anyway
-		default:
-			if strings.HasPrefix(k, "x-") || strings.HasPrefix(k, "comment") {
+			if k == "log" {
+				logFile = v
 				continue
 			}
-			return nil, "", fmt.Errorf("unknown option %q (ckptfs knows cache_size, write_memory, readahead_kb, commit, inline_encoders, metrics_addr, node_limit, allow_other, nonempty, log)", o)
+			remote = remote || k == "remote"
+			flags = append(flags, opt.flag+"="+v)
+		case known:
+			if hasV {
+				return nil, "", fmt.Errorf("option %s takes no value", k)
+			}
+			readOnly = readOnly || k == "ro"
+			flags = append(flags, opt.flag)
+		case genericOption(k):
+			// mount(8)'s, or the FUSE defaults ckptfs uses anyway
+		default:
+			return nil, "", fmt.Errorf("unknown option %q (ckptfs knows %s)", o, strings.Join(helperOptionNames(), ", "))
 		}
 	}
+	if readOnly && !remote {
+		return nil, "", errors.New("ro needs remote=s3://BUCKET/PREFIX (a mount of a remote's files); a local store mounts read-write only: drop the ro option")
+	}
 	return append(append([]string{"mount"}, flags...), pos...), logFile, nil
+}
+
+// mountOption is one -o option of the helper: the `ckptfs mount` flag it
+// becomes, and whether it takes a value (name=arg).
+type mountOption struct {
+	name, flag string
+	value      bool
+	arg        string // what the value is, for messages
+}
+
+// helperOptions are the helper's own -o options, the one list that parsing,
+// the unknown-option message and the rewording of the daemon's errors use.
+// Each is a flag of `ckptfs mount` (TestHelperOptionsCoverMountFlags), its
+// name with underscores for dashes, but for ro (--read-only: mount(8)'s
+// word) and log (the daemon's log, which the helper opens; --log's).
+// --background is what the helper does anyway.
+var helperOptions = []mountOption{
+	{"cache_size", "--cache-size", true, "SIZE"},
+	{"write_memory", "--write-memory", true, "SIZE"},
+	{"readahead_kb", "--readahead-kb", true, "N"},
+	{"commit", "--commit", true, "sync|async|remote"},
+	{"inline_encoders", "--inline-encoders", true, "N"},
+	{"node_limit", "--node-limit", true, "N"},
+	{"delta_keyframe", "--delta-keyframe", true, "N"},
+	{"delta_latest", "--delta-latest", true, "whole|delta"},
+	{"remote", "--remote", true, "s3://BUCKET/PREFIX"},
+	{"remote_timeout", "--remote-timeout", true, "DURATION"},
+	{"local_cache_size", "--local-cache-size", true, "SIZE"},
+	{"metrics_addr", "--metrics-addr", true, "HOST:PORT"},
+	{"allow_other", "--allow-other", false, ""},
+	{"nonempty", "--nonempty", false, ""}, // fuse2's name for it
+	{"ro", "--read-only", false, ""},
+	{"debug", "--debug", false, ""},
+	{"log", "--log", true, "FILE"},
+}
+
+// helperOption returns the entry of helperOptions called name.
+func helperOption(name string) (mountOption, bool) {
+	for _, o := range helperOptions {
+		if o.name == name {
+			return o, true
+		}
+	}
+	return mountOption{}, false
+}
+
+// helperOptionNames are helperOptions' names, in order.
+func helperOptionNames() []string {
+	names := make([]string, len(helperOptions))
+	for i, o := range helperOptions {
+		names[i] = o.name
+	}
+	return names
+}
+
+// genericOption reports whether k is one of mount(8)'s generic options, or
+// a FUSE default ckptfs uses anyway: accepted and left to mount(8).
+func genericOption(k string) bool {
+	switch k {
+	case "rw", "defaults", "auto", "noauto", "user", "nouser", "users", "owner", "nofail", "_netdev",
+		"nosuid", "suid", "nodev", "dev", "exec", "noexec", "atime", "noatime", "relatime", "norelatime",
+		"strictatime", "lazytime", "sync", "async", "dirsync", "loop", "comment":
+		return true
+	}
+	return strings.HasPrefix(k, "x-") || strings.HasPrefix(k, "comment")
 }
 
 // defaultLogFile is where a daemon in the background logs: /var/log for
@@ -175,12 +240,15 @@ func defaultLog(file string) (string, error) {
 	return file, nil
 }
 
-// runMountHelper is main for mount.fuse.ckptfs. Exit status as mount(8)'s
-// helpers: 0, 1 for a usage error, 32 for a failed mount.
+// runMountHelper is main for mount.fuse.ckptfs and mount.ckptfs. Exit
+// status as mount(8)'s helpers: 0, 1 for a usage error, 32 for a failed
+// mount. Its messages begin with the name it was run as.
 func runMountHelper(args []string, stderr io.Writer) int {
+	name := helperName(os.Args[0])
 	mountArgs, logFile, err := helperArgs(args)
 	if err != nil {
-		fmt.Fprintf(stderr, "mount.fuse.ckptfs: %v\nusage: mount -t fuse.ckptfs STORE MOUNTPOINT [-o cache_size=SIZE,allow_other,metrics_addr=HOST:PORT,log=FILE,...]\n", err)
+		fmt.Fprintf(stderr, "%s: %v\nusage: mount -t %s STORE MOUNTPOINT [-o cache_size=SIZE,allow_other,metrics_addr=HOST:PORT,log=FILE,...]\n",
+			name, err, strings.TrimPrefix(name, "mount."))
 		return 1
 	}
 	if logFile == "" {
@@ -189,38 +257,50 @@ func runMountHelper(args []string, stderr io.Writer) int {
 			logFile, err = defaultLog(logFile)
 		}
 		if err != nil {
-			fmt.Fprintf(stderr, "mount.fuse.ckptfs: %v (give -o log=FILE)\n", err)
+			fmt.Fprintf(stderr, "%s: %v (give -o log=FILE)\n", name, err)
 			return 32
 		}
 	} else if logFile, err = filepath.Abs(logFile); err != nil {
-		fmt.Fprintf(stderr, "mount.fuse.ckptfs: %v\n", err)
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 32
 	}
 	self, err := os.Executable()
 	if err != nil {
-		fmt.Fprintf(stderr, "mount.fuse.ckptfs: %v\n", err)
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 32
 	}
 	if err := startDaemon(self, mountArgs, logFile, 2*time.Minute, stderr); err != nil {
-		fmt.Fprintf(stderr, "mount.fuse.ckptfs: %s\n", helperWords(err.Error()))
+		fmt.Fprintf(stderr, "%s: %s\n", name, helperWords(err.Error()))
 		return 32
 	}
 	return 0
 }
 
-// helperWords rewrites the daemon's flag names in msg as the -o options
-// the user wrote (--cache-size as cache_size).
-func helperWords(msg string) string {
-	for _, k := range valueOptions() {
-		msg = strings.ReplaceAll(msg, "--"+strings.ReplaceAll(k, "_", "-"), k)
+// helperName is the helper's name for its messages: the name it was run
+// as (mount.ckptfs for mount -t ckptfs, mount.fuse.ckptfs for
+// -t fuse.ckptfs).
+func helperName(argv0 string) string {
+	if b := filepath.Base(argv0); isMountHelper(b) {
+		return b
 	}
-	return strings.ReplaceAll(msg, "--nonempty", "-o nonempty")
+	return "mount.fuse.ckptfs"
 }
 
-// valueOptions are the helper's -o options that take a value, each the
-// `ckptfs mount` flag of the same name with dashes.
-func valueOptions() []string {
-	return []string{"cache_size", "write_memory", "readahead_kb", "commit", "inline_encoders", "metrics_addr", "node_limit"}
+// helperWords rewrites the daemon's flag names in msg as the -o options
+// the user wrote: --cache-size as cache_size, --nonempty as -o nonempty,
+// --read-only as -o ro. Longer flags go first, so that --remote-timeout is
+// not read as --remote.
+func helperWords(msg string) string {
+	opts := slices.Clone(helperOptions)
+	slices.SortStableFunc(opts, func(a, b mountOption) int { return len(b.flag) - len(a.flag) })
+	for _, o := range opts {
+		words := o.name
+		if !o.value {
+			words = "-o " + o.name
+		}
+		msg = strings.ReplaceAll(msg, o.flag, words)
+	}
+	return msg
 }
 
 // startDaemon runs `self mountArgs...` detached (new session, no terminal,

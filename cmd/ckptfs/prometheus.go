@@ -8,8 +8,8 @@ package main
 // negotiation.
 //
 // What is exported:
-//   - the figures of .ckptfs/stats.json, read from the catalog at each scrape
-//     (gauges ckptfs_store_*);
+//   - every numeric figure of .ckptfs/stats.json (cas.Stats), read at each
+//     scrape (gauges ckptfs_store_NAME, NAME its key in stats.json);
 //   - commits, reads, chunk fetches (an object read and decoded on a cache
 //     miss) and background re-encodes: counters, bytes and latency
 //     histograms, updated by fusefs.Observer and cas.Observer.
@@ -23,6 +23,8 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"reflect"
+	"strings"
 	"syscall"
 	"time"
 
@@ -119,56 +121,127 @@ func (m *promMetrics) Reencode(d time.Duration, err error) {
 	m.reencodeSecond.Observe(d.Seconds())
 }
 
-// storeCollector exports stats.json's figures, read at each scrape.
+// storeCollector exports stats.json's figures, read at each scrape: one
+// gauge ckptfs_store_NAME for every numeric field of cas.Stats, NAME its
+// key in stats.json (its json tag). The gauges are found by walking the
+// struct (storeGaugeFields), so a figure added to stats.json is served
+// without a change here; storeGaugeHelp only words its help.
 type storeCollector struct {
-	stats func() (cas.Stats, error)
-	descs map[string]*prometheus.Desc
+	stats  func() (cas.Stats, error)
+	gauges []storeGauge
 }
 
-var storeGauges = []struct{ name, help string }{
-	{"files", "Files in the store's namespace."},
-	{"dirs", "Directories in the store's namespace."},
-	{"logical_bytes", "Bytes of all files, as their readers see them."},
-	{"unique_bytes", "Raw bytes of the distinct chunks the store holds."},
-	{"stored_bytes", "Bytes of the chunk objects on disk."},
-	{"chunks", "Chunk objects the store holds."},
-	{"reencode_pending", "Chunks stored raw, waiting for a background re-encode."},
-	{"reencode_pending_bytes", "Raw bytes of the chunks waiting for a re-encode."},
-	{"store_read_bytes", "Bytes of objects read by this daemon (cache misses)."},
-	{"cache_bytes", "Decoded bytes held in the chunk cache."},
-	{"chunk_size", "Largest chunk the store cuts, in bytes."},
+// storeGauge is one ckptfs_store_* gauge: the field of cas.Stats at index
+// (reflect.Value.FieldByIndex), whose stats.json key is name.
+type storeGauge struct {
+	name  string
+	index []int
+	desc  *prometheus.Desc
+}
+
+// storeGaugeHelp is the help of each ckptfs_store_* gauge, by stats.json
+// key. A key missing here is still served, with a plain help
+// (TestStoreGaugesHaveHelp asks for a line here).
+var storeGaugeHelp = map[string]string{
+	"files":                  "Files in the store's namespace.",
+	"dirs":                   "Directories in the store's namespace.",
+	"logical_bytes":          "Bytes of all files, as their readers see them.",
+	"unique_bytes":           "Raw bytes of the distinct chunks the store holds.",
+	"stored_bytes":           "Bytes of the chunk objects on disk.",
+	"chunks":                 "Chunk objects the store holds.",
+	"reencode_pending":       "Chunks stored raw, waiting for a background re-encode.",
+	"reencode_pending_bytes": "Raw bytes of the chunks waiting for a re-encode.",
+	"delta_chunks":           "Chunks stored as a delta against a base chunk.",
+	"delta_waiting":          "Chunks whose delta waits for a later version (the latest save's changed chunks, stored whole until the next save).",
+	"packs":                  "Pack objects the store holds (many small chunks in one object).",
+	"pack_bytes":             "Bytes of the pack objects.",
+	"packed_bytes":           "Bytes of the packs that live chunks hold (pack_bytes less this is dead chunks a collection cannot free yet).",
+	"inline_chunks":          "Chunks stored inline in the catalog.",
+	"inline_bytes":           "Bytes of the chunk objects stored inline in the catalog.",
+	"remote_pending_bytes":   "Raw bytes of committed chunks not in the remote bucket yet (as of the last upload round).",
+	"remote_uploaded_bytes":  "Object bytes this daemon uploaded to the remote bucket.",
+	"remote_read_bytes":      "Object bytes this daemon fetched from the remote bucket.",
+	"store_read_bytes":       "Bytes of objects read by this daemon (cache misses).",
+	"chunk_size":             "Largest chunk the store cuts, in bytes.",
+	"format_version":         "The store's on-disk format version.",
+	"cache_bytes":            "Decoded bytes held in the chunk cache.",
+}
+
+// storeGaugeFields returns a gauge for every numeric field of cas.Stats,
+// as encoding/json writes it into stats.json: an embedded struct without a
+// json name contributes its fields, a field tagged "-" is left out, and a
+// field's name is its json tag's (else the Go name). Fields that are not
+// numbers (stats.json's "store", say) are no gauges.
+func storeGaugeFields() []storeGauge {
+	var gauges []storeGauge
+	var walk func(t reflect.Type, index []int)
+	walk = func(t reflect.Type, index []int) {
+		for i := range t.NumField() {
+			f := t.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name == "-" {
+				continue
+			}
+			idx := append(append([]int(nil), index...), i)
+			if f.Anonymous && f.Type.Kind() == reflect.Struct && name == "" {
+				walk(f.Type, idx)
+				continue
+			}
+			if !f.IsExported() {
+				continue
+			}
+			switch f.Type.Kind() {
+			case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+				reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
+				reflect.Float32, reflect.Float64:
+			default:
+				continue
+			}
+			if name == "" {
+				name = f.Name
+			}
+			help := storeGaugeHelp[name]
+			if help == "" {
+				help = "The store's " + name + " (stats.json)."
+			}
+			gauges = append(gauges, storeGauge{name: name, index: idx,
+				desc: prometheus.NewDesc("ckptfs_store_"+name, help, nil, nil)})
+		}
+	}
+	walk(reflect.TypeFor[cas.Stats](), nil)
+	return gauges
 }
 
 func newStoreCollector(stats func() (cas.Stats, error)) *storeCollector {
-	c := &storeCollector{stats: stats, descs: map[string]*prometheus.Desc{}}
-	for _, g := range storeGauges {
-		c.descs[g.name] = prometheus.NewDesc("ckptfs_store_"+g.name, g.help, nil, nil)
-	}
-	return c
+	return &storeCollector{stats: stats, gauges: storeGaugeFields()}
 }
 
 func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range c.descs {
-		ch <- d
+	for _, g := range c.gauges {
+		ch <- g.desc
 	}
 }
 
 func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	st, err := c.stats()
 	if err != nil {
-		for _, d := range c.descs {
-			ch <- prometheus.NewInvalidMetric(d, err)
+		for _, g := range c.gauges {
+			ch <- prometheus.NewInvalidMetric(g.desc, err)
 		}
 		return
 	}
-	v := map[string]int64{
-		"files": st.Files, "dirs": st.Dirs, "logical_bytes": st.LogicalBytes, "unique_bytes": st.UniqueBytes,
-		"stored_bytes": st.StoredBytes, "chunks": st.Chunks, "reencode_pending": st.ReencodePending,
-		"reencode_pending_bytes": st.ReencodePendingBytes, "store_read_bytes": st.StoreReadBytes,
-		"cache_bytes": st.CacheBytes, "chunk_size": int64(st.ChunkSize),
-	}
-	for name, d := range c.descs {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v[name]))
+	v := reflect.ValueOf(st)
+	for _, g := range c.gauges {
+		var x float64
+		switch f := v.FieldByIndex(g.index); {
+		case f.CanInt():
+			x = float64(f.Int())
+		case f.CanUint():
+			x = float64(f.Uint())
+		default:
+			x = f.Float()
+		}
+		ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, x)
 	}
 }
 
