@@ -42,6 +42,9 @@ type duUsage struct {
 	// of their object files now.
 	WaitingChunks      int   `json:"waiting_chunks"`
 	WaitingStoredBytes int64 `json:"waiting_stored_bytes"`
+	// Files of the set that have names outside it (hard links): deleting
+	// the set's names leaves them, and their chunks, in the store.
+	OtherNames int `json:"other_names"`
 }
 
 // duResult answers the control op "du": one usage per group of inode numbers,
@@ -113,12 +116,19 @@ func newDuSet() *duSet {
 	return &duSet{chunks: map[cas.ID]uint32{}, refs: map[cas.ID]int{}}
 }
 
-func (s *duSet) addFile(m *cas.Manifest) {
+// addFile adds a file of the set; all says whether the set holds all of its
+// names (else deleting the set leaves it: its chunks are not freed).
+func (s *duSet) addFile(m *cas.Manifest, all bool) {
 	s.usage.Files++
 	s.usage.LogicalBytes += m.Size()
+	if !all {
+		s.usage.OtherNames++
+	}
 	for _, c := range distinctChunks(m) {
 		s.chunks[c.ID] = c.Len
-		s.refs[c.ID]++
+		if all {
+			s.refs[c.ID]++
+		}
 	}
 }
 
@@ -306,15 +316,22 @@ func distinctChunks(m *cas.Manifest) []cas.ChunkRef {
 // groups (du with one path per step). Memory is proportional to the chunks of
 // the groups' files and their delta relatives (bases, and the bases' other
 // deltas: a keyframe's few), not to the store.
+//
+// A group lists an inode number once for each of its names in the group
+// (hard links): a file with a name outside a group survives its deletion.
+// All groups together hold the sum of their names of it, which counts a
+// name twice when two groups overlap (du DIR DIR/FILE): the total then takes
+// such a file for deleted with its names inside the groups.
 func diskUsage(store *cas.Store, live []*cas.Manifest, groups [][]uint64) (duResult, error) {
 	sets := make([]*duSet, len(groups))
-	member := map[uint64][]int{} // ino → the groups holding it
+	member := map[uint64]map[int]int{} // ino → the groups holding it → its names there
 	for gi, g := range groups {
 		sets[gi] = newDuSet()
 		for _, ino := range g {
-			if l := member[ino]; len(l) == 0 || l[len(l)-1] != gi {
-				member[ino] = append(member[ino], gi)
+			if member[ino] == nil {
+				member[ino] = map[int]int{}
 			}
+			member[ino][gi]++
 		}
 	}
 	total := newDuSet()
@@ -332,10 +349,18 @@ func diskUsage(store *cas.Store, live []*cas.Manifest, groups [][]uint64) (duRes
 			if !ok {
 				continue // a directory, or a file with nothing committed yet
 			}
-			for _, gi := range gs {
-				sets[gi].addFile(m)
+			links := 1
+			if n, ok, err := tx.Node(ino); err != nil {
+				return err
+			} else if ok && n.Nlink > 1 {
+				links = int(n.Nlink)
 			}
-			total.addFile(m)
+			names := 0
+			for gi, k := range gs {
+				sets[gi].addFile(m, k >= links)
+				names += k
+			}
+			total.addFile(m, names >= links)
 			own[manifestKey(m)] = true
 		}
 		// Every file, committed or live, that uses one of those chunks or

@@ -119,6 +119,46 @@ func TestDiskUsage(t *testing.T) {
 	}
 }
 
+// TestDiskUsageHardLinks: deleting one name of a file with two frees
+// nothing of it; a group that holds both names (as du of their directory
+// lists the inode twice), or two groups with one each together, free it.
+func TestDiskUsageHardLinks(t *testing.T) {
+	s, inos, _ := duStore(t, 2)
+	if err := s.Update(func(tx *cas.Tx) error {
+		if _, err := tx.AddLink(inos[0], time.Now().UnixNano()); err != nil {
+			return err
+		}
+		return tx.Link(cas.RootIno, "0-again", inos[0])
+	}); err != nil {
+		t.Fatal(err)
+	}
+	head := int64(len(fmt.Sprintf("the head of step %d, %0100d", 0, 0)))
+	for _, tc := range []struct {
+		name       string
+		groups     [][]uint64
+		freesBytes []int64 // each group's, then the total's
+		otherNames []int
+	}{
+		{"one name", [][]uint64{{inos[0]}}, []int64{0, 0}, []int{1, 1}},
+		{"both names", [][]uint64{{inos[0], inos[0]}}, []int64{head, head}, []int{0, 0}},
+		{"a name each", [][]uint64{{inos[0]}, {inos[0]}}, []int64{0, 0, head}, []int{1, 1, 0}},
+		{"the other file", [][]uint64{{inos[1]}}, []int64{head, head}, []int{0, 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := diskUsage(s, nil, tc.groups)
+			if err != nil {
+				t.Fatal(err)
+			}
+			us := append(res.Groups, res.Total)
+			for i, u := range us {
+				if u.FreesBytes != tc.freesBytes[i] || u.OtherNames != tc.otherNames[i] || u.Files != 1 {
+					t.Errorf("usage %d: frees %d bytes, %d files with other names (of %d); want %d, %d", i, u.FreesBytes, u.OtherNames, u.Files, tc.freesBytes[i], tc.otherNames[i])
+				}
+			}
+		})
+	}
+}
+
 // TestDiskUsageOnePathPerStepIsLinear: du with one group per file costs
 // about the same per file at 4,000 files as at 500 (it was groups ×
 // manifests × chunks: 3.8 s for 3,000 paths). Timings on a shared machine,
