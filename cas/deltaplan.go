@@ -1,5 +1,7 @@
 package cas
 
+import "fmt"
+
 // Writing deltas (issue #15). Who decides what, and the rows that say so:
 //
 //   - The filesystem knows which chunk a new chunk is likely close to (the
@@ -85,6 +87,30 @@ package cas
 //
 // The rows live in the catalog (cas/catalog/deltas.go): plans are written
 // by Tx.Deltas().Plan at commit, delta rows by the re-encoder.
+
+// SettleDeltaWaits tidies the deltawait rows when a mount starts
+// (catalog.Deltas.Settle): it drops the rows an older ckptfs left without
+// their chunk or plan, and without Options.DeltaLatestWhole it releases
+// every plan that waits, so that a store mounted with --delta-latest delta
+// after whole codes the saves that waited too, as that mode promises,
+// instead of keeping them whole until a later version of each comes. Not
+// done by Open: a tool that opens a store without a mount's options (gc,
+// fsck) must not release what a mount keeps waiting. It returns how many
+// rows it dropped and released.
+func (s *Store) SettleDeltaWaits() (dropped, released int, err error) {
+	if s.readOnly {
+		return 0, 0, nil
+	}
+	err = s.Update(func(tx *Tx) error {
+		var err error
+		dropped, released, err = tx.Deltas().Settle(!s.deltaWait)
+		return err
+	})
+	if err != nil {
+		return dropped, released, fmt.Errorf("settle delta waits: %w", err)
+	}
+	return dropped, released, nil
+}
 
 // DefaultDeltaKeyframe is Options.DeltaKeyframe's default: a delta chain
 // restarts with a standalone chunk every fifth version. Measured on

@@ -632,3 +632,34 @@ func TestDeltaSweptKeyframeRestartsChain(t *testing.T) {
 		})
 	}
 }
+
+// TestSettleDeltaWaitsReleasesForEagerMount: a store whose latest save
+// waited (DeltaLatestWhole), opened again without it and settled as a
+// mount does, codes that save as a delta; opened with it, the save still
+// waits.
+func TestSettleDeltaWaitsReleasesForEagerMount(t *testing.T) {
+	for _, whole := range []bool{true, false} {
+		t.Run(fmt.Sprintf("whole=%v", whole), func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "store")
+			s := testStore(t, Options{InlineEncoders: -1, DeltaLatestWhole: true}, dir)
+			var refs []ChunkRef
+			for _, v := range stepChain(7, 64<<10, 2, 0.01) {
+				refs = commitNext(t, s, refs, v)
+			}
+			drain(t, s)
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			s = testStore(t, Options{InlineEncoders: -1, DeltaLatestWhole: whole}, dir)
+			dropped, released, err := s.SettleDeltaWaits()
+			if err != nil || dropped != 0 || released != map[bool]int{true: 0, false: 1}[whole] {
+				t.Fatalf("settle: dropped %d, released %d (%v)", dropped, released, err)
+			}
+			drain(t, s)
+			if st := deltaOf(t, s, refs[1].ID); st.isDelta == whole {
+				t.Errorf("the latest save after settling with whole=%v: %+v", whole, st)
+			}
+			checkCounters(t, s)
+		})
+	}
+}

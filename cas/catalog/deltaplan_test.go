@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -209,3 +210,80 @@ func TestDeltaWaitRows(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestDeltaWaitSettle: Settle drops the wait rows whose chunk or plan is
+// gone and, asked to, releases the plans that wait; it leaves released rows
+// and, not asked to release, waiting ones.
+func TestDeltaWaitSettle(t *testing.T) {
+	d, _ := testDB(t)
+	v := make([]ID, 5)
+	for i := range v {
+		v[i] = object.Sum(fmt.Appendf(nil, "settle version %d", i))
+	}
+	counts := func(tx *Tx) (waiting, pending int64) {
+		c := tx.Counts()
+		return c.DeltaWaiting, c.ReencodePending
+	}
+	for _, release := range []bool{false, true} {
+		t.Run(fmt.Sprintf("release=%v", release), func(t *testing.T) {
+			err := d.Update(func(tx *Tx) error {
+				for _, id := range v[:4] { // v[4] is never indexed
+					if _, err := tx.Index().Add(id, ChunkInfo{RawLen: 100, StoredLen: 100}); err != nil {
+						return err
+					}
+				}
+				// v1 waits; v2 released (v3's commit); v3 waits, its plan
+				// gone (an older re-encoder); v4's chunk is gone.
+				for _, p := range [][2]int{{1, 0}, {2, 1}, {3, 2}, {4, 3}} {
+					if err := tx.Deltas().Plan(v[p[0]], v[p[1]], Hint{ElemSize: 2}, 100, 5, true); err != nil {
+						return err
+					}
+				}
+				if err := tx.Deltas().Release(v[2]); err != nil {
+					return err
+				}
+				if err := tx.b(bucketDeltaPlans).Delete(v[3][:]); err != nil {
+					return err
+				}
+				w0, p0 := counts(tx)
+				dropped, released, err := tx.Deltas().Settle(release)
+				if err != nil {
+					return err
+				}
+				w, p := counts(tx)
+				wantReleased := 0
+				if release {
+					wantReleased = 1 // v1
+				}
+				if dropped != 2 || released != wantReleased || w != w0-2-int64(wantReleased) || p != p0+int64(wantReleased) {
+					t.Errorf("settle: dropped %d, released %d, waiting %d→%d, queued %d→%d; want 2, %d, %d, %d",
+						dropped, released, w0, w, p0, p, wantReleased, w0-2-int64(wantReleased), p0+int64(wantReleased))
+				}
+				for i, want := range []bool{false, !release, false, false, false} {
+					if waits, err := tx.DeltaWaits(v[i]); err != nil || waits != want {
+						t.Errorf("v%d waits %v (%v), want %v", i, waits, err, want)
+					}
+				}
+				for _, i := range []int{3, 4} {
+					if _, row, err := tx.DeltaWait(v[i]); err != nil || row {
+						t.Errorf("v%d's stale wait row kept (%v)", i, err)
+					}
+				}
+				if _, row, _ := tx.DeltaWait(v[2]); !row {
+					t.Error("v2's released row dropped: its fallback is gone")
+				}
+				// Again: nothing left to do.
+				if dropped, released, err := tx.Deltas().Settle(release); err != nil || dropped != 0 || released != 0 {
+					t.Errorf("settle again: dropped %d, released %d (%v)", dropped, released, err)
+				}
+				return errRollback
+			})
+			if !errors.Is(err, errRollback) {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// errRollback ends an Update whose changes a test throws away.
+var errRollback = errors.New("roll back")

@@ -413,6 +413,50 @@ func (x Deltas) Release(id ID) error {
 	return t.Queue().Add(id, w.Hint, info.RawLen)
 }
 
+// Settle goes over every deltawait row: a row whose chunk or plan is gone
+// (what an older ckptfs's collections and re-encodes leave, which it counts
+// in delta_waiting for good) is dropped, and with release every waiting
+// plan is released (Release) into the re-encode queue, for a mount that
+// codes each save at once. It returns how many rows it dropped and
+// released.
+func (x Deltas) Settle(release bool) (dropped, released int, err error) {
+	t := x.t
+	var ids []ID // the rows first: the bucket changes below
+	if err := t.ForEachDeltaWait(func(id ID, _ DeltaWait) error {
+		ids = append(ids, id)
+		return nil
+	}); err != nil {
+		return 0, 0, err
+	}
+	for _, id := range ids {
+		w, _, err := t.DeltaWait(id)
+		if err != nil {
+			return dropped, released, err
+		}
+		_, indexed, err := t.Chunk(id)
+		if err != nil {
+			return dropped, released, err
+		}
+		_, planned, err := t.link(bucketDeltaPlans, id)
+		if err != nil {
+			return dropped, released, err
+		}
+		switch {
+		case !indexed || !planned:
+			if err := x.DropPlan(id); err != nil {
+				return dropped, released, err
+			}
+			dropped++
+		case release && !w.Released:
+			if err := x.Release(id); err != nil {
+				return dropped, released, err
+			}
+			released++
+		}
+	}
+	return dropped, released, nil
+}
+
 // dropWait removes chunk id's wait row, if any, and counts it out of
 // delta_waiting unless it was released.
 func (x Deltas) dropWait(id ID) error {

@@ -246,6 +246,18 @@ func serveMount(ctx context.Context, cfg *mountConfig, stdout, stderr io.Writer)
 	}
 
 	logger.Print(mem)
+	if !cfg.readOnly {
+		dropped, released, err := store.SettleDeltaWaits()
+		if err != nil {
+			return err
+		}
+		if released > 0 {
+			logger.Printf("released %d delta plans that waited for a later save (--delta-latest delta): the re-encoder codes them once the mount is idle", released)
+		}
+		if dropped > 0 {
+			logger.Printf("dropped %d delta wait rows that an older ckptfs left without their chunk or plan", dropped)
+		}
+	}
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBG()
 	up, syncFn, afterCommit := remoteSync(cfg, tier, logger, every)
