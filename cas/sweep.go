@@ -97,6 +97,36 @@ func (s *Store) WalkObjects(ctx context.Context, fn func(ObjectInfo) error) erro
 	})
 }
 
+// PackObjectInfo describes one pack object found by WalkPacks.
+type PackObjectInfo struct {
+	ID      ID
+	Size    int64
+	ModTime time.Time // the grace period counts from it
+	// Writing: a live batch of this Store holds the pack (from before its
+	// object exists until the batch is released, after its commit), so it
+	// may have no row yet, and SweepPacks leaves it alone.
+	Writing bool
+}
+
+// WalkPacks calls fn for every pack object, in no particular order: what
+// a caller that must judge packs without deleting any needs (gc's dry run
+// and fsck: SweepPacks decides the same way, and deletes). Whether a row
+// names a pack is the caller's to read, after the walk: a pack a live batch
+// was writing during it may be committed by then. Debris (temporary files)
+// is not reported.
+func (s *Store) WalkPacks(ctx context.Context, fn func(PackObjectInfo) error) error {
+	return s.objects.List(ctx, backend.Pack, func(in backend.Info) error {
+		id, err := ParseID(in.Handle.Name)
+		if err != nil {
+			return nil
+		}
+		s.packs.mu.Lock()
+		writing := s.packs.live[id] > 0
+		s.packs.mu.Unlock()
+		return fn(PackObjectInfo{ID: id, Size: in.Size, ModTime: in.ModTime, Writing: writing})
+	})
+}
+
 // StatObject describes chunk id's object; ok is false when there is none.
 func (s *Store) StatObject(ctx context.Context, id ID) (info ObjectInfo, ok bool, err error) {
 	in, err := s.objects.Stat(ctx, chunkHandle(id))

@@ -69,10 +69,15 @@ type Result struct {
 	LiveDeltas        int   `json:"live_deltas"`          // the kept deltas coded against them
 	// Packs (cas: packs of small chunks). A packed chunk's index row goes
 	// like any (counted in Chunks, its bytes in FreedBytes only when its
-	// whole pack goes); a pack's object goes with its last chunk.
+	// whole pack goes); a pack's object goes with its last chunk, and a
+	// pack no commit named (a crash's) once past the grace period. Packs
+	// are never rewritten, so a collection frees whole packs or none of a
+	// pack's bytes. A dry run predicts all of these from the same rows.
+	Packs          int   `json:"packs"`               // pack objects seen (those freed included)
 	PackedChunks   int   `json:"freed_packed_chunks"` // packed chunks whose rows were deleted
 	FreedPacks     int   `json:"freed_packs"`         // packs deleted (last chunk gone, or never committed)
 	FreedPackBytes int64 `json:"freed_pack_bytes"`    // their bytes (also in FreedBytes)
+	OrphanPacks    int   `json:"orphan_packs"`        // of FreedPacks, those no commit named (a crash's)
 	YoungPacks     int   `json:"young_packs"`         // never-committed packs kept by the grace period
 	// PackDeadBytes is the space that dead chunks still hold in packs with
 	// live chunks after the collection: not freed until the whole pack is
@@ -120,7 +125,7 @@ func Collect(ctx context.Context, s *cas.Store, opts Options) (Result, error) {
 	})
 
 	if opts.DryRun {
-		if err := c.dryRun(s, &res); err != nil {
+		if err := c.dryRun(ctx, s, start.Add(-opts.Grace), &res); err != nil {
 			return res, err
 		}
 		return collectRemote(ctx, s, opts, start, res)
@@ -140,19 +145,29 @@ func Collect(ctx context.Context, s *cas.Store, opts Options) (Result, error) {
 }
 
 // sweepPacks deletes the packs no commit named (a crash's), past the grace
-// period, and reports the space dead chunks hold in the packs left.
+// period, and reports the space dead chunks hold in the packs left, the
+// packs seen and the orphans kept by the grace period. SweepPacks's own
+// Young counts every pack younger than the cutoff, committed ones too, so
+// the packs kept are counted from a listing made after it: the orphans
+// left (findOrphanPacks, as the dry run counts them).
 func sweepPacks(ctx context.Context, s *cas.Store, cutoff time.Time, res *Result) error {
 	ps, err := s.SweepPacks(ctx, cutoff)
 	res.FreedPacks += ps.Deleted
+	res.OrphanPacks += ps.Deleted
 	res.FreedPackBytes += ps.Bytes
 	res.FreedBytes += ps.Bytes
-	res.YoungPacks = ps.Young
 	if err != nil {
 		return fmt.Errorf("sweep packs: %w", err)
 	}
+	pc, err := findOrphanPacks(ctx, s, nil)
+	if err != nil {
+		return fmt.Errorf("sweep packs: %w", err)
+	}
+	res.Packs = pc.packs + res.FreedPacks
+	res.YoungPacks, _ = pc.young(cutoff)
 	st, err := s.Stats()
 	if err != nil {
-		return err
+		return fmt.Errorf("sweep packs: %w", err)
 	}
 	res.PackDeadBytes = st.PackBytes - st.PackedBytes
 	return nil
@@ -242,10 +257,21 @@ func findCandidates(ctx context.Context, s *cas.Store, opts Options, marked *idS
 	return c, nil
 }
 
-// dryRun counts what sweep would free into res, deleting nothing.
-func (c *candidates) dryRun(s *cas.Store, res *Result) error {
+// dryRun counts what sweep and sweepPacks would free into res, deleting
+// nothing. The figures are the ones a collection then reports, if nothing
+// changes meanwhile: a packed chunk's bytes are freed only with its whole
+// pack (when the candidates are all its live chunks: a pack's row counts
+// them), and a pack no row names goes once older than cutoff.
+func (c *candidates) dryRun(ctx context.Context, s *cas.Store, cutoff time.Time, res *Result) error {
 	res.Chunks = len(c.ids) - res.IndexRows
 	res.FreedBytes = c.bytes
+	// The candidates of each pack: how many, and their bytes.
+	type packed struct {
+		n     int
+		bytes int64
+	}
+	inPack := map[cas.ID]*packed{}
+	counted := map[cas.ID]bool{} // packed candidates, counted once
 	// The raw bytes are the index rows' (an object no commit named has
 	// none: its raw size is not known without reading it).
 	err := s.View(func(tx *cas.Tx) error {
@@ -257,12 +283,56 @@ func (c *candidates) dryRun(s *cas.Store, res *Result) error {
 			if ok && (c.seen.has(id) || info.Packed() || info.Inline) {
 				res.FreedRawBytes += int64(info.RawLen)
 			}
+			if !ok || !info.Packed() || counted[id] {
+				continue
+			}
+			counted[id] = true
+			res.PackedChunks++
+			res.FreedBytes -= int64(info.StoredLen) // freed only with the pack
+			p := inPack[info.Pack]
+			if p == nil {
+				p = &packed{}
+				inPack[info.Pack] = p
+			}
+			p.n++
+			p.bytes += int64(info.StoredLen)
+		}
+		counts := tx.Counts()
+		res.PackDeadBytes = counts.PackBytes - counts.PackedBytes
+		for id, cand := range inPack {
+			p, ok, err := tx.Pack(id)
+			if err != nil {
+				return err
+			}
+			switch {
+			case !ok: // a damaged catalog: Sweep fails on it
+			case cand.n >= p.Live:
+				// The pack's last chunks: it goes, and the dead space
+				// it held with it.
+				res.FreedPacks++
+				res.FreedPackBytes += p.Size
+				res.FreedBytes += p.Size
+				res.PackDeadBytes -= p.Size - p.LiveBytes
+			default:
+				res.PackDeadBytes += cand.bytes
+			}
 		}
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("dry run: %w", err)
 	}
+	pc, err := findOrphanPacks(ctx, s, nil)
+	if err != nil {
+		return fmt.Errorf("dry run: %w", err)
+	}
+	res.Packs = pc.packs
+	young, youngBytes := pc.young(cutoff)
+	res.YoungPacks = young
+	res.OrphanPacks = len(pc.orphans) - young
+	res.FreedPacks += res.OrphanPacks
+	res.FreedPackBytes += pc.bytes() - youngBytes
+	res.FreedBytes += pc.bytes() - youngBytes
 	return nil
 }
 

@@ -53,6 +53,20 @@
 // not indexed (only an older ckptfs, which sweeps without knowing the queue,
 // leaves one; this one drops the queue row in the sweep's transaction).
 //
+// Packs (cas: packs of small chunks) are freed whole or not at all: a pack
+// goes with its last chunk's index row, and a pack no row names (a crash
+// between a batch writing it and the commit that records it) goes once
+// older than the grace period (cas.Store.SweepPacks), unless a live batch
+// holds it. Collect's dry run predicts both from the same rows and the same
+// kind of listing (packs.go: findOrphanPacks), so it reports the figures
+// the collection then reports (Result.FreedPacks, OrphanPacks, YoungPacks,
+// PackDeadBytes); YoungPacks counts only packs no row names, never a young
+// committed one. Fsck counts the packs gc frees whole as reclaimable space,
+// not faults, the way it counts unreferenced objects
+// (FsckResult.UnreferencedPacks: packs no row names, each also a
+// "pack-orphan" note naming it, and committed packs none of whose chunks a
+// file or a delta references).
+//
 // A re-encode renames the encoded object (after writing a delta's rows) and
 // then commits the index row and drops the queue row, so an index row may
 // lag its object, or a delta row stand over a standalone object, while the

@@ -27,7 +27,8 @@ type FsckOptions struct {
 }
 
 // Problem is one fault Fsck found. Path names the file (relative to the
-// mount's root) when a file is affected; Chunk names the chunk when one is.
+// mount's root) when a file is affected; Chunk names the chunk when one is,
+// Pack the pack object when one is (a note about a pack no row names).
 //
 // A damaged or missing chunk that is the base of deltas is one problem:
 // Deltas says how many deltas are coded against it (their reads fail with
@@ -38,6 +39,7 @@ type Problem struct {
 	Kind       string   `json:"kind"`
 	Path       string   `json:"path,omitempty"`
 	Chunk      string   `json:"chunk,omitempty"`
+	Pack       string   `json:"pack,omitempty"`
 	Detail     string   `json:"detail"`
 	Deltas     int      `json:"deltas,omitempty"`
 	DeltaFiles []string `json:"delta_files,omitempty"`
@@ -53,6 +55,9 @@ func (p Problem) String() string {
 	}
 	if p.Chunk != "" {
 		s += " chunk " + p.Chunk
+	}
+	if p.Pack != "" {
+		s += " pack " + p.Pack
 	}
 	s += ": " + p.Detail
 	if p.Deltas > 0 {
@@ -76,9 +81,22 @@ type FsckResult struct {
 	ObjectsRead int `json:"objects_read"` // objects decoded and hashed (ReadData)
 	// Bases counts the chunks no manifest names that are the bases of deltas
 	// manifests name: referenced through the deltas (gc keeps them).
-	Bases          int      `json:"bases"`
-	Unreferenced   int      `json:"unreferenced"`    // objects neither named nor such a base (gc frees them)
-	SpoolLeftovers []string `json:"spool_leftovers"` // notes, not faults
+	Bases        int `json:"bases"`
+	Unreferenced int `json:"unreferenced"` // objects neither named nor such a base (gc frees them)
+	// Packs (cas: packs of small chunks) that gc frees whole: reclaimable
+	// space, not faults, as unreferenced objects are. A pack no catalog
+	// row names (OrphanPacks: written by a commit that a crash
+	// interrupted; gc frees it once older than its --grace) is also a
+	// "pack-orphan" note naming it; a committed pack none of whose chunks
+	// a file (or a delta, as its base) references is counted only (gc
+	// frees it at once, with its chunks). Packs a live batch is writing
+	// are neither. On a mounted store, like Unreferenced, the count may
+	// include packs of commits made while Fsck ran.
+	Packs                 int      `json:"packs"`                   // pack objects seen
+	UnreferencedPacks     int      `json:"unreferenced_packs"`      // packs gc frees whole, orphans included
+	UnreferencedPackBytes int64    `json:"unreferenced_pack_bytes"` // their bytes
+	OrphanPacks           int      `json:"orphan_packs"`            // of UnreferencedPacks, those no catalog row names
+	SpoolLeftovers        []string `json:"spool_leftovers"`         // notes, not faults
 	// ReencodePending counts chunks stored raw that wait for the daemon to
 	// re-encode them (cas: deferred encoding); not a fault.
 	ReencodePending int `json:"reencode_pending"`
@@ -90,7 +108,8 @@ type FsckResult struct {
 	ReencodeInFlight int `json:"reencode_in_flight"`
 	// Notes are states that look odd but are not faults: a queue row whose
 	// chunk an older ckptfs swept ("reencode-stale"), which the daemon's
-	// next re-encode drops.
+	// next re-encode drops; a pack no catalog row names ("pack-orphan"),
+	// which gc frees.
 	Notes    []Problem `json:"notes"`
 	Problems []Problem `json:"problems"`
 }
@@ -114,6 +133,9 @@ func Fsck(ctx context.Context, s *cas.Store, opts FsckOptions) (FsckResult, erro
 	}
 	if err := c.checkObjects(ctx); err != nil {
 		return c.res, err
+	}
+	if err := c.checkPacks(ctx); err != nil {
+		return c.res, fmt.Errorf("check packs: %w", err)
 	}
 	if err := c.checkInlineObjects(ctx); err != nil {
 		return c.res, fmt.Errorf("check inline objects: %w", err)
@@ -139,7 +161,10 @@ func Fsck(ctx context.Context, s *cas.Store, opts FsckOptions) (FsckResult, erro
 			if a.Path != b.Path {
 				return a.Path < b.Path
 			}
-			return a.Chunk < b.Chunk
+			if a.Chunk != b.Chunk {
+				return a.Chunk < b.Chunk
+			}
+			return a.Pack < b.Pack
 		})
 	}
 	return c.res, nil
@@ -173,8 +198,11 @@ type fscker struct {
 	deltaBase   map[cas.ID]cas.ID
 	// Queued chunks whose re-encode has begun and not finished.
 	inFlight map[cas.ID]bool
-	// Pack object sizes by pack, -1 for a missing one (checkPacked).
+	// Pack object sizes by pack, -1 for a missing one, and the pack's index
+	// rows and those a file or a delta references (checkPacked): every
+	// pack a chunk row names.
 	packSizes map[cas.ID]int64
+	packRefs  map[cas.ID]*packRefs
 }
 
 // baseFault is a base that failed the reads of deltas: the first error, and

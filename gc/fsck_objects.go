@@ -358,6 +358,18 @@ func (c *fscker) checkPacked(ctx context.Context, id cas.ID, info cas.ChunkInfo)
 		}
 		c.packSizes[info.Pack] = size
 	}
+	if c.packRefs == nil {
+		c.packRefs = map[cas.ID]*packRefs{}
+	}
+	r := c.packRefs[info.Pack]
+	if r == nil {
+		r = &packRefs{}
+		c.packRefs[info.Pack] = r
+	}
+	r.rows++
+	if c.named.has(id) || c.bases.has(id) {
+		r.referenced++
+	}
 	switch {
 	case size < 0:
 		c.chunkProblem("missing-chunk", id, "the index names it in pack %v, which has no object file", info.Pack)

@@ -94,7 +94,11 @@ func runFsck(ctx context.Context, c command, args []string, stdout, stderr io.Wr
 		if *readData {
 			fmt.Fprintf(stdout, " (%d objects read and verified)", res.ObjectsRead)
 		}
-		fmt.Fprintf(stdout, "; %d unreferenced objects (ckptfs gc frees those of deleted files at once, and any no commit ever named once older than its --grace); %d problems\n", res.Unreferenced, len(res.Problems))
+		fmt.Fprintf(stdout, "; %d unreferenced objects (ckptfs gc frees those of deleted files at once, and any no commit ever named once older than its --grace)", res.Unreferenced)
+		if res.UnreferencedPacks > 0 {
+			fmt.Fprintf(stdout, "; %d packs gc frees whole, %s (%d that no commit named: a crash's)", res.UnreferencedPacks, formatBytes(res.UnreferencedPackBytes), res.OrphanPacks)
+		}
+		fmt.Fprintf(stdout, "; %d problems\n", len(res.Problems))
 	}
 	if !res.OK() {
 		return fmt.Errorf("%w: %d problems", errFaults, len(res.Problems))

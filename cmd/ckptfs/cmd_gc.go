@@ -56,8 +56,19 @@ func runGC(ctx context.Context, c command, args []string, stdout, stderr io.Writ
 		enc.SetIndent("", "  ")
 		return enc.Encode(res)
 	}
-	bar.finish(fmt.Sprintf("gc: %s %s (%d chunks) of %d objects in %.1fs",
-		verb, formatBytes(res.FreedBytes+res.CollectResult.FreedBytes), res.Chunks+res.CollectResult.Freed, res.Objects, bar.elapsed().Seconds()))
+	sum := fmt.Sprintf("gc: %s %s (%d chunks", verb, formatBytes(res.FreedBytes+res.CollectResult.FreedBytes), res.Chunks+res.CollectResult.Freed)
+	if res.FreedPacks > 0 {
+		sum += fmt.Sprintf(", %d whole packs", res.FreedPacks)
+	}
+	switch {
+	case res.Packs == 0:
+		sum += fmt.Sprintf(") of %d objects", res.Objects)
+	case res.Objects == 0:
+		sum += fmt.Sprintf(") of %d packs", res.Packs)
+	default:
+		sum += fmt.Sprintf(") of %d objects and %d packs", res.Objects, res.Packs)
+	}
+	bar.finish(sum + fmt.Sprintf(" in %.1fs", bar.elapsed().Seconds()))
 	fmt.Fprintf(stdout, "%s %d chunks, %s (%s raw)\n", verb, res.Chunks, formatBytes(res.FreedBytes), formatBytes(res.FreedRawBytes))
 	fmt.Fprintf(stdout, "objects %d, referenced %d, unreferenced %d (%d kept: younger than %v; %d in use by commits)\n",
 		res.Objects, res.Marked, res.Unreferenced, res.Young, time.Duration(grace), res.Skipped)
@@ -66,8 +77,8 @@ func runGC(ctx context.Context, c command, args []string, stdout, stderr io.Writ
 			res.BasesKept, formatBytes(res.BasesKeptBytes), formatBytes(res.BasesKeptRawBytes), res.LiveDeltas)
 	}
 	if res.PackedChunks > 0 || res.FreedPacks > 0 || res.PackDeadBytes > 0 || res.YoungPacks > 0 {
-		fmt.Fprintf(stdout, "packs: %s %d chunks in packs, %d whole packs (%s); dead chunks in live packs hold %s (freed with each pack's last chunk); %d uncommitted packs kept: younger than %v\n",
-			verb, res.PackedChunks, res.FreedPacks, formatBytes(res.FreedPackBytes), formatBytes(res.PackDeadBytes), res.YoungPacks, time.Duration(grace))
+		fmt.Fprintf(stdout, "packs: %s %d chunks in packs, %d whole packs (%s; %d no commit named: a crash's); dead chunks in live packs hold %s (freed with each pack's last chunk); %d uncommitted packs kept: younger than %v\n",
+			verb, res.PackedChunks, res.FreedPacks, formatBytes(res.FreedPackBytes), res.OrphanPacks, formatBytes(res.PackDeadBytes), res.YoungPacks, time.Duration(grace))
 	}
 	if r := res.CollectResult; r != (remote.CollectResult{}) {
 		fmt.Fprintf(stdout, "remote: %s %d of %d chunk objects, %s (%d unreferenced kept: younger than %v)\n",
