@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 
@@ -100,6 +102,13 @@ func runDu(ctx context.Context, c command, args []string, stdout, stderr io.Writ
 			fmt.Fprintf(stdout, "%s: %s kept (%s on disk): bases of %d live deltas in other files (freed with the last of them)\n",
 				name, formatBytes(u.KeptBytes), formatBytes(u.KeptStoredBytes), u.KeptForDeltas)
 		}
+		if u.OtherNames > 0 {
+			files := fmt.Sprintf("%d files have", u.OtherNames)
+			if u.OtherNames == 1 {
+				files = "1 file has"
+			}
+			fmt.Fprintf(stdout, "%s: %s names outside it too (hard links): deleting it leaves them, and their chunks\n", name, files)
+		}
 		if u.WaitingChunks > 0 {
 			fmt.Fprintf(stdout, "%s: %d changed chunks (%s on disk) stay whole until the next save of their tensors, which stores them as deltas (mount --delta-latest)\n",
 				name, u.WaitingChunks, formatBytes(u.WaitingStoredBytes))
@@ -141,7 +150,13 @@ func duPaths(paths []string) (root string, rootDev uint64, groups [][]uint64, di
 			return "", 0, nil, nil, fmt.Errorf("%s and %s are in different mounts (%s, %s): run du once per mount", paths[0], p, root, r)
 		}
 		var st syscall.Stat_t
-		if err := syscall.Lstat(p, &st); err == nil && st.Mode&syscall.S_IFMT == syscall.S_IFDIR && st.Dev == rootDev {
+		lerr := syscall.Lstat(p, &st)
+		if lerr == nil {
+			if err := checkNotControl(p, root, &st); err != nil {
+				return "", 0, nil, nil, err
+			}
+		}
+		if lerr == nil && st.Mode&syscall.S_IFMT == syscall.S_IFDIR && st.Dev == rootDev {
 			dirs[i] = catalogIno(p, root, st.Ino)
 			continue
 		}
@@ -165,7 +180,9 @@ func duAsk(ctx context.Context, socket string, req controlRequest, n int) (duRes
 }
 
 // mountRootFor returns the root of the ckptfs mount holding p (p itself, or
-// an ancestor) and the mount's device number.
+// an ancestor) and the mount's device number. A p in a mount whose daemon is
+// gone, or that the user may not look into, fails with probeTarget's error
+// of that kind (errDaemonGone, fs.ErrPermission).
 func mountRootFor(p string) (string, uint64, error) {
 	abs, err := filepath.Abs(p)
 	if err != nil {
@@ -173,15 +190,62 @@ func mountRootFor(p string) (string, uint64, error) {
 	}
 	var st syscall.Stat_t
 	if err := syscall.Lstat(abs, &st); err != nil {
+		if errors.Is(err, syscall.ENOTCONN) || errors.Is(err, fs.ErrPermission) {
+			return "", 0, duExplain(p, err)
+		}
 		return "", 0, fmt.Errorf("%s: %w", p, err)
 	}
-	if _, err := os.Stat(filepath.Join(abs, ".ckptfs", "stats.json")); err == nil {
+	_, err = os.Stat(filepath.Join(abs, ".ckptfs", "stats.json"))
+	if err == nil {
 		return abs, st.Dev, nil
+	}
+	if errors.Is(err, syscall.ENOTCONN) || errors.Is(err, fs.ErrPermission) {
+		return "", 0, duExplain(p, err)
 	}
 	if root, ok := mountRootOf(abs, st.Dev); ok {
 		return root, st.Dev, nil
 	}
+	// The kernel may still answer stat in a dead mount from its cache;
+	// statfs always asks the daemon.
+	if err := osProber().statfs(abs); errors.Is(err, syscall.ENOTCONN) {
+		return "", 0, duExplain(p, err)
+	}
 	return "", 0, fmt.Errorf("%s is not in a ckptfs mount (du asks the daemon: give paths under a mountpoint)", p)
+}
+
+// duExplain is probeTarget's error for err, a dead mount's ENOTCONN or a
+// permission error met at p, for du: which needs the daemon, so a dead mount
+// must be mounted again (du of a store directory is no alternative).
+func duExplain(p string, err error) error {
+	if errors.Is(err, syscall.ENOTCONN) {
+		return osProber().deadMount(p, false)
+	}
+	return osProber().explain(p, err)
+}
+
+// errControlDir: du was given the mount's .ckptfs directory, or a path in it.
+var errControlDir = errors.New("ckptfs's control directory")
+
+// checkNotControl refuses p when it is the .ckptfs directory of the mount at
+// root, or below it: the mount's statistics and the manifests of its files,
+// which ckptfs makes up on the fly. They are no files of the store: du has
+// nothing to count there (the daemon, asked about the directory, would not
+// find it in the catalog). st is p's lstat.
+func checkNotControl(p, root string, st *syscall.Stat_t) error {
+	ctl := filepath.Join(root, ".ckptfs")
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return nil
+	}
+	var cs syscall.Stat_t
+	switch {
+	case abs == ctl || st.Mode&syscall.S_IFMT == syscall.S_IFDIR && syscall.Stat(ctl, &cs) == nil && cs.Dev == st.Dev && cs.Ino == st.Ino:
+		// the directory itself, or through a symbolic link (LINK/.)
+		return fmt.Errorf("%s is %w (the mount's statistics and the manifests of its files, made up on the fly), not files of the store: du has nothing to count there; give paths of the mount outside .ckptfs", p, errControlDir)
+	case strings.HasPrefix(abs, ctl+"/"):
+		return fmt.Errorf("%s is in %s, %w (the mount's statistics and the manifests of its files, made up on the fly), not files of the store: du has nothing to count there; give paths of the mount outside .ckptfs", p, ctl, errControlDir)
+	}
+	return nil
 }
 
 // inodesUnder lists the inode numbers of the regular files at or below p, on

@@ -280,14 +280,14 @@ func modeType(m uint32) fs.FileMode {
 // chunks the copy stored raw, reporting that as phase "encode", and says how
 // many.
 func importMount(ctx context.Context, target string, encoders int, stderr io.Writer) (string, func(progress func(gc.Progress)) (int, error), error) {
-	if _, err := os.Stat(filepath.Join(target, ".ckptfs", "stats.json")); err == nil {
+	// A dead mount, or a store of another user, fails with probeTarget's
+	// error of that kind; a TARGET that does not exist is a new store.
+	kind, _, err := probeTarget(target)
+	switch {
+	case err == nil && kind == kindMount:
 		return target, func(func(gc.Progress)) (int, error) { return 0, nil }, nil
-	}
-	_, err := os.Stat(filepath.Join(target, "catalog.db"))
-	if err != nil {
-		if _, serr := os.Stat(target); !errors.Is(serr, fs.ErrNotExist) {
-			return "", nil, fmt.Errorf("%s is neither a ckptfs mountpoint nor a store (is its daemon running?)", target)
-		}
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		return "", nil, err
 	}
 	// The mount's default without a remote: the latest save stays whole.
 	store, err := openStore(target, storeOptions(runtime.GOMAXPROCS(0), encoders, cas.Options{DeltaLatestWhole: true}))

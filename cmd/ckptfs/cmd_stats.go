@@ -6,9 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"text/tabwriter"
 
 	"github.com/ckptfs/ckptfs/cas"
@@ -60,32 +57,26 @@ func runStats(ctx context.Context, c command, args []string, stdout, stderr io.W
 }
 
 // readStats reads PATH/.ckptfs/stats.json of a mount, or opens an unmounted
-// store read-only.
+// store read-only. What PATH is, and the errors when it is neither (a dead
+// mount, a directory the user may not read), are probeTarget's.
 func readStats(path string) (map[string]any, error) {
-	fi, err := os.Stat(path)
+	kind, data, err := probeTarget(path)
 	if err != nil {
 		return nil, err
 	}
-	if !fi.IsDir() {
-		return nil, fmt.Errorf("%s is a file: give a mountpoint or a store directory", path)
-	}
-	data, err := os.ReadFile(filepath.Join(path, ".ckptfs", "stats.json"))
-	if err == nil {
+	if kind == kindMount {
 		var m map[string]any
 		if err := json.Unmarshal(data, &m); err != nil {
 			return nil, fmt.Errorf("%s: bad stats.json: %w", path, err)
 		}
 		return m, nil
 	}
-	if !errors.Is(err, fs.ErrNotExist) {
-		return nil, err
-	}
 	store, err := openStore(path, cas.Options{ReadOnly: true})
 	if errors.Is(err, cas.ErrLocked) {
 		return nil, fmt.Errorf("%w: run stats on its mountpoint instead", err)
 	}
 	if errors.Is(err, cas.ErrNotStore) {
-		return nil, fmt.Errorf("%s is neither a ckptfs mountpoint nor a store", path)
+		return nil, fmt.Errorf("%s is %w", path, errNotTarget)
 	}
 	if err != nil {
 		return nil, err

@@ -7,11 +7,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log"
 	"net"
 	"os"
+	"os/user"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -289,10 +295,13 @@ type target struct {
 }
 
 // resolveTarget finds the store behind PATH: a mountpoint (its stats.json
-// names the store) or a store directory.
+// names the store) or a store directory. Its errors are probeTarget's.
 func resolveTarget(p string) (target, error) {
-	data, err := os.ReadFile(filepath.Join(p, ".ckptfs", "stats.json"))
-	if err == nil {
+	kind, data, err := probeTarget(p)
+	if err != nil {
+		return target{}, err
+	}
+	if kind == kindMount {
 		var st struct {
 			Store string `json:"store"`
 		}
@@ -301,9 +310,6 @@ func resolveTarget(p string) (target, error) {
 		}
 		return target{storeDir: st.Store, socket: filepath.Join(st.Store, socketName)}, nil
 	}
-	if _, err := os.Stat(filepath.Join(p, "catalog.db")); err != nil {
-		return target{}, fmt.Errorf("%s is neither a ckptfs mountpoint nor a store", p)
-	}
 	// A store its daemon has open: ask the daemon, which holds the store's lock.
 	if sock := filepath.Join(p, socketName); isSocket(sock) {
 		if abs, err := filepath.Abs(p); err == nil {
@@ -311,6 +317,314 @@ func resolveTarget(p string) (target, error) {
 		}
 	}
 	return target{storeDir: p}, nil
+}
+
+// What probeTarget finds a path to be, besides the errors of its own kind
+// (a path that does not exist, a file, another error of the file system).
+// Each is an error errors.Is tells apart.
+var (
+	// errDaemonGone: the path is in a ckptfs mount whose daemon has died
+	// (killed, crashed). The kernel keeps such a mount until it is unmounted
+	// and answers everything in it with ENOTCONN ("transport endpoint is not
+	// connected"), which the error wraps too.
+	errDaemonGone = errors.New("the ckptfs daemon of this mount is gone")
+	// errNotTarget: the path is a directory that is neither a ckptfs
+	// mountpoint nor a store.
+	errNotTarget = errors.New("neither a ckptfs mountpoint nor a store")
+)
+
+// targetKind is what probeTarget found.
+type targetKind int
+
+const (
+	kindStore targetKind = iota + 1 // a store directory (with a catalog)
+	kindMount                       // a live ckptfs mountpoint
+)
+
+// prober is what probeTarget asks of the system; tests replace it.
+type prober struct {
+	stat     func(name string) (fs.FileInfo, error)
+	readFile func(name string) ([]byte, error)
+	// statfs is statfs(2)'s error: unlike stat(2), which the kernel may
+	// answer from its attribute cache, it always asks a FUSE daemon.
+	statfs func(name string) error
+	// mounts lists this process's mounts (/proc/self/mountinfo).
+	mounts func() ([]mountEntry, error)
+	euid   int
+}
+
+// osProber returns the prober of the running process.
+func osProber() prober {
+	return prober{
+		stat:     os.Stat,
+		readFile: os.ReadFile,
+		statfs: func(name string) error {
+			var st syscall.Statfs_t
+			return syscall.Statfs(name, &st)
+		},
+		mounts: readMountinfo,
+		euid:   os.Geteuid(),
+	}
+}
+
+// probeTarget tells what p, given to gc, fsck, stats, du or import, is: a
+// live ckptfs mountpoint (stats is then its .ckptfs/stats.json) or a store
+// directory. What stops it is an error of its own, for errors.Is:
+//   - p does not exist: fs.ErrNotExist;
+//   - p is in a mount whose daemon is gone: errDaemonGone and
+//     syscall.ENOTCONN, saying how to unmount and mount again;
+//   - the user may not look into p: fs.ErrPermission (the syscall.EACCES or
+//     EPERM met), naming the directory that refused, its owner and mode;
+//   - p is a file, or a directory that is neither (errNotTarget).
+//
+// A permission error is not taken for "not a mountpoint": a store of another
+// user (0700) would then be read as a mountpoint without stats.json, or as
+// neither.
+func probeTarget(p string) (targetKind, []byte, error) {
+	return osProber().probe(p)
+}
+
+func (pr prober) probe(p string) (targetKind, []byte, error) {
+	fi, err := pr.stat(p)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return 0, nil, fmt.Errorf("%s: %w", p, syscall.ENOENT)
+		}
+		return 0, nil, pr.explain(p, err)
+	}
+	if !fi.IsDir() {
+		return 0, nil, fmt.Errorf("%s is a file: give a mountpoint or a store directory", p)
+	}
+	data, err := pr.readFile(filepath.Join(p, ".ckptfs", "stats.json"))
+	if err == nil {
+		return kindMount, data, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
+		return 0, nil, pr.explain(p, err)
+	}
+	_, err = pr.stat(filepath.Join(p, "catalog.db"))
+	if err == nil {
+		return kindStore, nil, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return 0, nil, pr.explain(p, err)
+	}
+	// A dead mount's directories may still stat from the kernel's cache,
+	// and a name it once looked up in vain from its negative cache.
+	if err := pr.statfs(p); errors.Is(err, syscall.ENOTCONN) {
+		return 0, nil, pr.deadMount(p, true)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		if root, ok := mountRootOf(p, st.Dev); ok {
+			return 0, nil, fmt.Errorf("%s is %w: it is a directory in the ckptfs mount at %s; give that mountpoint", p, errNotTarget, root)
+		}
+	}
+	return 0, nil, fmt.Errorf("%s is %w", p, errNotTarget)
+}
+
+// explain turns err, met looking into p, into probeTarget's error: a dead
+// mount, a permission error, or err as it is, naming p.
+func (pr prober) explain(p string, err error) error {
+	switch {
+	case errors.Is(err, syscall.ENOTCONN):
+		return pr.deadMount(p, true)
+	case errors.Is(err, fs.ErrPermission):
+		return pr.permission(p, err)
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) && pe.Path == p {
+		return err // names p already
+	}
+	return fmt.Errorf("%s: %w", p, err)
+}
+
+// deadMount is the error for p, in a ckptfs mount whose daemon is gone. It
+// names the mountpoint and the store (the mount's source, "ckptfs:STORE")
+// when /proc/self/mountinfo has them, and says what to do: unmount and mount
+// again, or, when storeWorks (not for du, which needs a daemon), that gc,
+// fsck, stats and import also take the store directory, which the dead
+// daemon's lock no longer holds.
+func (pr prober) deadMount(p string, storeWorks bool) error {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		abs = p
+	}
+	mnt, store := abs, "STORE"
+	if m, ok := pr.mountOf(abs); ok {
+		mnt = m.point
+		if s, ok := m.store(); ok {
+			store = s
+		}
+	}
+	var where string
+	if mnt != abs {
+		where = fmt.Sprintf(" (the mount at %s)", mnt)
+	}
+	var alt string
+	if storeWorks {
+		alt = fmt.Sprintf("; gc, fsck, stats and import also work on the store directory, %s, itself", store)
+	}
+	return fmt.Errorf("%s: %w%s: the mount is still there but not connected (%w); mount again with `ckptfs mount %s %s` (which clears the stale mount) or unmount it with `%s`%s",
+		p, errDaemonGone, where, syscall.ENOTCONN, store, mnt, unmountCommandFor(pr.euid, mnt), alt)
+}
+
+// unmountCommandFor is unmountCommand for the user euid.
+func unmountCommandFor(euid int, mnt string) string {
+	if euid == 0 {
+		return "umount " + mnt
+	}
+	return "fusermount3 -u " + mnt
+}
+
+// permission is the error for err, a permission error met looking into p. It
+// wraps err's errno (syscall.EACCES or EPERM) and says whose the directory
+// that refused is: a ckptfs mount, which serves only the user who mounted
+// it (unless mounted with --allow-other), or the nearest directory at or
+// above p that stats (a store is 0700, its owner's alone).
+func (pr prober) permission(p string, err error) error {
+	var errno syscall.Errno
+	if !errors.As(err, &errno) {
+		return fmt.Errorf("%s: %w", p, err)
+	}
+	abs, aerr := filepath.Abs(p)
+	if aerr != nil {
+		return fmt.Errorf("%s: %w", p, err)
+	}
+	if m, ok := pr.mountOf(abs); ok && m.fstype == "fuse.ckptfs" && m.uid >= 0 && m.uid != pr.euid {
+		who := userName(m.uid)
+		where := "it is the ckptfs mount of " + who
+		if m.point != resolvePrefix(abs) {
+			where = fmt.Sprintf("it is in the ckptfs mount at %s of %s", m.point, who)
+		}
+		return fmt.Errorf("%s: %w: %s, which serves only that user (unless mounted with --allow-other); run as %s", p, errno, where, who)
+	}
+	for dir := abs; ; dir = filepath.Dir(dir) {
+		fi, serr := pr.stat(dir)
+		st, ok := sysStat(fi)
+		if serr == nil && ok {
+			what, why := "the directory "+dir, ""
+			if dir == abs {
+				what, why = "it", "; a store is private to its owner"
+			}
+			if int(st.Uid) == pr.euid {
+				return fmt.Errorf("%s: %w: %s is yours (mode %04o)", p, errno, what, fi.Mode().Perm())
+			}
+			who := userName(int(st.Uid))
+			return fmt.Errorf("%s: %w: %s belongs to %s (mode %04o%s); run as %s", p, errno, what, who, fi.Mode().Perm(), why, who)
+		}
+		if dir == "/" || dir == "." {
+			return fmt.Errorf("%s: %w", p, errno)
+		}
+	}
+}
+
+// sysStat is fi's stat(2) record, if it has one.
+func sysStat(fi fs.FileInfo) (*syscall.Stat_t, bool) {
+	if fi == nil {
+		return nil, false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return st, ok
+}
+
+// userName is uid's login name, or "uid N" when it has none.
+func userName(uid int) string {
+	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
+		return u.Username
+	}
+	return fmt.Sprintf("uid %d", uid)
+}
+
+// mountEntry is a mount, from a line of /proc/self/mountinfo.
+type mountEntry struct {
+	point  string // the mountpoint
+	fstype string // "fuse.ckptfs" for a ckptfs mount
+	source string // "ckptfs:STORE" for a ckptfs mount
+	uid    int    // a FUSE mount's user_id option (who mounted it), or -1
+}
+
+// store is the store a ckptfs mount serves.
+func (m mountEntry) store() (string, bool) {
+	if m.fstype != "fuse.ckptfs" {
+		return "", false
+	}
+	s, ok := strings.CutPrefix(m.source, "ckptfs:")
+	return s, ok && s != ""
+}
+
+// readMountinfo reads /proc/self/mountinfo.
+func readMountinfo() ([]mountEntry, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return parseMountinfo(f)
+}
+
+// parseMountinfo reads mountinfo lines: "ID PARENT MAJ:MIN ROOT MOUNTPOINT
+// OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTIONS", octal-escaped.
+func parseMountinfo(r io.Reader) ([]mountEntry, error) {
+	var out []mountEntry
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		sep := slices.Index(fields, "-")
+		if len(fields) < 5 || sep < 5 || len(fields) < sep+3 {
+			continue
+		}
+		m := mountEntry{point: unescapeMountinfo(fields[4]), fstype: fields[sep+1], source: unescapeMountinfo(fields[sep+2]), uid: -1}
+		if len(fields) > sep+3 {
+			for _, o := range strings.Split(fields[sep+3], ",") {
+				if v, ok := strings.CutPrefix(o, "user_id="); ok {
+					if n, err := strconv.Atoi(v); err == nil {
+						m.uid = n
+					}
+				}
+			}
+		}
+		out = append(out, m)
+	}
+	return out, sc.Err()
+}
+
+// mountOf is the mount holding abs, an absolute path: the last mount (the
+// top of a stack) whose mountpoint is abs or its nearest ancestor.
+// Symbolic links in abs are resolved as far as they can be (not inside a
+// dead mount, where every lookup fails).
+func (pr prober) mountOf(abs string) (mountEntry, bool) {
+	ms, err := pr.mounts()
+	if err != nil {
+		return mountEntry{}, false
+	}
+	real := resolvePrefix(abs)
+	var best mountEntry
+	found := false
+	for _, m := range ms {
+		if m.point != "/" && real != m.point && !strings.HasPrefix(real, m.point+"/") {
+			continue
+		}
+		if !found || len(m.point) >= len(best.point) {
+			best, found = m, true
+		}
+	}
+	return best, found
+}
+
+// resolvePrefix resolves the symbolic links of the longest part of abs that
+// filepath.EvalSymlinks resolves, keeping the rest as it is.
+func resolvePrefix(abs string) string {
+	rest := ""
+	for dir := abs; ; dir = filepath.Dir(dir) {
+		if real, err := filepath.EvalSymlinks(dir); err == nil {
+			return filepath.Join(real, rest)
+		}
+		if dir == "/" || dir == "." {
+			return abs
+		}
+		rest = filepath.Join(filepath.Base(dir), rest)
+	}
 }
 
 // callDaemon sends req to the daemon and decodes its result into out, passing
