@@ -85,14 +85,7 @@ func TestLatestWholeReleasedByStoredContent(t *testing.T) {
 		cas0: cas.Options{DeltaLatestWhole: true}, opts: []Option{WithReencodeIdle(time.Hour)}}
 	m.mount()
 	t.Cleanup(m.unmount)
-	waiting := func() int64 {
-		t.Helper()
-		var n int64
-		if err := m.cas.View(func(tx *cas.Tx) error { n = tx.Counts().DeltaWaiting; return nil }); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	waiting := func() int64 { return deltaWaiting(t, m) }
 	for i, step := range []int{1, 2, 1} {
 		dir := m.path(fmt.Sprintf("run/%d", i))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -139,14 +132,7 @@ func TestHintPassesStepsWithoutTheFile(t *testing.T) {
 		}
 		return got
 	}
-	waiting := func() int64 {
-		t.Helper()
-		var n int64
-		if err := m.cas.View(func(tx *cas.Tx) error { n = tx.Counts().DeltaWaiting; return nil }); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	waiting := func() int64 { return deltaWaiting(t, m) }
 	mkdir := func(step string) {
 		t.Helper()
 		if err := os.MkdirAll(m.path("run/"+step), 0o755); err != nil {
@@ -191,4 +177,14 @@ func TestHintPassesStepsWithoutTheFile(t *testing.T) {
 	if walked > 4*maxHintSiblings {
 		t.Errorf("the search read %d directory rows", walked)
 	}
+}
+
+// deltaWaiting is the store's delta_waiting counter.
+func deltaWaiting(t *testing.T, m *testMount) int64 {
+	t.Helper()
+	var n int64
+	if err := m.cas.View(func(tx *cas.Tx) error { n = tx.Counts().DeltaWaiting; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
