@@ -17,7 +17,13 @@ import (
 
 // tensorDiff is one tensor's fate from A to B.
 type tensorDiff struct {
-	Name   string  `json:"name"`
+	// Name is the tensor's identity: its name, or FILE:NAME where several
+	// files of a step directory hold the name (see "Tensor identity" in
+	// runhistory.go).
+	Name string `json:"name"`
+	// File is the file holding it in a step directory B (in A when
+	// removed), relative to the directory; empty for a lone file.
+	File   string  `json:"file,omitempty"`
 	Status string  `json:"status"` // same, changed, added, removed
 	Bytes  int64   `json:"bytes"`  // the tensor's size in B (in A when removed)
 	DType  string  `json:"dtype"`
@@ -52,10 +58,10 @@ func runDiff(ctx context.Context, c command, args []string, stdout, stderr io.Wr
 	if err != nil {
 		return err
 	}
-	if err := checkComparable(a, b); err != nil {
+	if err := checkComparable(a.fileView, b.fileView); err != nil {
 		return err
 	}
-	res := diffViews(a, b)
+	res := diffSides(a, b)
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -100,19 +106,47 @@ func checkComparable(a, b *fileView) error {
 	}
 }
 
+// diffSide is one side of a diff: a file's view, or a step directory's as
+// one view, with the file holding each of its tensors.
+type diffSide struct {
+	*fileView
+	// files[i] is the path of the file holding Index.Tensors[i], relative
+	// to the directory and slash-separated; nil for a lone file.
+	files []string
+}
+
+// file is the file holding the i'th tensor: for a lone file, its name.
+func (s diffSide) file(i int) string {
+	if s.files == nil {
+		return filepath.Base(s.Path)
+	}
+	return s.files[i]
+}
+
+// fileTensors lists the side's tensors with their files.
+func (s diffSide) fileTensors() []fileTensor {
+	ts := make([]fileTensor, len(s.Index.Tensors))
+	for i, t := range s.Index.Tensors {
+		ts[i] = fileTensor{file: s.file(i), name: t.Name, hash: t.Hash}
+	}
+	return ts
+}
+
 // loadDiffView loads a file, or a directory (a step of a sharded checkpoint:
 // model-00001-of-00004.safetensors and the like) as one view: the tensors of
-// every checkpoint file in it, the chunks of every file.
-func loadDiffView(ctx context.Context, path string) (*fileView, error) {
+// every checkpoint file in it, under their own names (diffSides names them
+// as log does), the chunks of every file.
+func loadDiffView(ctx context.Context, path string) (diffSide, error) {
 	st, err := os.Stat(path)
 	if err != nil {
-		return nil, err
+		return diffSide{}, err
 	}
 	if !st.IsDir() {
-		return loadFileView(ctx, path)
+		v, err := loadFileView(ctx, path)
+		return diffSide{fileView: v}, err
 	}
-	v := &fileView{Path: path, Index: &fusefs.FileIndex{Format: "directory"}}
-	seen := map[string]bool{}
+	side := diffSide{fileView: &fileView{Path: path, Index: &fusefs.FileIndex{Format: "directory"}}, files: []string{}}
+	v := side.fileView
 	roots := newMountRoots() // a step of 1,000 ranks' files: one look-up
 	err = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -132,20 +166,18 @@ func loadDiffView(ctx context.Context, path string) (*fileView, error) {
 		v.Size += fv.Size
 		v.Chunks = append(v.Chunks, fv.Chunks...)
 		if fv.Index != nil {
+			rel = filepath.ToSlash(rel)
 			for _, t := range fv.Index.Tensors {
-				if seen[t.Name] { // two files of the step name one tensor: tell them apart
-					t.Name = rel + ":" + t.Name
-				}
-				seen[t.Name] = true
 				v.Index.Tensors = append(v.Index.Tensors, t)
+				side.files = append(side.files, rel)
 			}
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return diffSide{}, err
 	}
-	return v, nil
+	return side, nil
 }
 
 // diffViews pairs A's and B's tensors by name, whatever the files' formats:
@@ -157,60 +189,90 @@ func loadDiffView(ctx context.Context, path string) (*fileView, error) {
 // torch tensor that views part of a larger storage is named by the storage,
 // so it reads as "changed" against the same bytes stored on their own.
 func diffViews(a, b *fileView) diffResult {
+	return diffSides(diffSide{fileView: a}, diffSide{fileView: b})
+}
+
+// diffSides is diffViews of two sides, files or step directories. Tensors
+// are named and paired by their identity, as log pairs them (see "Tensor
+// identity" in runhistory.go): by name, or by FILE:NAME where A or B holds
+// the name in several files. The names of the entries are these identities.
+func diffSides(a, b diffSide) diffResult {
 	res := diffResult{Counts: map[string]int{}, Bytes: map[string]int64{}, Tensors: []tensorDiff{}, Unit: "tensors"}
 	if formats.IsPartFormat(a.Index.Format) && a.Index.Format == b.Index.Format {
 		res.Unit = partUnit(b.Index.Tensors)
 	}
-	inA := map[string]fusefs.TensorEntry{}
-	for _, t := range a.Index.Tensors {
-		inA[t.Name] = t
+	ta, tb := a.fileTensors(), b.fileTensors()
+	sa, sb := sharedNames(ta), sharedNames(tb)
+	entries := func(s diffSide, ts []fileTensor) []tensorDiff {
+		out := make([]tensorDiff, len(ts))
+		for i, t := range s.Index.Tensors {
+			out[i] = tensorDiff{Name: tensorID(ts[i].file, t.Name, sa, sb), Bytes: t.Length, DType: t.DType, Shape: t.Shape}
+			if s.files != nil {
+				out[i].File = ts[i].file
+			}
+		}
+		return out
 	}
+	ea, eb := entries(a, ta), entries(b, tb)
 	if res.Unit == "buffers" {
 		// A pickle's buffers are numbered in file order, so one added in
 		// the middle renumbers those after it: pair them by their bytes.
-		return diffByHash(a, b, res)
+		return diffByHash(a.fileView, b.fileView, ea, eb, res)
+	}
+	inA := map[string]string{} // identity -> hash
+	for i, t := range a.Index.Tensors {
+		inA[ea[i].Name] = t.Hash
 	}
 	inB := map[string]bool{}
-	for _, t := range b.Index.Tensors {
-		inB[t.Name] = true
-		d := tensorDiff{Name: t.Name, Bytes: t.Length, DType: t.DType, Shape: t.Shape}
-		old, ok := inA[t.Name]
+	for i, t := range b.Index.Tensors {
+		d := eb[i]
+		if inB[d.Name] { // a name twice in one file: once, as log counts it
+			continue
+		}
+		inB[d.Name] = true
+		old, ok := inA[d.Name]
 		switch {
 		case !ok:
 			d.Status = "added"
-		case old.Hash == t.Hash:
+		case old == t.Hash:
 			d.Status = "same"
 		default:
 			d.Status = "changed"
 		}
 		res.Tensors = append(res.Tensors, d)
 	}
-	for _, t := range a.Index.Tensors {
-		if !inB[t.Name] {
-			res.Tensors = append(res.Tensors, tensorDiff{Name: t.Name, Status: "removed", Bytes: t.Length, DType: t.DType, Shape: t.Shape})
+	for i := range a.Index.Tensors {
+		if d := ea[i]; !inB[d.Name] {
+			inB[d.Name] = true
+			d.Status = "removed"
+			res.Tensors = append(res.Tensors, d)
 		}
 	}
-	return finishDiff(a, b, res)
+	return finishDiff(a.fileView, b.fileView, res)
 }
 
-// diffByHash classifies B's entries as same (A has the same bytes, under
-// any name) or added, and A's entries whose bytes B lacks as removed.
-func diffByHash(a, b *fileView, res diffResult) diffResult {
+// diffByHash classifies B's entries (eb, of b's tensors) as same (A has the
+// same bytes, under any name) or added, and A's entries (ea) whose bytes B
+// lacks as removed.
+func diffByHash(a, b *fileView, ea, eb []tensorDiff, res diffResult) diffResult {
 	inA, inB := map[string]bool{}, map[string]bool{}
 	for _, t := range a.Index.Tensors {
 		inA[t.Hash] = true
 	}
-	for _, t := range b.Index.Tensors {
+	for i, t := range b.Index.Tensors {
 		inB[t.Hash] = true
-		d := tensorDiff{Name: t.Name, Bytes: t.Length, DType: t.DType, Shape: t.Shape, Status: "added"}
+		d := eb[i]
+		d.Status = "added"
 		if inA[t.Hash] {
 			d.Status = "same"
 		}
 		res.Tensors = append(res.Tensors, d)
 	}
-	for _, t := range a.Index.Tensors {
+	for i, t := range a.Index.Tensors {
 		if !inB[t.Hash] {
-			res.Tensors = append(res.Tensors, tensorDiff{Name: t.Name, Status: "removed", Bytes: t.Length, DType: t.DType, Shape: t.Shape})
+			d := ea[i]
+			d.Status = "removed"
+			res.Tensors = append(res.Tensors, d)
 		}
 	}
 	return finishDiff(a, b, res)

@@ -31,12 +31,12 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 
@@ -112,12 +112,13 @@ type stepRow struct {
 	UniqueBytes    int64     `json:"unique_bytes"`    // bytes of the step's distinct chunks
 	AddedBytes     int64     `json:"added_bytes"`     // bytes of distinct chunks new to the store: no earlier step of the run has them, nor (in a mount) a file outside the run committed before the step
 	AddedChunks    int       `json:"added_chunks"`    // how many such chunks
-	Tensors        int       `json:"tensors"`         // distinct tensor names in the step's checkpoint files
-	TensorsChanged int       `json:"tensors_changed"` // names whose bytes differ from the previous step, added or removed (all, at the first step)
+	Tensors        int       `json:"tensors"`         // the step's tensors: one per name, one per file holding it where several files do (see "Tensor identity")
+	TensorsChanged int       `json:"tensors_changed"` // tensors whose bytes differ from the previous step's, added or removed: diff's changed+added+removed (all, at the first step)
 	PendingFiles   int       `json:"pending_files,omitempty"`
 	Metrics        metricMap `json:"metrics"`
 
-	// tensors maps each tensor name to its content key (tensorKey).
+	// tensors maps each tensor's identity (tensorID, qualified as the
+	// report's grid needs: see finishHistory) to its hash.
 	tensors map[string]string
 }
 
@@ -196,11 +197,18 @@ func finishHistory(ctx context.Context, h *runHistory, rows []loadedStep) (*runH
 	if err != nil {
 		return nil, err
 	}
-	seen := map[string]bool{} // chunks of earlier steps
-	var prev map[string]string
+	// The report draws one grid row per tensor across the run: a name that
+	// several files hold at any step is FILE:NAME at every step.
+	runShared := map[string]bool{}
 	for _, row := range rows {
-		row.TensorsChanged = tensorsChanged(prev, row.tensors)
-		prev = row.tensors
+		maps.Copy(runShared, sharedNames(row.fileTensors))
+	}
+	seen := map[string]bool{} // chunks of earlier steps
+	var prev []fileTensor
+	for _, row := range rows {
+		row.TensorsChanged = tensorsChanged(prev, row.fileTensors)
+		prev = row.fileTensors
+		row.tensors = tensorKeys(row.fileTensors, runShared)
 		for id, n := range row.chunks {
 			if seen[id] {
 				continue
@@ -251,10 +259,11 @@ func earliestOutside(ctx context.Context, runDir string, rows []loadedStep) (map
 	return out, nil
 }
 
-// loadedStep is a stepRow with the step's distinct chunks.
+// loadedStep is a stepRow with the step's distinct chunks and tensors.
 type loadedStep struct {
 	stepRow
-	chunks map[string]uint32
+	chunks      map[string]uint32
+	fileTensors []fileTensor
 	// In a mount: the files' inode numbers, and the earliest ctime (commit
 	// time) of the step's files.
 	inos  []uint64
@@ -268,7 +277,7 @@ const viewWorkers = 4
 
 func newLoadedStep(sd stepDir) loadedStep {
 	return loadedStep{
-		stepRow: stepRow{Step: sd.Step, Name: sd.Name, Path: sd.Path, tensors: map[string]string{}},
+		stepRow: stepRow{Step: sd.Step, Name: sd.Name, Path: sd.Path},
 		chunks:  map[string]uint32{},
 	}
 }
@@ -325,9 +334,6 @@ func loadStep(ctx context.Context, sd stepDir) (loadedStep, []string, error) {
 // addFiles counts the step's files: views[i] (nil for a file with no
 // committed content yet) of sizes[i] bytes.
 func (row *loadedStep) addFiles(sd stepDir, views []*fileView, sizes []int64) {
-	// Tensor names may repeat across a step's files (a model and an optimizer
-	// file); such a name's key combines every file's hash.
-	perName := map[string][]string{}
 	for i, v := range views {
 		row.Files++
 		row.LogicalBytes += sizes[i]
@@ -351,38 +357,94 @@ func (row *loadedStep) addFiles(sd stepDir, views []*fileView, sizes []int64) {
 			continue
 		}
 		rel, _ := filepath.Rel(sd.Path, v.Path) // v.Path is below sd.Path
+		rel = filepath.ToSlash(rel)
 		for _, t := range v.Index.Tensors {
-			perName[t.Name] = append(perName[t.Name], rel+"="+t.Hash)
+			row.fileTensors = append(row.fileTensors, fileTensor{file: rel, name: t.Name, hash: t.Hash})
 		}
 	}
-	for name, keys := range perName {
-		row.tensors[name] = tensorKey(keys)
-	}
-	row.Tensors = len(row.tensors)
+	row.Tensors = len(tensorKeys(row.fileTensors, sharedNames(row.fileTensors)))
 }
 
-// tensorKey is a tensor name's content key in a step: its hash when one file
-// has it, else every file=hash, sorted.
-func tensorKey(fileHashes []string) string {
-	if len(fileHashes) == 1 {
-		_, h, _ := strings.Cut(fileHashes[0], "=")
-		return h
+// Tensor identity: how log (TENSORS, CHANGED), diff and report tell a
+// step's tensors apart and pair them between steps.
+//
+// A tensor of a step is a name in one of its checkpoint files: the pair
+// (file, name), the file's path relative to the step directory. It goes by
+// its bare name when one file of the step holds that name: a lone checkpoint
+// file, or the shards of a sharded one (a tensor that moves to another shard
+// unchanged is the same tensor). When several files of the step hold the name
+// (model.pt beside its model.safetensors export, a model and its EMA copy),
+// each file's copy is a tensor of its own and every copy goes by FILE:NAME
+// (model.pt:w1, model.safetensors:w1), so that no row is left bare beside
+// its twin. Comparing two steps (diff A B; log's CHANGED, against the
+// previous step), a name is qualified in both when either holds it in
+// several files, so that each copy pairs with its own file's copy in the
+// other step: dropping the model.pt export reads as model.pt:w1 removed,
+// model.safetensors:w1 same. So for two steps A and B, log's TENSORS of B
+// is diff's same+changed+added, of A same+changed+removed, and its CHANGED
+// of B diff's changed+added+removed. The report draws one row per tensor
+// over the whole run, so it qualifies a name at every step when any step
+// holds it in several files.
+
+// fileTensor is one tensor of a step: the file holding it (relative to the
+// step directory, slash-separated), its name and its hash.
+type fileTensor struct{ file, name, hash string }
+
+// sharedNames returns the names that more than one file of ts holds (nil if
+// none).
+func sharedNames(ts []fileTensor) map[string]bool {
+	var shared map[string]bool
+	first := make(map[string]string, len(ts))
+	for _, t := range ts {
+		f, ok := first[t.name]
+		switch {
+		case !ok:
+			first[t.name] = t.file
+		case f != t.file:
+			if shared == nil {
+				shared = map[string]bool{}
+			}
+			shared[t.name] = true
+		}
 	}
-	sort.Strings(fileHashes)
-	return strings.Join(fileHashes, ";")
+	return shared
 }
 
-// tensorsChanged counts the names whose key differs between prev and cur,
-// including names only one of them has.
-func tensorsChanged(prev, cur map[string]string) int {
+// tensorID is a tensor's identity: FILE:NAME when one of qualify has its
+// name, else NAME.
+func tensorID(file, name string, qualify ...map[string]bool) string {
+	for _, q := range qualify {
+		if q[name] {
+			return file + ":" + name
+		}
+	}
+	return name
+}
+
+// tensorKeys maps the identities of ts (tensorID with qualify) to their
+// hashes.
+func tensorKeys(ts []fileTensor, qualify ...map[string]bool) map[string]string {
+	keys := make(map[string]string, len(ts))
+	for _, t := range ts {
+		keys[tensorID(t.file, t.name, qualify...)] = t.hash
+	}
+	return keys
+}
+
+// tensorsChanged counts the tensors of cur whose hash differs from prev's,
+// and those only one of them has, identified as diff of the two steps
+// identifies them.
+func tensorsChanged(prev, cur []fileTensor) int {
+	sp, sc := sharedNames(prev), sharedNames(cur)
+	a, b := tensorKeys(prev, sp, sc), tensorKeys(cur, sp, sc)
 	n := 0
-	for name, k := range cur {
-		if old, ok := prev[name]; !ok || old != k {
+	for id, h := range b {
+		if old, ok := a[id]; !ok || old != h {
 			n++
 		}
 	}
-	for name := range prev {
-		if _, ok := cur[name]; !ok {
+	for id := range a {
+		if _, ok := b[id]; !ok {
 			n++
 		}
 	}
