@@ -225,7 +225,7 @@ var tempSuffixes = []string{".tmp", ".temp", ".part", ".partial", ".incomplete",
 // name stands for the visible one: ".model.safetensors.tmp" and
 // ".model.safetensors.ckptfs-import-1234" (`ckptfs import`), and rsync's
 // ".model.safetensors.Xy12Ab" (mkstemp's six letters or digits after the
-// name), are "model.safetensors". A name taken for a temporary one that is
+// name: mkstempSuffix), are "model.safetensors". A name taken for a temporary one that is
 // not costs a lookup that finds nothing, or a delta that does not pay.
 func finalName(name string) string {
 	for _, suf := range tempSuffixes {
@@ -238,10 +238,28 @@ func finalName(name string) string {
 			}
 		}
 	}
-	if i := strings.LastIndexByte(name, '.'); i > 1 && name[0] == '.' && len(name)-i-1 == 6 && alnum(name[i+1:]) {
+	if i := strings.LastIndexByte(name, '.'); i > 1 && name[0] == '.' && len(name)-i-1 == 6 && mkstempSuffix(name[i+1:]) {
 		return name[1:i] // rsync: .NAME.XXXXXX
 	}
 	return name
+}
+
+// mkstempSuffix reports whether s looks like mkstemp's random letters: all
+// ASCII letters and digits, with a digit or a capital among them (".model.pickle"
+// is a hidden file, not an rsync temporary; one in about 200 random
+// suffixes is all small letters and is missed: no hint for that file).
+func mkstempSuffix(s string) bool {
+	mixed := false
+	for i := range len(s) {
+		switch c := s[i]; {
+		case '0' <= c && c <= '9', 'A' <= c && c <= 'Z':
+			mixed = true
+		case 'a' <= c && c <= 'z':
+		default:
+			return false
+		}
+	}
+	return mixed
 }
 
 // unhidden is name without its leading dot, unless that would leave nothing.
@@ -250,14 +268,4 @@ func unhidden(name string) string {
 		return name[1:]
 	}
 	return name
-}
-
-// alnum reports whether s is all ASCII letters and digits.
-func alnum(s string) bool {
-	for i := range len(s) {
-		if c := s[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') {
-			return false
-		}
-	}
-	return true
 }

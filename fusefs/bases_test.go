@@ -27,6 +27,7 @@ func TestFinalName(t *testing.T) {
 		".model.safetensors.Xy12Ab":             "model.safetensors", // rsync
 		".model.safetensors.Xy12A":              ".model.safetensors.Xy12A",
 		".model.safetensors.Xy-2Ab":             ".model.safetensors.Xy-2Ab",
+		".model.pickle":                         ".model.pickle", // a hidden file, six small letters
 		".bashrc":                               ".bashrc",
 		"..tmp":                                 "..tmp",
 		"model.Xy12Ab":                          "model.Xy12Ab",

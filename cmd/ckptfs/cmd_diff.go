@@ -221,7 +221,9 @@ func diffSides(a, b diffSide) diffResult {
 	}
 	inA := map[string]string{} // identity -> hash
 	for i, t := range a.Index.Tensors {
-		inA[ea[i].Name] = t.Hash
+		if _, dup := inA[ea[i].Name]; !dup { // a name twice in one file: its first, as B's
+			inA[ea[i].Name] = t.Hash
+		}
 	}
 	inB := map[string]bool{}
 	for i, t := range b.Index.Tensors {

@@ -426,7 +426,10 @@ func tensorID(file, name string, qualify ...map[string]bool) string {
 func tensorKeys(ts []fileTensor, qualify ...map[string]bool) map[string]string {
 	keys := make(map[string]string, len(ts))
 	for _, t := range ts {
-		keys[tensorID(t.file, t.name, qualify...)] = t.hash
+		// A name twice in one file (a pickle's): its first, as diff takes it.
+		if id := tensorID(t.file, t.name, qualify...); keys[id] == "" {
+			keys[id] = t.hash
+		}
 	}
 	return keys
 }
