@@ -427,7 +427,8 @@ func tensorKeys(ts []fileTensor, qualify ...map[string]bool) map[string]string {
 	keys := make(map[string]string, len(ts))
 	for _, t := range ts {
 		// A name twice in one file (a pickle's): its first, as diff takes it.
-		if id := tensorID(t.file, t.name, qualify...); keys[id] == "" {
+		id := tensorID(t.file, t.name, qualify...)
+		if _, dup := keys[id]; !dup {
 			keys[id] = t.hash
 		}
 	}
