@@ -189,7 +189,8 @@ func mustProcMem(t testing.TB, pid int) procMem {
 	return m
 }
 
-// rssSampler records the peak RSS of a process while it runs.
+// rssSampler records the peaks of a process's memory while it runs (each
+// figure's own: the peak anon need not be at the peak RSS).
 type rssSampler struct {
 	stop chan struct{}
 	done chan procMem
@@ -207,9 +208,7 @@ func sampleRSS(pid int, every time.Duration) *rssSampler {
 			if err != nil && s.err == nil {
 				s.err = err
 			}
-			if m.rss > peak.rss {
-				peak = m
-			}
+			peak = procMem{rss: max(peak.rss, m.rss), anon: max(peak.anon, m.anon), file: max(peak.file, m.file)}
 			select {
 			case <-s.stop:
 				s.done <- peak
@@ -221,7 +220,7 @@ func sampleRSS(pid int, every time.Duration) *rssSampler {
 	return s
 }
 
-// peak stops the sampler and returns the highest RSS it saw.
+// peak stops the sampler and returns the highest figures it saw.
 func (s *rssSampler) peak(t testing.TB) procMem {
 	t.Helper()
 	close(s.stop)
@@ -294,18 +293,24 @@ func memFiles(t testing.TB) int {
 	return 100_000
 }
 
-// nodeMemoryBound is what the daemon may hold beside its chunk cache after
-// a walk over a store of any size, and while it checks one (issue #17).
-const nodeMemoryBound = 128 << 20
+// nodeMemoryBound is what the daemon's own memory (RssAnon) may be beside
+// its chunk cache after a walk over a store of any size, and while it
+// checks one (issues #17, #27): the nodes the kernel keeps looked up (at
+// most the node limit, 16,384 here, about 2 KiB each), fsck's sets, and the
+// Go heap's slack. 45 to 57 MiB were measured at 10⁵ files.
+const nodeMemoryBound = 72 << 20
 
-// TestDaemonMemoryManyFiles: the daemon's memory after a find + stat over
-// 100k files, and while it runs fsck over them, stays within
-// nodeMemoryBound of its chunk cache. Memory is VmRSS, which counts the
-// pages of the catalog's mapping the daemon has touched (RssFile: the whole
-// catalog, 50 MiB here, since bbolt reads every page at open); "cache" is
-// what the daemon reports its chunk cache holds (stats.json's cache_bytes),
-// not its budget: the walk reads no file, so the cache stays near empty and
-// the bound is on the daemon's own memory.
+// TestDaemonMemoryManyFiles: the daemon's own memory (RssAnon) after a find
+// + stat over 100k files, and while it runs fsck over them, stays within
+// nodeMemoryBound of its chunk cache; "cache" is what the daemon reports its
+// chunk cache holds (stats.json's cache_bytes), not its budget: the walk
+// reads no file, so the cache stays near empty. The pages of the catalog's
+// mapping the daemon has touched (RssFile: the whole catalog, about 70 MiB
+// here, since bbolt reads every page at open) grow with the catalog and are
+// the page cache's to reclaim (the cgroup test puts them under pressure):
+// they are checked to be no more than the catalog file. The bound was on
+// VmRSS, both together, until the catalog's growth (50 MiB when it was set)
+// left fsck's peak within a MiB of it on a loaded machine.
 func TestDaemonMemoryManyFiles(t *testing.T) {
 	n := memFiles(t)
 	store, mnt := filepath.Join(t.TempDir(), "store"), t.TempDir()
@@ -328,10 +333,20 @@ func TestDaemonMemoryManyFiles(t *testing.T) {
 	cache := statsJSON(t, mnt)["cache_bytes"]
 	t.Logf("%d files: idle %v; after find+stat (%v) %v; cache %d MiB",
 		n, idle, walk.Round(time.Millisecond), after, cache>>20)
-	if after.rss-cache > nodeMemoryBound {
-		t.Errorf("after find+stat over %d files the daemon's RSS is %d MiB, %d MiB above its cache (bound %d MiB)",
-			n, after.rss>>20, (after.rss-cache)>>20, nodeMemoryBound>>20)
+	catalogSize := fileSize(t, filepath.Join(store, "catalog.db"))
+	check := func(when string, m procMem) {
+		t.Helper()
+		if m.anon-cache > nodeMemoryBound {
+			t.Errorf("%s over %d files the daemon's own memory is %d MiB, %d MiB above its cache (bound %d MiB)",
+				when, n, m.anon>>20, (m.anon-cache)>>20, nodeMemoryBound>>20)
+		}
+		if m.file > catalogSize+16<<20 { // and the binary's own pages
+			t.Errorf("%s over %d files the daemon maps %d MiB of files, more than its catalog (%d MiB)",
+				when, n, m.file>>20, catalogSize>>20)
+		}
 	}
+	t.Logf("catalog %d MiB", catalogSize>>20)
+	check("after find+stat", after)
 
 	sampler := sampleRSS(pid, 10*time.Millisecond)
 	start = time.Now()
@@ -345,10 +360,7 @@ func TestDaemonMemoryManyFiles(t *testing.T) {
 		t.Fatalf("fsck output lacks %q:\n%s", want, out)
 	}
 	t.Logf("fsck in the daemon (%v): peak %v; cache %d MiB", time.Since(start).Round(time.Millisecond), peak, cache>>20)
-	if peak.rss-cache > nodeMemoryBound {
-		t.Errorf("fsck of %d files in the daemon peaked at RSS %d MiB, %d MiB above its cache (bound %d MiB)",
-			n, peak.rss>>20, (peak.rss-cache)>>20, nodeMemoryBound>>20)
-	}
+	check("during fsck", peak)
 	d.stop(syscall.SIGTERM)
 }
 
@@ -403,4 +415,14 @@ func TestWriteMemoryFlag(t *testing.T) {
 			t.Errorf("rank%d.bin reads back %d bytes, not the %d written", i, len(got), len(want[i]))
 		}
 	}
+}
+
+// fileSize is the size of file p.
+func fileSize(t testing.TB, p string) int64 {
+	t.Helper()
+	st, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Size()
 }
