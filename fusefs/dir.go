@@ -670,7 +670,12 @@ func (d *dirNode) renameEntries(tx *cas.Tx, name string, src fs.InodeEmbedder, n
 		if err := tx.Unlink(d.attr.Ino, name); err != nil {
 			return 0, 0, err
 		}
-		return 0, dstLeft, tx.Link(np.attr.Ino, newName, inoOf(src))
+		if err := tx.Link(np.attr.Ino, newName, inoOf(src)); err != nil {
+			return 0, 0, err
+		}
+		// When the path got its name, which neither node's record says
+		// (the remote tier's stamp of the moved path: catalog/linked.go).
+		return 0, dstLeft, tx.SetLinked(np.attr.Ino, newName, inoOf(src), now)
 	}
 	// Not in the catalog yet: the old name loses what it shadowed, and the
 	// destination's committed content stays until the source commits,

@@ -302,7 +302,7 @@ func (d *DB) migrate(tx *bolt.Tx) error {
 }
 
 // createNewBuckets creates the re-encode queue, the delta buckets, the
-// packs bucket, the inline bucket and the dirorder index (built from the
+// packs bucket, the inline bucket, the linked bucket and the dirorder index (built from the
 // directory entries: dirorder.go) in a catalog made before they existed
 // (an older ckptfs ignores them; the packs bucket holds rows only from
 // format 6 on, the inline bucket from format 7 on).
@@ -311,7 +311,7 @@ func (d *DB) createNewBuckets() error {
 	if err := d.db.View(func(tx *bolt.Tx) error {
 		ok = tx.Bucket(bucketReencode) != nil && tx.Bucket(bucketDeltaPlans) != nil && tx.Bucket(bucketHoles) != nil &&
 			tx.Bucket(bucketPacks) != nil && tx.Bucket(bucketInline) != nil && tx.Bucket(bucketDirOrder) != nil &&
-			tx.Bucket(bucketDeltaWait) != nil
+			tx.Bucket(bucketDeltaWait) != nil && tx.Bucket(bucketLinked) != nil
 		return nil
 	}); err != nil {
 		return err
@@ -331,6 +331,9 @@ func (d *DB) createNewBuckets() error {
 		}
 		if _, err := tx.CreateBucketIfNotExists(bucketInline); err != nil {
 			return fmt.Errorf("create inline bucket: %w", err)
+		}
+		if _, err := tx.CreateBucketIfNotExists(bucketLinked); err != nil {
+			return fmt.Errorf("create linked bucket: %w", err)
 		}
 		if tx.Bucket(bucketDirOrder) == nil {
 			if err := buildDirOrder(tx); err != nil {

@@ -22,6 +22,8 @@ import "encoding/binary"
 //	inline     chunk ID → the object of a chunk stored inline; see inline.go
 //	dirorder   parent ino (u64 BE) ‖ NaturalKey(name) ‖ 0x00 ‖ name → child ino ‖ name: the
 //	           directory entries again, in natural order, for PrevSibling; see dirorder.go
+//	linked     parent ino (u64 BE) ‖ name → child ino ‖ time: when a rename gave the entry
+//	           its name, for the remote tier's stamps; see linked.go
 var (
 	bucketMeta      = []byte("meta")
 	bucketNodes     = []byte("nodes")
@@ -33,7 +35,7 @@ var (
 )
 
 var allBuckets = [][]byte{bucketMeta, bucketNodes, bucketDirents, bucketManifests, bucketChunks, bucketReencode,
-	bucketDeltaPlans, bucketDeltas, bucketBases, bucketPacks, bucketHoles, bucketInline, bucketDirOrder, bucketDeltaWait}
+	bucketDeltaPlans, bucketDeltas, bucketBases, bucketPacks, bucketHoles, bucketInline, bucketDirOrder, bucketDeltaWait, bucketLinked}
 
 // Meta keys.
 var (

@@ -158,6 +158,9 @@ func (t *Tx) Unlink(parent uint64, name string) error {
 	if err := t.b(bucketDirents).Delete(direntKey(parent, name)); err != nil {
 		return err
 	}
+	if err := t.dropLinked(parent, name); err != nil {
+		return err
+	}
 	return t.unlinkOrder(parent, name)
 }
 

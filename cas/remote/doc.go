@@ -61,7 +61,10 @@
 // every reader of the same entries sees the same namespace, whatever the
 // order it read them in, and a version is always whole (a path's version is
 // one manifest, never a mix). A change's stamp is its commit time (the
-// local record's ctime; now for a removal), but always after the stamp of
+// local record's ctime, or when a rename gave the path or a directory
+// above it its name, if later: catalog/linked.go; now for a removal;
+// never the directory's ctime, which every entry added beside the path
+// moves), but always after the stamp of
 // the version the store had when it made the change: a change made after
 // seeing a version beats it, whatever the clocks; of two concurrent changes
 // the later commit wins (clocks of hosts skewed by d give the faster one d

@@ -56,25 +56,34 @@ func published(n cas.Node) cas.Node {
 // walkNamespace calls fn for every directory, regular file and symlink
 // below the root, parents before children.
 //
-// An entry's ctime is the later of its record's and its directory's: a
-// rename changes the directory's ctime, not the record's, and the stamp
-// of the renamed path must be when it got its name.
+// An entry's ctime is when its path got what it holds: the later of its
+// record's ctime and when the path got its name, which a rename of the
+// entry or of a directory above it sets and neither record says (catalog:
+// Tx.Linked). Not its directory's ctime: every entry added to the
+// directory moves that, and an unpublished file would take the time of a
+// later file beside it and win over another writer's later version of its
+// path.
 func walkNamespace(tx *cas.Tx, fn func(p string, e nsEntry) error) error {
-	var walk func(dir uint64, prefix string, dirCtime int64) error
-	walk = func(dir uint64, prefix string, dirCtime int64) error {
+	var walk func(dir uint64, prefix string, named int64) error
+	walk = func(dir uint64, prefix string, named int64) error {
 		return tx.Children(dir, func(name string, ino uint64) error {
 			n, ok, err := tx.Node(ino)
 			if err != nil || !ok {
 				return err
 			}
 			p := path.Join(prefix, name)
-			e := nsEntry{Node: published(n), ctime: max(n.Ctime, dirCtime)}
+			at, err := tx.Linked(dir, name, ino)
+			if err != nil {
+				return err
+			}
+			at = max(at, named)
+			e := nsEntry{Node: published(n), ctime: max(n.Ctime, at)}
 			switch {
 			case n.IsDir():
 				if err := fn(p, e); err != nil {
 					return err
 				}
-				return walk(ino, p, n.Ctime)
+				return walk(ino, p, at)
 			case n.IsRegular():
 				m, ok, err := tx.Manifest(ino)
 				if err != nil || !ok {
@@ -87,11 +96,7 @@ func walkNamespace(tx *cas.Tx, fn func(p string, e nsEntry) error) error {
 			return fn(p, e)
 		})
 	}
-	root, _, err := tx.Node(cas.RootIno)
-	if err != nil {
-		return err
-	}
-	return walk(cas.RootIno, "", root.Ctime)
+	return walk(cas.RootIno, "", 0)
 }
 
 // Change is one path a refresh changes in a local namespace: from Have

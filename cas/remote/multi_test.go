@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -318,5 +319,109 @@ func TestRemountKeepsAppliedVersions(t *testing.T) {
 	}
 	if got := readPublished(t, remote)["x"].m.Size(); got != 2000 {
 		t.Errorf("published x has %d bytes, want c's 2000", got)
+	}
+}
+
+// TestSiblingDoesNotRestamp: a writer commits x, and before it publishes
+// another writer commits and publishes a later x; the first then creates y
+// beside x (which moves the directory's ctime past the other's x) and
+// publishes. Its x is still the earlier version and loses: the round says
+// so and every store keeps the other's x. Before, x's stamp was the
+// directory's ctime, and the older x replaced the newer everywhere.
+func TestSiblingDoesNotRestamp(t *testing.T) {
+	ctx := context.Background()
+	remote := mem.New(backend.Properties{DurableOnPut: true})
+	s1, r1 := testStore(t, remote)
+	s2, r2 := testStore(t, remote)
+	join(t, s1, r1)
+	join(t, s2, r2)
+	base := time.Now().UnixNano() + int64(time.Hour)
+	commitAt(t, s2, "x", pseudoRandom(1000, 80), base+100e9) // older, not published yet
+	commitAt(t, s1, "x", pseudoRandom(2000, 81), base+200e9)
+	if err := r1.UploadRound(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	commitAt(t, s2, "y", pseudoRandom(3000, 82), base+300e9)
+	if err := s2.Update(func(tx *cas.Tx) error { // as a create through the mount does
+		root, _, err := tx.Node(cas.RootIno)
+		if err != nil {
+			return err
+		}
+		root.Mtime, root.Ctime = base+300e9, base+300e9
+		return tx.PutNode(root)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	err := r2.UploadRound(ctx, true)
+	if !errors.Is(err, ErrSuperseded) || !strings.Contains(err.Error(), "x (by session") {
+		t.Fatalf("the older x's round: %v, want ErrSuperseded naming x", err)
+	}
+	for range 2 {
+		for _, r := range []*Tier{r1, r2} {
+			if err := r.UploadRound(ctx, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	want := map[string]int64{"x": 2000, "y": 3000}
+	for i, s := range []*cas.Store{s1, s2} {
+		if got := sizes(t, s); !sameSizes(got, want) {
+			t.Errorf("store %d has %v, want %v (the later x)", i+1, got, want)
+		}
+	}
+}
+
+// TestRenameStamps: a path's stamp is the later of its record's ctime and
+// when a rename gave it or a directory above it its name (Tx.SetLinked),
+// never its directory's ctime; a linked row that names another inode (an
+// entry since replaced) does not count.
+func TestRenameStamps(t *testing.T) {
+	s, _ := testStore(t, mem.New(backend.Properties{DurableOnPut: true}))
+	const t0 = int64(1e18)
+	commitAt(t, s, "f", pseudoRandom(100, 90), t0+1)
+	commitAt(t, s, "g", pseudoRandom(100, 91), t0+2)
+	dir, err := s.AllocIno()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Update(func(tx *cas.Tx) error {
+		if err := tx.PutNode(cas.Node{Ino: dir, Mode: syscall.S_IFDIR | 0o755, Ctime: t0 + 900}); err != nil { // entries added since
+			return err
+		}
+		if err := tx.Link(cas.RootIno, "d", dir); err != nil {
+			return err
+		}
+		// f moved into d at t0+50, then d renamed at t0+60; g renamed
+		// at t0+70, but the row names another inode.
+		f, _ := tx.Lookup(cas.RootIno, "f")
+		if err := tx.Unlink(cas.RootIno, "f"); err != nil {
+			return err
+		}
+		if err := tx.Link(dir, "f", f); err != nil {
+			return err
+		}
+		if err := tx.SetLinked(dir, "f", f, t0+50); err != nil {
+			return err
+		}
+		if err := tx.SetLinked(cas.RootIno, "d", dir, t0+60); err != nil {
+			return err
+		}
+		return tx.SetLinked(cas.RootIno, "g", f, t0+70)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	if err := s.View(func(tx *cas.Tx) error {
+		return walkNamespace(tx, func(p string, e nsEntry) error {
+			got[p] = e.ctime
+			return nil
+		})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]int64{"d": t0 + 900, "d/f": t0 + 60, "g": t0 + 2} {
+		if got[p] != want {
+			t.Errorf("%s stamped at t0%+d, want t0%+d", p, got[p]-t0, want-t0)
+		}
 	}
 }
