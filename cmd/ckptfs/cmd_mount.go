@@ -368,9 +368,9 @@ func remoteSync(cfg *mountConfig, tier *remote.Tier, logger *log.Logger, every t
 	case tier != nil && !cfg.readOnly:
 		up = newUploader(tier, logger, every)
 		if cfg.commitMode == "remote" {
-			return up, up.sync, up.sync
+			return up, up.syncReport, up.sync
 		}
-		return up, up.sync, up.poke
+		return up, up.syncReport, up.poke
 	case cfg.readOnly:
 		return nil, func(context.Context) error { return errReadOnlyRemote }, nil
 	}

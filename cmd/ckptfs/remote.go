@@ -132,18 +132,30 @@ func remoteTier(store *cas.Store, objects *tiered.Backend) *remote.Tier {
 	return remote.New(store, objects)
 }
 
+// uploadRounder is what an uploader runs: remote.Tier's rounds.
+type uploadRounder interface {
+	UploadRound(ctx context.Context, force bool) error
+	Location() string
+}
+
 // uploader runs upload rounds in the background of a writing mount.
+//
+// A background round that finds a path this store published superseded by
+// another writer's later version only logs it; the next `ckptfs sync`
+// reports it (syncReport), so that the writer who syncs learns its version
+// lost, though its own round then had nothing left to upload.
 type uploader struct {
-	tier   *remote.Tier
+	tier   uploadRounder
 	logger *log.Logger
 	kick   chan struct{}
 	every  time.Duration
 
-	mu      sync.Mutex
-	lastErr error // of the last round, nil once one succeeded
+	mu         sync.Mutex
+	lastErr    error // of the last round, nil once one succeeded
+	superseded error // background rounds' ErrSuperseded since the last syncReport
 }
 
-func newUploader(tier *remote.Tier, logger *log.Logger, every time.Duration) *uploader {
+func newUploader(tier uploadRounder, logger *log.Logger, every time.Duration) *uploader {
 	return &uploader{tier: tier, logger: logger, kick: make(chan struct{}, 1), every: every}
 }
 
@@ -196,6 +208,9 @@ func (u *uploader) run(ctx context.Context) {
 		case errors.Is(err, remote.ErrSuperseded):
 			wait = 0
 			u.logger.Printf("%v", err)
+			u.mu.Lock()
+			u.superseded = errors.Join(u.superseded, err)
+			u.mu.Unlock()
 		case errors.Is(err, remote.ErrTrashed):
 			// No backoff: rounds at the usual pace acknowledge the trash
 			// lists, and publish the files held back once it is purged.
@@ -220,12 +235,26 @@ func (u *uploader) round(ctx context.Context, force bool) error {
 }
 
 // sync runs a round now and reports whether everything committed before it
-// is in the bucket (ckptfs sync, --commit=remote).
+// is in the bucket (--commit=remote: after each commit).
 func (u *uploader) sync(ctx context.Context) error {
 	if err := u.round(ctx, true); err != nil {
 		return fmt.Errorf("upload to %s: %w", u.tier.Location(), err)
 	}
 	return nil
+}
+
+// syncReport is sync for `ckptfs sync`: it also reports, once, the paths
+// that background rounds since the last syncReport found superseded.
+func (u *uploader) syncReport(ctx context.Context) error {
+	u.mu.Lock()
+	earlier := u.superseded
+	u.superseded = nil
+	u.mu.Unlock()
+	err := u.sync(ctx)
+	if earlier != nil {
+		err = errors.Join(err, fmt.Errorf("upload to %s (a background round since the last sync): %w", u.tier.Location(), earlier))
+	}
+	return err
 }
 
 // refresher applies what the remote's writers publish to a reading mount
