@@ -131,23 +131,41 @@ func (r *Tier) mark(ctx context.Context, w *world, snapshots []string, live []*c
 
 // lockCollection puts locks/gc, create-only; a lock left by a collector
 // that died is taken over once it is older than ten leases by the
-// bucket's clock. It returns the deadline of the collection's deletes.
+// bucket's clock, and one that names this very session (an earlier attempt
+// whose answer was lost: the put reached a stalled server and was applied
+// after the attempt gave up) at once. It returns the deadline of the
+// collection's deletes. A put or a release whose outcome is not known
+// marks the lock unsure (r.lockUnsure, upMu held): the next round removes
+// it if it names this session (releaseLostLock), so that other writers
+// neither wait for it to age nor find every collection refused meanwhile.
 func (r *Tier) lockCollection(ctx context.Context, sess *Session) (time.Time, func(), error) {
 	h := backend.Handle{Kind: backend.Lock, Name: collectionName}
 	body, _ := json.Marshal(sess.rec) // strings, ints and times: cannot fail
+	release := func() {
+		if err := r.be.Delete(context.WithoutCancel(ctx), h); err != nil && !errors.Is(err, backend.ErrNotExist) {
+			r.lockUnsure = true
+			sess.opts.Logf("release the collection lock of %s: %v (the next round tries again)", r.be.Location(), err)
+		}
+	}
 	for try := 0; ; try++ {
 		start := time.Now()
 		err := r.be.Put(ctx, h, body, backend.PutOptions{IfAbsent: true})
 		if err == nil {
-			release := func() {
-				if err := r.be.Delete(context.WithoutCancel(ctx), h); err != nil && !errors.Is(err, backend.ErrNotExist) {
-					sess.opts.Logf("release the collection lock of %s: %v", r.be.Location(), err)
-				}
-			}
 			return start.Add(sess.opts.Lease - sess.opts.Lease/4), release, nil
 		}
 		if !errors.Is(err, backend.ErrExists) {
+			r.lockUnsure = true
 			return time.Time{}, nil, fmt.Errorf("lock the collection of %s: %w", r.be.Location(), err)
+		}
+		holder, herr := r.collectionHolder(ctx)
+		if herr == nil && holder.Session == sess.rec.Session {
+			// Ours, from an attempt that gave up: put it again (its
+			// time is the bucket's now) and go on.
+			if err := r.be.Put(ctx, h, body, backend.PutOptions{}); err != nil {
+				r.lockUnsure = true
+				return time.Time{}, nil, fmt.Errorf("lock the collection of %s: %w", r.be.Location(), err)
+			}
+			return start.Add(sess.opts.Lease - sess.opts.Lease/4), release, nil
 		}
 		info, serr := r.be.Stat(ctx, h)
 		if serr == nil && time.Since(info.ModTime) > 10*sess.opts.Lease && try == 0 {
@@ -156,8 +174,45 @@ func (r *Tier) lockCollection(ctx context.Context, sess *Session) (time.Time, fu
 			}
 			continue
 		}
-		return time.Time{}, nil, fmt.Errorf("collect the remote %s: %w: another collection runs (locks/gc)", r.be.Location(), ErrBusy)
+		who := "locks/gc"
+		if herr == nil && serr == nil {
+			who = fmt.Sprintf("locks/gc of session %s, host %s pid %d, put %v ago; taken over once %v old",
+				holder.Session, holder.Host, holder.PID, time.Since(info.ModTime).Round(time.Second), 10*sess.opts.Lease)
+		}
+		return time.Time{}, nil, fmt.Errorf("collect the remote %s: %w (%s)", r.be.Location(), ErrBusy, who)
 	}
+}
+
+// collectionHolder reads locks/gc: the session record of its collector.
+func (r *Tier) collectionHolder(ctx context.Context) (lockRecord, error) {
+	var rec lockRecord
+	data, err := r.be.Get(ctx, backend.Handle{Kind: backend.Lock, Name: collectionName}, nil)
+	if err != nil {
+		return rec, err
+	}
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return rec, fmt.Errorf("locks/gc of %s: %w", r.be.Location(), err)
+	}
+	return rec, nil
+}
+
+// releaseLostLock deletes locks/gc if it names sess: left by a collection
+// of this session whose lock put or release had no answer (lockUnsure; upMu
+// held, so no collection of this store runs). Errors leave it unsure, for
+// the next round.
+func (r *Tier) releaseLostLock(ctx context.Context, sess *Session) {
+	holder, err := r.collectionHolder(ctx)
+	switch {
+	case errors.Is(err, backend.ErrNotExist):
+	case err != nil:
+		return
+	case holder.Session == sess.rec.Session:
+		if err := r.be.Delete(ctx, backend.Handle{Kind: backend.Lock, Name: collectionName}); err != nil && !errors.Is(err, backend.ErrNotExist) {
+			return
+		}
+		sess.opts.Logf("removed the collection lock of %s that an earlier gc of this session left", r.be.Location())
+	}
+	r.lockUnsure = false
 }
 
 // listChunks lists the remote's chunk objects.

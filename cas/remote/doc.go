@@ -171,7 +171,9 @@
 //  8. Collection, by a valid session only, the model kopia's and restic's
 //     two-phase maintenance: put locks/gc (create-only; it is the
 //     collection's lease: each delete carries its deadline, the lock's put
-//     + 3/4 lease), read and fence as in steps 3 and 5. With no other
+//     + 3/4 lease; a lock that names the collector's own session, left by
+//     an attempt whose put got no answer, is its own, and the session's
+//     next round removes such a lock), read and fence as in steps 3 and 5. With no other
 //     session that may still publish (its log ends with neither a fence
 //     nor a close), delete at once as one writer always did: mark every
 //     version of the checkpoint's and every session's newest state, mine,

@@ -425,3 +425,48 @@ func TestRenameStamps(t *testing.T) {
 		}
 	}
 }
+
+// TestLostCollectionLock: a collection's put of locks/gc reaches the
+// server but its answer is lost (a stalled server applies it after the
+// collection gave up). Another writer's collection is refused naming the
+// holder; the session's own next collection takes the lock over, and its
+// next round removes a lock it left: the other writer's collection then
+// runs, without waiting ten leases for the lock to age.
+func TestLostCollectionLock(t *testing.T) {
+	ctx := context.Background()
+	remote := &flakyRemote{Backend: mem.New(backend.Properties{DurableOnPut: true})}
+	s1, r1 := testStore(t, remote)
+	s2, r2 := testStore(t, remote)
+	sess1 := join(t, s1, r1)
+	join(t, s2, r2)
+	collect := func(r *Tier) error {
+		_, err := r.Collect(ctx, time.Now(), nil, false)
+		return err
+	}
+	remote.loseLocks.Store(1)
+	if err := collect(r1); !errors.Is(err, errDown) {
+		t.Fatalf("a collection whose lock answer was lost: %v", err)
+	}
+	err := collect(r2)
+	if !errors.Is(err, ErrBusy) || !strings.Contains(err.Error(), sess1.ID()) {
+		t.Fatalf("another writer's collection beside the lost lock: %v, want ErrBusy naming session %s", err, sess1.ID())
+	}
+	t.Logf("refused: %v", err)
+	if err := collect(r1); err != nil {
+		t.Fatalf("the session's own next collection: %v (the lock is its own)", err)
+	}
+	// Lost again; this time a round of the session removes it.
+	remote.loseLocks.Store(1)
+	if err := collect(r1); !errors.Is(err, errDown) {
+		t.Fatalf("a collection whose lock answer was lost: %v", err)
+	}
+	if err := r1.UploadRound(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := remote.Stat(ctx, backend.Handle{Kind: backend.Lock, Name: collectionName}); !errors.Is(err, backend.ErrNotExist) {
+		t.Fatalf("locks/gc after the session's round: %v, want it removed", err)
+	}
+	if err := collect(r2); err != nil {
+		t.Fatalf("the other writer's collection after the round: %v", err)
+	}
+}

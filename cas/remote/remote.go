@@ -25,6 +25,9 @@ type Tier struct {
 	be    backend.Backend // tier.Remote()
 
 	upMu sync.Mutex // one round (or collection) at a time; guards what follows
+	// lockUnsure: a collection's put or delete of locks/gc got no answer,
+	// so the lock may be there, naming this session (releaseLostLock).
+	lockUnsure bool
 	// mine is the state the store's namespace last agreed with: what the
 	// last round published or applied, with the stamps of each version.
 	mine state

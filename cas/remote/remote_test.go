@@ -48,8 +48,9 @@ func pseudoRandom(n int, seed byte) []byte { return tensortest.PseudoRandom(n, s
 // flakyRemote fails every Put while down is set: a server that went away.
 type flakyRemote struct {
 	*mem.Backend
-	down     atomic.Bool
-	loseLogs atomic.Int32 // this many log entries are put, and their answers lost
+	down      atomic.Bool
+	loseLogs  atomic.Int32 // this many log entries are put, and their answers lost
+	loseLocks atomic.Int32 // this many puts of locks/gc are applied, and their answers lost
 }
 
 var errDown = errors.New("connection refused")
@@ -60,6 +61,9 @@ func (f *flakyRemote) Put(ctx context.Context, h backend.Handle, obj []byte, opt
 	}
 	err := f.Backend.Put(ctx, h, obj, opts)
 	if err == nil && h.Kind == backend.Lock && strings.HasPrefix(h.Name, "log.") && f.loseLogs.Add(-1) >= 0 {
+		return errDown
+	}
+	if err == nil && h.Kind == backend.Lock && h.Name == collectionName && f.loseLocks.Add(-1) >= 0 {
 		return errDown
 	}
 	return err

@@ -168,6 +168,9 @@ func (r *Tier) round(ctx context.Context, sess *Session, force bool) error {
 	if err := sess.usable(ctx); err != nil {
 		return r.fencedErr(sess, err)
 	}
+	if r.lockUnsure {
+		r.releaseLostLock(ctx, sess)
+	}
 	if err := r.notePending(); err != nil {
 		return err
 	}

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/ckptfs/ckptfs/cas/remote"
 )
 
 // mount(8) runs /sbin/mount.fuse.ckptfs STORE MOUNTPOINT [-sfnv] [-o OPTS]
@@ -227,7 +229,7 @@ func mountInBackground(flagArgs, pos []string, logFile string, stderr io.Writer)
 	if err != nil {
 		return err
 	}
-	return startDaemon(self, append([]string{"mount"}, rest...), logFile, 2*time.Minute, stderr)
+	return startDaemon(self, append([]string{"mount"}, rest...), logFile, daemonStartTimeout(), stderr)
 }
 
 // defaultLog creates the directory of a default log file (the user's cache
@@ -269,7 +271,7 @@ func runMountHelper(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 32
 	}
-	if err := startDaemon(self, mountArgs, logFile, 2*time.Minute, stderr); err != nil {
+	if err := startDaemon(self, mountArgs, logFile, daemonStartTimeout(), stderr); err != nil {
 		fmt.Fprintf(stderr, "%s: %s\n", name, helperWords(err.Error()))
 		return 32
 	}
@@ -372,6 +374,20 @@ func startDaemon(self string, mountArgs []string, logFile string, timeout time.D
 		cmd.Process.Signal(syscall.SIGTERM)
 		return fmt.Errorf("the mount was not live after %v; see %s", timeout, logFile)
 	}
+}
+
+// daemonStartTimeout is how long a daemon started in the background may
+// take to make its mount live: a writer of a remote waits up to a lease for
+// a collection of the bucket to end before it joins (remote: waitCollection),
+// so a lease (CKPTFS_REMOTE_LEASE, else remote.DefaultLease) and a minute.
+// It had been two minutes, a default lease exactly: such a mount failed
+// with "context canceled" when the wait ran its course.
+func daemonStartTimeout() time.Duration {
+	lease, err := envDuration(leaseEnv)
+	if err != nil || lease <= 0 {
+		lease = remote.DefaultLease
+	}
+	return max(2*time.Minute, lease+time.Minute)
 }
 
 // openDaemonLog opens the daemon's log for appending, creating the file
