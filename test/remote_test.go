@@ -193,6 +193,10 @@ func TestRemote(t *testing.T) {
 			t.Fatalf("%s on mount B: %v (equal %v)", name, err, got == sum)
 		}
 	}
+	// du on the reading mount says nothing can be deleted there.
+	if code, out, errOut := ckptfs(t, "du", filepath.Join(mntB, "model.safetensors")); code != 0 || !strings.Contains(out, "--read-only mount of a remote: nothing can be deleted here") {
+		t.Errorf("du on mount B: exit %d\n%s%s", code, out, errOut)
+	}
 
 	t.Log("== server stopped during a write")
 	// The server stops during a write: close still works, sync fails or

@@ -67,9 +67,10 @@ func runDu(ctx context.Context, c command, args []string, stdout, stderr io.Writ
 		duUsage
 	}
 	out := struct {
-		Paths []pathUsage `json:"paths"`
-		Total duUsage     `json:"total"`
-	}{Total: res.Total}
+		Paths    []pathUsage `json:"paths"`
+		Total    duUsage     `json:"total"`
+		ReadOnly bool        `json:"read_only,omitempty"`
+	}{Total: res.Total, ReadOnly: res.ReadOnly}
 	for i, p := range paths {
 		out.Paths = append(out.Paths, pathUsage{p, res.Groups[i]})
 	}
@@ -91,6 +92,9 @@ func runDu(ctx context.Context, c command, args []string, stdout, stderr io.Writ
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if res.ReadOnly {
+		fmt.Fprintln(stdout, "a --read-only mount of a remote: nothing can be deleted here; DELETING FREES is what deleting these files frees in a store that holds them as this one does")
 	}
 	// What deleting does not free though only these files use it.
 	kept := func(u duUsage, name string) {

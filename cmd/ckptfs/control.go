@@ -153,6 +153,7 @@ func handleControl(ctx context.Context, conn net.Conn, store *cas.Store, fsys *f
 		}
 		r, err = diskUsage(store, fsys.LiveManifests(), groups)
 		r.DirsExpanded = len(req.GroupDirs) > 0
+		r.ReadOnly = rc.tier != nil && !rc.writer
 		result = r
 	default:
 		err = fmt.Errorf("unknown operation %q", req.Op)

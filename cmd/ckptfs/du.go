@@ -54,6 +54,10 @@ type duResult struct {
 	Total  duUsage   `json:"total"`
 	// DirsExpanded says that the daemon read the request's GroupDirs.
 	DirsExpanded bool `json:"dirs_expanded,omitempty"`
+	// ReadOnly: the mount reads a remote (--read-only), where nothing can
+	// be deleted; the figures are what deleting the files frees in a
+	// store that holds them as this one does.
+	ReadOnly bool `json:"read_only,omitempty"`
 }
 
 // expandGroups adds to each group i with dirs[i] not 0 the regular files
