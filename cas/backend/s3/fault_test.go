@@ -421,6 +421,14 @@ func TestOpenErrors(t *testing.T) {
 		t.Fatal("Open with a wrong secret succeeded")
 	}
 	t.Logf("wrong secret: %v", err)
+	// A key id the server does not know: the same kind of message, not
+	// "does not exist" (versitygw answers it with a 404).
+	_, err = s3.Open(ctx, "s3://"+s3test.Bucket+"/p", s3.Options{Endpoint: srv.Endpoint, Region: s3test.Region,
+		Credentials: staticCreds("no-such-key-id", s3test.SecretKey)})
+	if err == nil || !errors.Is(err, s3.ErrDenied) {
+		t.Fatalf("Open with an unknown access key id: %v, want ErrDenied", err)
+	}
+	t.Logf("unknown key id: %v", err)
 }
 
 // TestEnvConfig: with only the standard AWS_* variables set (as a user

@@ -228,11 +228,22 @@ func deniedCode(err error) (string, bool) {
 	if errors.As(err, &ae) {
 		code = ae.ErrorCode()
 	}
-	switch code {
-	case "SignatureDoesNotMatch", "InvalidAccessKeyId", "AccessDenied", "InvalidToken", "ExpiredToken":
+	if deniedErrorCode(code) {
 		return code, true
 	}
 	return code, statusOf(err) == http.StatusForbidden
+}
+
+// deniedErrorCode reports whether code is a server's refusal of the
+// request's credentials or permissions. versitygw answers an access key id
+// it does not know with XAdminUserNotFound and HTTP 404, which would
+// otherwise read as a missing object.
+func deniedErrorCode(code string) bool {
+	switch code {
+	case "SignatureDoesNotMatch", "InvalidAccessKeyId", "AccessDenied", "InvalidToken", "ExpiredToken", "XAdminUserNotFound":
+		return true
+	}
+	return false
 }
 
 // Location implements backend.Backend: s3://BUCKET/PREFIX, followed by
@@ -684,6 +695,8 @@ func classify(err error) (error, bool) {
 		code = ae.ErrorCode()
 	}
 	switch {
+	case deniedErrorCode(code):
+		return err, true // before the 404 below: versitygw's unknown key
 	case code == "NoSuchBucket":
 		return fmt.Errorf("%w (%v)", errNoBucket, err), true
 	case status == http.StatusNotFound || code == "NoSuchKey" || code == "NotFound":
