@@ -420,65 +420,45 @@ func (p *packs) deleteLocked(ctx context.Context, id ID) error {
 
 // PackSweep is what SweepPacks found and removed.
 type PackSweep struct {
-	Packs   int   // pack objects found
-	Young   int   // unnamed packs kept: younger than the cutoff
-	Deleted int   // unnamed packs deleted
-	Bytes   int64 // their bytes
+	Packs        int   // pack objects found
+	Young        int   // pack objects younger than the cutoff, committed ones too
+	YoungOrphans int   // of those, the unnamed ones kept
+	Deleted      int   // unnamed packs deleted
+	Bytes        int64 // their bytes
 }
 
 // SweepPacks deletes the pack objects that no catalog row names, last
-// modified before before, that no live batch is writing: a pack written by
-// a commit that a crash interrupted (or whose release could not delete
-// it). The collector calls it after its sweep. A pack that a chunk row
-// names is kept even without a pack row (a damaged catalog: its chunks'
-// reads and fsck say so), so a candidate costs a walk of the chunk index;
-// Open does not sweep, for that reason (and a young pack is kept, whatever
-// its story, as objects no commit named are).
+// modified before before, that no live batch is writing (OrphanPacks): a
+// pack written by a commit that a crash interrupted (or whose release could
+// not delete it). The collector calls it after its sweep. Each delete
+// checks the live batches and the pack row again (deletePacks). Open does
+// not sweep: a candidate costs a walk of the chunk index (and a young pack
+// is kept, whatever its story, as objects no commit named are).
 func (s *Store) SweepPacks(ctx context.Context, before time.Time) (PackSweep, error) {
 	var res PackSweep
 	if s.readOnly {
 		return res, errors.New("store is open read-only")
 	}
-	var ids []ID
-	var sizes []int64
-	err := s.objects.List(ctx, backend.Pack, func(in backend.Info) error {
-		res.Packs++
-		id, err := ParseID(in.Handle.Name)
-		if err != nil {
-			return nil
-		}
-		if !in.ModTime.Before(before) {
-			res.Young++
-			return nil
-		}
-		ids, sizes = append(ids, id), append(sizes, in.Size)
-		return nil
-	})
+	pc, err := s.OrphanPacks(ctx, nil)
+	res.Packs = pc.Packs
 	if err != nil {
-		return res, fmt.Errorf("list packs: %w", err)
-	}
-	if len(ids) == 0 {
-		return res, nil
-	}
-	named := map[ID]bool{}
-	if err := s.View(func(tx *Tx) error {
-		return tx.ForEachChunk(func(_ ID, c ChunkInfo) error {
-			if c.Packed() {
-				named[c.Pack] = true
-			}
-			return nil
-		})
-	}); err != nil {
 		return res, fmt.Errorf("sweep packs: %w", err)
 	}
-	keep := 0
-	for i, id := range ids {
-		if !named[id] {
-			ids[keep], sizes[keep] = id, sizes[i]
-			keep++
+	for _, t := range pc.listed {
+		if !t.Before(before) {
+			res.Young++
 		}
 	}
-	res.Deleted, res.Bytes, err = s.packs.deletePacks(ctx, ids[:keep], sizes[:keep])
+	var ids []ID
+	var sizes []int64
+	for _, o := range pc.Orphans {
+		if !o.ModTime.Before(before) {
+			res.YoungOrphans++
+			continue
+		}
+		ids, sizes = append(ids, o.ID), append(sizes, o.Size)
+	}
+	res.Deleted, res.Bytes, err = s.packs.deletePacks(ctx, ids, sizes)
 	return res, err
 }
 

@@ -97,25 +97,56 @@ func (s *Store) WalkObjects(ctx context.Context, fn func(ObjectInfo) error) erro
 	})
 }
 
-// PackObjectInfo describes one pack object found by WalkPacks.
-type PackObjectInfo struct {
+// OrphanPack is a pack object that no catalog row names and no live batch
+// holds: a commit that a crash interrupted wrote it (OrphanPacks).
+type OrphanPack struct {
 	ID      ID
 	Size    int64
 	ModTime time.Time // the grace period counts from it
-	// Writing: a live batch of this Store holds the pack (from before its
-	// object exists until the batch is released, after its commit), so it
-	// may have no row yet, and SweepPacks leaves it alone.
-	Writing bool
 }
 
-// WalkPacks calls fn for every pack object, in no particular order: what
-// a caller that must judge packs without deleting any needs (gc's dry run
-// and fsck: SweepPacks decides the same way, and deletes). Whether a row
-// names a pack is the caller's to read, after the walk: a pack a live batch
-// was writing during it may be committed by then. Debris (temporary files)
-// is not reported.
-func (s *Store) WalkPacks(ctx context.Context, fn func(PackObjectInfo) error) error {
-	return s.objects.List(ctx, backend.Pack, func(in backend.Info) error {
+// PackCensus is what OrphanPacks found.
+type PackCensus struct {
+	Packs   int          // pack objects listed
+	Orphans []OrphanPack // those no row names, in the listing's order
+	listed  []time.Time  // every listed pack's ModTime (SweepPacks' Young)
+}
+
+// Bytes returns the orphans' bytes.
+func (pc PackCensus) Bytes() int64 {
+	var n int64
+	for _, o := range pc.Orphans {
+		n += o.Size
+	}
+	return n
+}
+
+// Young returns how many orphans were last modified at or after cutoff,
+// and their bytes (SweepPacks keeps those).
+func (pc PackCensus) Young(cutoff time.Time) (n int, bytes int64) {
+	for _, o := range pc.Orphans {
+		if !o.ModTime.Before(cutoff) {
+			n++
+			bytes += o.Size
+		}
+	}
+	return n, bytes
+}
+
+// OrphanPacks lists the pack objects and returns, whatever their age, those
+// no live batch holds and neither a pack row nor a chunk row names (a chunk
+// row naming a pack without a pack row is a damaged catalog: the pack is
+// kept, and its chunks' reads and fsck say so). SweepPacks deletes the old
+// ones; gc's dry run and fsck count them. named reports whether chunk rows
+// name a pack (fsck knows already); nil walks the chunk index, once and
+// only when a pack has no pack row. The rows are read after the listing:
+// a pack a live batch committed during it has its row by then.
+func (s *Store) OrphanPacks(ctx context.Context, named func(ID) bool) (PackCensus, error) {
+	var pc PackCensus
+	var cand []OrphanPack
+	err := s.objects.List(ctx, backend.Pack, func(in backend.Info) error {
+		pc.Packs++
+		pc.listed = append(pc.listed, in.ModTime)
 		id, err := ParseID(in.Handle.Name)
 		if err != nil {
 			return nil
@@ -123,8 +154,54 @@ func (s *Store) WalkPacks(ctx context.Context, fn func(PackObjectInfo) error) er
 		s.packs.mu.Lock()
 		writing := s.packs.live[id] > 0
 		s.packs.mu.Unlock()
-		return fn(PackObjectInfo{ID: id, Size: in.Size, ModTime: in.ModTime, Writing: writing})
+		if !writing {
+			cand = append(cand, OrphanPack{ID: id, Size: in.Size, ModTime: in.ModTime})
+		}
+		return nil
 	})
+	if err != nil {
+		return pc, fmt.Errorf("list packs: %w", err)
+	}
+	if len(cand) == 0 {
+		return pc, nil
+	}
+	err = s.View(func(tx *Tx) error {
+		rowless := cand[:0]
+		for _, p := range cand {
+			if _, ok, err := tx.Pack(p.ID); err != nil {
+				return err
+			} else if !ok {
+				rowless = append(rowless, p)
+			}
+		}
+		cand = rowless
+		if len(cand) == 0 || named != nil {
+			return nil
+		}
+		byChunks := make(map[ID]bool, len(cand))
+		for _, p := range cand {
+			byChunks[p.ID] = false
+		}
+		if err := tx.ForEachChunk(func(_ ID, info ChunkInfo) error {
+			if _, ok := byChunks[info.Pack]; ok && info.Packed() {
+				byChunks[info.Pack] = true
+			}
+			return ctx.Err()
+		}); err != nil {
+			return err
+		}
+		named = func(id ID) bool { return byChunks[id] }
+		return nil
+	})
+	if err != nil {
+		return pc, fmt.Errorf("read pack rows: %w", err)
+	}
+	for _, p := range cand {
+		if !named(p.ID) {
+			pc.Orphans = append(pc.Orphans, p)
+		}
+	}
+	return pc, nil
 }
 
 // StatObject describes chunk id's object; ok is false when there is none.

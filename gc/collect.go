@@ -146,25 +146,19 @@ func Collect(ctx context.Context, s *cas.Store, opts Options) (Result, error) {
 
 // sweepPacks deletes the packs no commit named (a crash's), past the grace
 // period, and reports the space dead chunks hold in the packs left, the
-// packs seen and the orphans kept by the grace period. SweepPacks's own
-// Young counts every pack younger than the cutoff, committed ones too, so
-// the packs kept are counted from a listing made after it: the orphans
-// left (findOrphanPacks, as the dry run counts them).
+// packs seen (those the sweep before it freed, whose last chunks went,
+// and those SweepPacks listed) and the orphans kept by the grace period.
 func sweepPacks(ctx context.Context, s *cas.Store, cutoff time.Time, res *Result) error {
 	ps, err := s.SweepPacks(ctx, cutoff)
+	res.Packs = res.FreedPacks + ps.Packs
 	res.FreedPacks += ps.Deleted
 	res.OrphanPacks += ps.Deleted
 	res.FreedPackBytes += ps.Bytes
 	res.FreedBytes += ps.Bytes
+	res.YoungPacks = ps.YoungOrphans
 	if err != nil {
 		return fmt.Errorf("sweep packs: %w", err)
 	}
-	pc, err := findOrphanPacks(ctx, s, nil)
-	if err != nil {
-		return fmt.Errorf("sweep packs: %w", err)
-	}
-	res.Packs = pc.packs + res.FreedPacks
-	res.YoungPacks, _ = pc.young(cutoff)
 	st, err := s.Stats()
 	if err != nil {
 		return fmt.Errorf("sweep packs: %w", err)
@@ -322,17 +316,17 @@ func (c *candidates) dryRun(ctx context.Context, s *cas.Store, cutoff time.Time,
 	if err != nil {
 		return fmt.Errorf("dry run: %w", err)
 	}
-	pc, err := findOrphanPacks(ctx, s, nil)
+	pc, err := s.OrphanPacks(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("dry run: %w", err)
 	}
-	res.Packs = pc.packs
-	young, youngBytes := pc.young(cutoff)
+	res.Packs = pc.Packs
+	young, youngBytes := pc.Young(cutoff)
 	res.YoungPacks = young
-	res.OrphanPacks = len(pc.orphans) - young
+	res.OrphanPacks = len(pc.Orphans) - young
 	res.FreedPacks += res.OrphanPacks
-	res.FreedPackBytes += pc.bytes() - youngBytes
-	res.FreedBytes += pc.bytes() - youngBytes
+	res.FreedPackBytes += pc.Bytes() - youngBytes
+	res.FreedBytes += pc.Bytes() - youngBytes
 	return nil
 }
 

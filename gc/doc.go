@@ -58,7 +58,7 @@
 // between a batch writing it and the commit that records it) goes once
 // older than the grace period (cas.Store.SweepPacks), unless a live batch
 // holds it. Collect's dry run predicts both from the same rows and the same
-// kind of listing (packs.go: findOrphanPacks), so it reports the figures
+// listing (cas.Store.OrphanPacks, which SweepPacks uses), so it reports the figures
 // the collection then reports (Result.FreedPacks, OrphanPacks, YoungPacks,
 // PackDeadBytes); YoungPacks counts only packs no row names, never a young
 // committed one. Fsck counts the packs gc frees whole as reclaimable space,

@@ -198,11 +198,11 @@ type fscker struct {
 	deltaBase   map[cas.ID]cas.ID
 	// Queued chunks whose re-encode has begun and not finished.
 	inFlight map[cas.ID]bool
-	// Pack object sizes by pack, -1 for a missing one, and the pack's index
-	// rows and those a file or a delta references (checkPacked): every
+	// Pack object sizes by pack, -1 for a missing one, and how many of the
+	// pack's index rows a file or a delta references (checkPacked): every
 	// pack a chunk row names.
 	packSizes map[cas.ID]int64
-	packRefs  map[cas.ID]*packRefs
+	packRefs  map[cas.ID]int
 }
 
 // baseFault is a base that failed the reads of deltas: the first error, and

@@ -359,17 +359,13 @@ func (c *fscker) checkPacked(ctx context.Context, id cas.ID, info cas.ChunkInfo)
 		c.packSizes[info.Pack] = size
 	}
 	if c.packRefs == nil {
-		c.packRefs = map[cas.ID]*packRefs{}
+		c.packRefs = map[cas.ID]int{}
 	}
-	r := c.packRefs[info.Pack]
-	if r == nil {
-		r = &packRefs{}
-		c.packRefs[info.Pack] = r
-	}
-	r.rows++
+	n := c.packRefs[info.Pack] // an entry for every pack a row names, referenced or not
 	if c.named.has(id) || c.bases.has(id) {
-		r.referenced++
+		n++
 	}
+	c.packRefs[info.Pack] = n
 	switch {
 	case size < 0:
 		c.chunkProblem("missing-chunk", id, "the index names it in pack %v, which has no object file", info.Pack)
