@@ -89,13 +89,7 @@ func TestHintAmongManySteps(t *testing.T) {
 		seen = nil
 		mu.Unlock()
 		save(step, n)
-		var wantM *cas.Manifest
-		if err := m.cas.View(func(tx *cas.Tx) error {
-			wantM = lookupFile(tx, catalog.RootIno, []string{"run", prevStep, "model.safetensors"})
-			return nil
-		}); err != nil || wantM == nil {
-			t.Fatalf("no committed %s/model.safetensors: %v", prevStep, err)
-		}
+		wantM := committedStepFile(t, m, prevStep)
 		mu.Lock()
 		defer mu.Unlock()
 		if len(seen) == 0 {

@@ -122,17 +122,7 @@ func TestHintPassesStepsWithoutTheFile(t *testing.T) {
 		cas0: cas.Options{DeltaLatestWhole: true}, opts: []Option{hook, WithReencodeIdle(time.Hour)}}
 	m.mount()
 	t.Cleanup(m.unmount)
-	manifest := func(step string) *cas.Manifest {
-		t.Helper()
-		var got *cas.Manifest
-		if err := m.cas.View(func(tx *cas.Tx) error {
-			got = lookupFile(tx, catalog.RootIno, []string{"run", step, "model.safetensors"})
-			return nil
-		}); err != nil || got == nil {
-			t.Fatalf("no committed run/%s/model.safetensors: %v", step, err)
-		}
-		return got
-	}
+	manifest := func(step string) *cas.Manifest { return committedStepFile(t, m, step) }
 	waiting := func() int64 { return deltaWaiting(t, m) }
 	mkdir := func(step string) {
 		t.Helper()
@@ -188,4 +178,17 @@ func deltaWaiting(t *testing.T, m *testMount) int64 {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// committedStepFile is the committed manifest of run/STEP/model.safetensors.
+func committedStepFile(t testing.TB, m *testMount, step string) *cas.Manifest {
+	t.Helper()
+	var got *cas.Manifest
+	if err := m.cas.View(func(tx *cas.Tx) error {
+		got = lookupFile(tx, catalog.RootIno, []string{"run", step, "model.safetensors"})
+		return nil
+	}); err != nil || got == nil {
+		t.Fatalf("no committed run/%s/model.safetensors: %v", step, err)
+	}
+	return got
 }

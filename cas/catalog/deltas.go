@@ -421,18 +421,19 @@ func (x Deltas) Release(id ID) error {
 // released.
 func (x Deltas) Settle(release bool) (dropped, released int, err error) {
 	t := x.t
-	var ids []ID // the rows first: the bucket changes below
-	if err := t.ForEachDeltaWait(func(id ID, _ DeltaWait) error {
-		ids = append(ids, id)
+	type row struct {
+		id ID
+		w  DeltaWait
+	}
+	var rows []row // the rows first: the bucket changes below (each row only by its own turn)
+	if err := t.ForEachDeltaWait(func(id ID, w DeltaWait) error {
+		rows = append(rows, row{id, w})
 		return nil
 	}); err != nil {
 		return 0, 0, err
 	}
-	for _, id := range ids {
-		w, _, err := t.DeltaWait(id)
-		if err != nil {
-			return dropped, released, err
-		}
+	for _, r := range rows {
+		id, w := r.id, r.w
 		_, indexed, err := t.Chunk(id)
 		if err != nil {
 			return dropped, released, err

@@ -193,8 +193,9 @@ func mountRootFor(p string) (string, uint64, error) {
 		return "", 0, err
 	}
 	var st syscall.Stat_t
+	blocked := func(err error) bool { return errors.Is(err, syscall.ENOTCONN) || errors.Is(err, fs.ErrPermission) }
 	if err := syscall.Lstat(abs, &st); err != nil {
-		if errors.Is(err, syscall.ENOTCONN) || errors.Is(err, fs.ErrPermission) {
+		if blocked(err) {
 			return "", 0, duExplain(p, err)
 		}
 		return "", 0, fmt.Errorf("%s: %w", p, err)
@@ -203,7 +204,7 @@ func mountRootFor(p string) (string, uint64, error) {
 	if err == nil {
 		return abs, st.Dev, nil
 	}
-	if errors.Is(err, syscall.ENOTCONN) || errors.Is(err, fs.ErrPermission) {
+	if blocked(err) {
 		return "", 0, duExplain(p, err)
 	}
 	if root, ok := mountRootOf(abs, st.Dev); ok {
@@ -242,14 +243,16 @@ func checkNotControl(p, root string, st *syscall.Stat_t) error {
 		return nil
 	}
 	var cs syscall.Stat_t
+	var what string
 	switch {
 	case abs == ctl || st.Mode&syscall.S_IFMT == syscall.S_IFDIR && syscall.Stat(ctl, &cs) == nil && cs.Dev == st.Dev && cs.Ino == st.Ino:
-		// the directory itself, or through a symbolic link (LINK/.)
-		return fmt.Errorf("%s is %w (the mount's statistics and the manifests of its files, made up on the fly), not files of the store: du has nothing to count there; give paths of the mount outside .ckptfs", p, errControlDir)
+		what = p + " is" // the directory itself, or through a symbolic link (LINK/.)
 	case strings.HasPrefix(abs, ctl+"/"):
-		return fmt.Errorf("%s is in %s, %w (the mount's statistics and the manifests of its files, made up on the fly), not files of the store: du has nothing to count there; give paths of the mount outside .ckptfs", p, ctl, errControlDir)
+		what = p + " is in " + ctl + ","
+	default:
+		return nil
 	}
-	return nil
+	return fmt.Errorf("%s %w (the mount's statistics and the manifests of its files, made up on the fly), not files of the store: du has nothing to count there; give paths of the mount outside .ckptfs", what, errControlDir)
 }
 
 // inodesUnder lists the inode numbers of the regular files at or below p, on
