@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -518,20 +517,16 @@ func isMountpoint(path string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	f, err := os.Open("/proc/self/mountinfo")
+	ms, err := readMountinfo()
 	if err != nil {
 		return false, err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && unescapeMountinfo(fields[4]) == real {
+	for _, m := range ms {
+		if m.point == real {
 			return true, nil
 		}
 	}
-	return false, sc.Err()
+	return false, nil
 }
 
 func unescapeMountinfo(s string) string {

@@ -121,12 +121,7 @@ func detach(mnt string) error {
 
 // unmountCommand is what the mounter types to unmount mnt: umount as root,
 // fusermount3 -u otherwise.
-func unmountCommand(mnt string) string {
-	if os.Geteuid() == 0 {
-		return "umount " + mnt
-	}
-	return "fusermount3 -u " + mnt
-}
+func unmountCommand(mnt string) string { return unmountCommandFor(os.Geteuid(), mnt) }
 
 // newStoreCleanup is called before a mount opens its store. When the store
 // does not exist yet, the returned function removes what opening it created
