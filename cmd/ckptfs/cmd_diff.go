@@ -219,12 +219,7 @@ func diffSides(a, b diffSide) diffResult {
 		// the middle renumbers those after it: pair them by their bytes.
 		return diffByHash(a.fileView, b.fileView, ea, eb, res)
 	}
-	inA := map[string]string{} // identity -> hash
-	for i, t := range a.Index.Tensors {
-		if _, dup := inA[ea[i].Name]; !dup { // a name twice in one file: its first, as B's
-			inA[ea[i].Name] = t.Hash
-		}
-	}
+	inA := tensorKeys(ta, sa, sb) // identity -> hash, as log keys them
 	inB := map[string]bool{}
 	for i, t := range b.Index.Tensors {
 		d := eb[i]
