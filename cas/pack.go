@@ -421,8 +421,7 @@ func (p *packs) deleteLocked(ctx context.Context, id ID) error {
 // PackSweep is what SweepPacks found and removed.
 type PackSweep struct {
 	Packs        int   // pack objects found
-	Young        int   // pack objects younger than the cutoff, committed ones too
-	YoungOrphans int   // of those, the unnamed ones kept
+	YoungOrphans int   // unnamed packs younger than the cutoff, kept
 	Deleted      int   // unnamed packs deleted
 	Bytes        int64 // their bytes
 }
@@ -443,11 +442,6 @@ func (s *Store) SweepPacks(ctx context.Context, before time.Time) (PackSweep, er
 	res.Packs = pc.Packs
 	if err != nil {
 		return res, fmt.Errorf("sweep packs: %w", err)
-	}
-	for _, t := range pc.listed {
-		if !t.Before(before) {
-			res.Young++
-		}
 	}
 	var ids []ID
 	var sizes []int64

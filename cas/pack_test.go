@@ -257,8 +257,8 @@ func TestPackCrashBeforeCommit(t *testing.T) {
 		t.Fatalf("chunk of the crashed commit: %v, want ErrMissing", err)
 	}
 	res, err := s.SweepPacks(context.Background(), time.Now().Add(-time.Hour))
-	if err != nil || res.Deleted != 0 || res.Young != 2 {
-		t.Fatalf("sweep in the grace period: %+v %v, want 2 young, none deleted", res, err)
+	if err != nil || res.Packs != 2 || res.Deleted != 0 || res.YoungOrphans != 1 {
+		t.Fatalf("sweep in the grace period: %+v %v, want 2 packs, the crashed one young, none deleted", res, err)
 	}
 	res, err = s.SweepPacks(context.Background(), time.Now().Add(time.Hour))
 	if err != nil || res.Deleted != 1 {

@@ -109,7 +109,6 @@ type OrphanPack struct {
 type PackCensus struct {
 	Packs   int          // pack objects listed
 	Orphans []OrphanPack // those no row names, in the listing's order
-	listed  []time.Time  // every listed pack's ModTime (SweepPacks' Young)
 }
 
 // Bytes returns the orphans' bytes.
@@ -146,7 +145,6 @@ func (s *Store) OrphanPacks(ctx context.Context, named func(ID) bool) (PackCensu
 	var cand []OrphanPack
 	err := s.objects.List(ctx, backend.Pack, func(in backend.Info) error {
 		pc.Packs++
-		pc.listed = append(pc.listed, in.ModTime)
 		id, err := ParseID(in.Handle.Name)
 		if err != nil {
 			return nil
