@@ -33,9 +33,17 @@ var (
 	_ fs.NodeSetattrer = (*ctlDir)(nil)
 )
 
+// ctlAttr fills the attributes every control file shares: the daemon's
+// user and group own them (a user's mount showed them as root's) and their
+// times are the mount's (they showed 1970).
+func (f *FS) ctlAttr(out *fuse.Attr, mode uint32, nlink uint32) {
+	out.Mode, out.Nlink = mode, nlink
+	out.Uid, out.Gid = f.ctl.uid, f.ctl.gid
+	out.Mtime, out.Ctime, out.Atime = f.ctl.time, f.ctl.time, f.ctl.time
+}
+
 func (c *ctlDir) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	out.Mode = syscall.S_IFDIR | 0o555
-	out.Nlink = 2
+	c.fsys.ctlAttr(&out.Attr, syscall.S_IFDIR|0o555, 2)
 	out.Ino = ctlIno
 	return 0
 }
@@ -131,8 +139,7 @@ func (s *statsFile) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.Attr
 	} else if data, err := s.render(); err == nil {
 		size = len(data)
 	}
-	out.Mode = syscall.S_IFREG | 0o444
-	out.Nlink = 1
+	s.fsys.ctlAttr(&out.Attr, syscall.S_IFREG|0o444, 1)
 	out.Ino = statsIno
 	out.Size = uint64(size)
 	now := uint64(time.Now().Unix())

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -48,6 +49,13 @@ const zeroBuf = 1 << 20
 type FS struct {
 	store *cas.Store
 	log   *log.Logger
+
+	// ctl is the owner and times of the control files (.ckptfs): the
+	// daemon's user and group, and when New ran (ctlAttr).
+	ctl struct {
+		uid, gid uint32
+		time     uint64 // seconds
+	}
 
 	// readAhead is the kernel's readahead for the mount in bytes, when
 	// Mount set one (0: the kernel's default, at most DefaultReadAheadKB).
@@ -186,6 +194,7 @@ func New(store *cas.Store, logger *log.Logger, opts ...Option) (*FS, error) {
 		writeMemory: DefaultWriteMemory,
 		nodes:       nodeList{limit: DefaultNodeLimit, kick: make(chan struct{}, 1)},
 		pins:        pinSet{files: map[uint64]*fileNode{}}}
+	f.ctl.uid, f.ctl.gid, f.ctl.time = uint32(os.Geteuid()), uint32(os.Getegid()), uint64(time.Now().Unix())
 	f.renamed = sync.NewCond(&f.nsMu)
 	f.flushed = sync.NewCond(&f.nsMu)
 	for _, o := range opts {

@@ -53,8 +53,7 @@ var (
 )
 
 func (d *manifestsDir) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	out.Mode = syscall.S_IFDIR | 0o555
-	out.Nlink = 2
+	d.fsys.ctlAttr(&out.Attr, syscall.S_IFDIR|0o555, 2)
 	out.Ino = manifestsIno
 	return 0
 }
@@ -77,7 +76,7 @@ func (d *manifestsDir) Lookup(ctx context.Context, name string, out *fuse.EntryO
 	if errno != 0 {
 		return nil, errno
 	}
-	out.Mode = syscall.S_IFREG | 0o444
+	d.fsys.ctlAttr(&out.Attr, syscall.S_IFREG|0o444, 1)
 	out.Size = uint64(len(data))
 	out.SetEntryTimeout(0)
 	out.SetAttrTimeout(0)
@@ -153,8 +152,7 @@ func (f *manifestFile) Read(ctx context.Context, fh fs.FileHandle, dest []byte, 
 }
 
 func (f *manifestFile) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	out.Mode = syscall.S_IFREG | 0o444
-	out.Nlink = 1
+	f.fsys.ctlAttr(&out.Attr, syscall.S_IFREG|0o444, 1)
 	if h, ok := fh.(*statsHandle); ok {
 		out.Size = uint64(len(h.data))
 	} else if data, errno := f.fsys.renderManifest(f.ino); errno == 0 {

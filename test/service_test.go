@@ -187,6 +187,21 @@ func TestOrdinaryUserMount(t *testing.T) {
 	if code, out, errOut := alice.run(t, bin, "gc", mnt); code != 0 {
 		t.Errorf("alice's gc through the socket: %d %s %s", code, out, errOut)
 	}
+	// The control files are alice's too, with the mount's times (they were
+	// root's, from 1970).
+	ctl := filepath.Join(mnt, ".ckptfs")
+	code, out, errOut := alice.run(t, "stat", "-c", "%n %u %g %Y", ctl, filepath.Join(ctl, "stats.json"), filepath.Join(ctl, "manifests"))
+	if code != 0 {
+		t.Fatalf("stat of the control files: %s", errOut)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var name string
+		var uid, gid uint32
+		var mtime int64
+		if _, err := fmt.Sscan(line, &name, &uid, &gid, &mtime); err != nil || uid != alice.uid || gid != alice.gid || time.Since(time.Unix(mtime, 0)) > time.Hour {
+			t.Errorf("control file %q: owner %d:%d, mtime %d; want alice's (%d:%d) and the mount's time", line, uid, gid, mtime, alice.uid, alice.gid)
+		}
+	}
 	// Private: bob and root are refused by the kernel (no allow_other).
 	if code, _, errOut := bob.run(t, "ls", mnt); code == 0 || !strings.Contains(errOut, "Permission denied") {
 		t.Errorf("bob lists alice's mount: exit %d %q", code, errOut)
@@ -205,7 +220,7 @@ s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
 try: s.sendall(sys.argv[2].encode()+b"\n")
 except BrokenPipeError: pass  # refused at once: the reason is already sent
 print(s.makefile().readline().strip())`
-	code, out, errOut := bob.run(t, "/usr/bin/python3", "-c", ask, sock, `{"op":"gc","grace":0}`)
+	code, out, errOut = bob.run(t, "/usr/bin/python3", "-c", ask, sock, `{"op":"gc","grace":0}`)
 	if code != 0 || !strings.Contains(out, "permission denied") || !strings.Contains(out, fmt.Sprintf("uid %d", bob.uid)) {
 		t.Errorf("bob's gc request: %d %q %q", code, out, errOut)
 	}
