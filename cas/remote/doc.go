@@ -52,6 +52,14 @@
 // The first format (one writer: locks/writer, locks/head, locks/log.<seq>)
 // is read as one more state, stamped zero, until a checkpoint replaces it.
 //
+// The prefix may be empty (s3://BUCKET: the bucket root). This package
+// lists only chunks/ and locks/ and deletes only what it named itself from
+// those listings (chunk objects, trash lists, log entries, leases,
+// locks/gc), through the backend's handles, which are confined to the
+// prefix's own key shapes (cas/backend/s3, "The bucket root"): another
+// tool's keys at the root and the keys of ckptfs stores nested under any
+// prefix (s3://BUCKET/other/) are never collected.
+//
 // # Which version wins
 //
 // Every path of a state carries a Stamp (hybrid logical clock: wall-clock

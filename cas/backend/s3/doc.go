@@ -23,11 +23,37 @@
 // # Layout
 //
 //	PREFIX/chunks/ab/cd/<60 hex>   chunk objects (the local store's layout under objects/)
-//	PREFIX/manifests/<64 hex>      uploaded file versions
-//	PREFIX/locks/<name>            the writer lock
+//	PREFIX/manifests/<64 hex>      uploaded file versions and snapshots
+//	PREFIX/locks/<name>            leases, logs, checkpoint, trash lists (cas/remote)
 //
 // Keys never contain anything but these; List ignores any other key under
 // PREFIX (a stray upload, another tool's files).
+//
+// # The bucket root
+//
+// s3://BUCKET, an empty prefix, is accepted on purpose (a bucket of one's own
+// for one store): the keys are then chunks/…, manifests/… and locks/…. It is
+// safe beside other data in the bucket, by construction rather than by a
+// check: every request of this package is a Put, Get, Stat or Delete
+// (conditional or not) of one handle's key, or a List of PREFIX/chunks/,
+// PREFIX/manifests/ or PREFIX/locks/ that reports only keys of the exact
+// shapes above (a chunk key is exactly chunks/, 2 hex, /, 2 hex, /, 60 hex; a
+// manifest key 64 hex; a lock name 1 to 64 of [a-z0-9._-], no slash), so a
+// collection (cas/remote) can only ever delete such keys. The keys of another
+// ckptfs store nested under any prefix, even one named chunks/ or locks/
+// (s3://BUCKET/other/, s3://BUCKET/chunks/), have more slashes than those
+// shapes allow: a store at the root never lists them, and a nested store
+// never lists the root's. What a store at the root does own is every key of
+// those shapes, so another tool must not write such keys there: a
+// chunks/ab/cd/<60 hex> key is taken for a chunk object, and a gc deletes it
+// when no file names it; locks/session.*, locks/log.*, locks/trash.*,
+// locks/gc, locks/checkpoint and locks/probe.* (and locks/head and
+// locks/writer, of the first format) are ckptfs's (cas/remote,
+// CheckConditional). Other lock names (restic's locks/<64 hex>, say) are
+// listed but never read or deleted, and nothing deletes manifests.
+// TestRootPrefixConfined checks the listings against versitygw; cas/remote's
+// TestRootPrefixLeavesOthersAlone runs collections at the root beside another
+// tool's objects and two nested stores.
 //
 // # Guarantees and how they are kept
 //
