@@ -132,6 +132,61 @@ func remoteTier(store *cas.Store, objects *tiered.Backend) *remote.Tier {
 	return remote.New(store, objects)
 }
 
+// adoptBatch is how many objects adoptFetched looks up in one catalog read.
+const adoptBatch = 4096
+
+// adoptFetched hands the tier the copies earlier processes fetched, so that
+// --local-cache-size bounds them too (tiered.Backend.Adopt): the chunk
+// objects in the store that its catalog does not index (the catalog indexes
+// what this store committed; a copy a tier fetched has no row). An object a
+// commit in flight wrote has no row yet either; the eviction that may follow
+// goes through cas's discard, which deletes only what no row names and no
+// batch pins, so it is safe while the mount serves, and the mount runs this
+// in the background (cmd_mount) instead of making the mount wait for it.
+// Objects a crash left before their commit count as copies too, which is
+// harmless: they are garbage. It returns how many objects and bytes it
+// handed over. Its cost is one walk of the object directories (a stat per
+// object) and a catalog read per adoptBatch objects: about 1 s for 10⁵
+// objects in 51,000 directories, warm page cache, on a busy 2-core machine,
+// nearly all of it the walk; BenchmarkAdoptFetched measures it. It holds
+// the unindexed objects' names only, which the budget bounds.
+func adoptFetched(ctx context.Context, store *cas.Store, objects *tiered.Backend) (int, int64, error) {
+	var fetched []backend.Info
+	var size int64
+	batch := make([]cas.ObjectInfo, 0, adoptBatch)
+	check := func() error {
+		err := store.View(func(tx *cas.Tx) error {
+			for _, o := range batch {
+				_, indexed, err := tx.Chunk(o.ID)
+				if err != nil {
+					return err
+				}
+				if !indexed {
+					fetched = append(fetched, backend.Info{Handle: backend.Handle{Kind: backend.Chunk, Name: o.ID.String()}, Size: o.Size, ModTime: o.ModTime})
+					size += o.Size
+				}
+			}
+			return nil
+		})
+		batch = batch[:0]
+		return err
+	}
+	err := store.WalkObjects(ctx, func(o cas.ObjectInfo) error {
+		if batch = append(batch, o); len(batch) == adoptBatch {
+			return check()
+		}
+		return nil
+	})
+	if err == nil {
+		err = check()
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("count the copies earlier mounts fetched: %w", err)
+	}
+	objects.Adopt(ctx, fetched)
+	return len(fetched), size, nil
+}
+
 // uploadRounder is what an uploader runs: remote.Tier's rounds.
 type uploadRounder interface {
 	UploadRound(ctx context.Context, force bool) error

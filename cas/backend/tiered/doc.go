@@ -19,9 +19,10 @@
 //   - Copies the tier fetched are bounded by Options.CacheSize, least
 //     recently fetched first out; the newest always stays. Evictions go to
 //     the function set with OnEvict (cas's, which leaves alone a copy a
-//     commit in flight is about to name), or else are deleted locally. The
-//     bound holds within one process: copies fetched by an earlier process
-//     are not counted.
+//     commit in flight is about to name), or else are deleted locally.
+//     Copies fetched by an earlier process count once the owner hands them
+//     to Adopt at start (cmd/ckptfs does), so the bound holds across
+//     restarts.
 //   - TierStats counts bytes fetched, and (through SetPending and Settled,
 //     called by cas/remote's upload rounds) bytes pending upload and
 //     uploaded, for the store's statistics.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -210,14 +211,50 @@ func (b *Backend) note(ctx context.Context, h backend.Handle, size int64) {
 	}
 	b.byName[h] = b.fetched.PushFront(fetchedObj{h, size})
 	b.used += size
+	evict, fn := b.overBudgetLocked(), b.evict
+	b.mu.Unlock()
+	b.discard(ctx, fn, evict)
+}
+
+// Adopt counts in the budget the copies that earlier processes fetched,
+// which are in the local backend but in no process's count: the caller
+// finds them (cas's are the chunk objects its catalog does not index) and
+// calls Adopt once, at start or while the tier serves (cmd/ckptfs walks
+// the store in the background). They rank as less recently fetched than
+// any copy this process fetched, the least recently modified last, and those beyond the budget are evicted at once (through
+// OnEvict's function, as any eviction). A handle already counted keeps its
+// place. So the budget bounds the fetched copies kept across restarts, not
+// only those of one process.
+func (b *Backend) Adopt(ctx context.Context, infos []backend.Info) {
+	sorted := slices.Clone(infos)
+	slices.SortStableFunc(sorted, func(x, y backend.Info) int { return y.ModTime.Compare(x.ModTime) })
+	b.mu.Lock()
+	for _, in := range sorted {
+		if _, ok := b.byName[in.Handle]; ok {
+			continue
+		}
+		b.byName[in.Handle] = b.fetched.PushBack(fetchedObj{in.Handle, in.Size})
+		b.used += in.Size
+	}
+	evict, fn := b.overBudgetLocked(), b.evict
+	b.mu.Unlock()
+	b.discard(ctx, fn, evict)
+}
+
+// overBudgetLocked unnotes the least recently fetched copies beyond the
+// budget (the newest always stays) and returns them, for discard.
+func (b *Backend) overBudgetLocked() []backend.Handle {
 	var evict []backend.Handle
 	for b.used > b.budget && b.fetched.Len() > 1 {
 		o := b.fetched.Back().Value.(fetchedObj)
 		b.unnoteLocked(o.h)
 		evict = append(evict, o.h)
 	}
-	fn := b.evict
-	b.mu.Unlock()
+	return evict
+}
+
+// discard deletes evicted copies through fn (OnEvict's), or else locally.
+func (b *Backend) discard(ctx context.Context, fn func(context.Context, []backend.Handle), evict []backend.Handle) {
 	if len(evict) == 0 {
 		return
 	}
