@@ -237,6 +237,33 @@ func (b *Batch) PutAt(ctx context.Context, data []byte, h Hint, order int64) (Ch
 	return ref, nil
 }
 
+// Reuse pins chunks the store has indexed, which the batch's commit will
+// name without putting them again (a file that grows by appends keeps its
+// committed chunks but the last: fusefs/stage). From here until Release a
+// sweep does not delete them, as for a chunk Put found stored. It fails if
+// one of them is not indexed any more (a collection deleted it before the
+// pin): the caller then puts the bytes instead.
+func (b *Batch) Reuse(ctx context.Context, refs []ChunkRef) error {
+	for _, r := range refs {
+		if err := b.s.gc.pin(ctx, r.ID); err != nil {
+			return err
+		}
+		b.mu.Lock()
+		b.pinned = append(b.pinned, r.ID)
+		b.mu.Unlock()
+	}
+	return b.s.View(func(tx *Tx) error {
+		for _, r := range refs {
+			if _, ok, err := tx.Chunk(r.ID); err != nil {
+				return err
+			} else if !ok {
+				return fmt.Errorf("reuse chunk %v: %w", r.ID, ErrMissing)
+			}
+		}
+		return nil
+	})
+}
+
 // sum hashes data in one of the store's hash slots.
 func (s *Store) sum(ctx context.Context, data []byte) (ID, error) {
 	select {

@@ -142,6 +142,30 @@ func NewChunker(maxChunk int) *Chunker {
 	return &Chunker{maxChunk: mc, p: newCDCParams(mc), need: 10, step: stepSniff}
 }
 
+// CutsByContent reports whether a Chunker cuts a file that starts with head
+// (its first 10 bytes or more) by content alone, from its first byte to its
+// end: no format is sniffed from those bytes, so none is parsed, whatever
+// follows them. Such a file's cuts depend only on the bytes after each cut,
+// so a file that grows by appends keeps every cut of its old content but the
+// last, which was its end (NewContentChunker).
+func CutsByContent(head []byte) bool {
+	if len(head) < 10 || sniff(head) != "" {
+		return false
+	}
+	sc, _ := sniffParts(head)
+	return sc == nil
+}
+
+// NewContentChunker returns a Chunker for the bytes of a file from one of
+// its cuts on, when CutsByContent says the file is cut by content alone: fed
+// those bytes, it makes the cuts NewChunker makes from there, as offsets
+// from where it started. Its Index is that of an unknown format.
+func NewContentChunker(maxChunk int) *Chunker {
+	c := NewChunker(maxChunk)
+	c.claimRest(KindOther, true)
+	return c
+}
+
 // Write feeds the next bytes of the file (contiguous, in order) and returns
 // the chunk boundaries that became final: each cut is the end offset of a
 // chunk, chunks being [previous cut, cut). Write never retains p and never

@@ -441,3 +441,54 @@ func TestChunkerTorchEdges(t *testing.T) {
 		t.Fatalf("t0 has %d chunks, want %d", shared, want)
 	}
 }
+
+// A file cut by content alone keeps its cuts when it grows: a Chunker started
+// at any of its cuts but the last (NewContentChunker) cuts what follows as
+// NewChunker does over the whole file, old bytes and appended ones. Files in
+// a known format are not cut by content alone.
+func TestContentChunkerResumesAtACut(t *testing.T) {
+	old := randBytes(11, 3<<20)
+	old = append([]byte("step,loss\n"), old...) // text-like head: no format
+	grown := append(bytes.Clone(old), randBytes(12, 700<<10)...)
+	if !CutsByContent(old[:16]) {
+		t.Fatal("a CSV-like head is not cut by content alone")
+	}
+	oldCuts, _ := chunk(old, 1<<20, 0)
+	full, fullIx := chunk(grown, 1<<20, 0)
+	for _, i := range []int{0, len(oldCuts) / 2, len(oldCuts) - 2} {
+		from := oldCuts[i]
+		for _, feed := range []int{0, 4096, 100_000} {
+			c := NewContentChunker(1 << 20)
+			var rel []int64
+			for p := grown[from:]; len(p) > 0; {
+				n := len(p)
+				if feed > 0 {
+					n = min(feed, n)
+				}
+				rel = append(rel, c.Write(p[:n])...)
+				p = p[n:]
+			}
+			rest, ix := c.Close()
+			rel = append(rel, rest...)
+			got := append([]int64(nil), oldCuts[:i+1]...)
+			for _, r := range rel {
+				got = append(got, from+r)
+			}
+			if !reflect.DeepEqual(got, full) {
+				t.Fatalf("resumed at cut %d (%d), fed %d: %d cuts, want the whole file's %d", i, from, feed, len(got), len(full))
+			}
+			if ix.Format != "" || fullIx.Format != "" {
+				t.Fatalf("formats %q and %q, want unknown", ix.Format, fullIx.Format)
+			}
+		}
+	}
+	for _, head := range [][]byte{
+		[]byte("PK\x03\x04rest-of-zip"), []byte("GGUF\x03\x00\x00\x00\x00\x00"), []byte(npyMagic + "\x01\x00vv"),
+		[]byte("\x10\x00\x00\x00\x00\x00\x00\x00{\"a\":1}"), []byte("\x80\x04\x95xxxxxxxx"), []byte(`{"learner":{}}`),
+		[]byte("short"),
+	} {
+		if CutsByContent(head) {
+			t.Errorf("%q is said to be cut by content alone", head)
+		}
+	}
+}

@@ -139,7 +139,13 @@
 // kernel does not clear setuid/setgid on their writes: Write does it, as ext4
 // does, for a caller without CAP_FSETID (file.go, killPriv). Writing
 // to a committed file first copies its committed content into a spool unless the
-// first change is a truncation to zero (open with O_TRUNC), which is the common case.
+// first change is a truncation to zero (open with O_TRUNC), which is the common case,
+// or a write at its end to a file of no known format (logs, CSVs, TensorBoard's
+// event files, which reopen the file at each flush): that streams from the
+// file's last chunk and keeps the chunks before it (stage.Pool.StageAppend), so
+// an append costs that chunk and the new bytes, not the file (10 MB log, 50
+// open-append-close rounds, each a durable commit: 26-32 ms each before, 1.4-1.5
+// ms now).
 //
 // # Shared writable mappings
 //

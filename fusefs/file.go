@@ -552,8 +552,10 @@ func (n *fileNode) staged() bool { return n.staging != nil }
 
 // stage makes sure n's content is staged: from empty (in a stream if the
 // write memory budget has room) when keep is 0, else in a spool holding a
-// copy of the committed content's first keep bytes. mu held.
-func (n *fileNode) stage(ctx context.Context, keep int64) error {
+// copy of the committed content's first keep bytes, or, for a write at its
+// end (appending), in a stream that keeps the committed chunks but the last
+// where the file is cut by content alone (stage.Pool.StageAppend). mu held.
+func (n *fileNode) stage(ctx context.Context, keep int64, appending bool) error {
 	if n.staged() {
 		return nil
 	}
@@ -566,7 +568,13 @@ func (n *fileNode) stage(ctx context.Context, keep int64) error {
 	} else {
 		base = n.manifest
 	}
-	st, err := n.fsys.stage.Stage(ctx, n.attr.Ino, base, keep)
+	var st *stage.File
+	var err error
+	if appending && base != nil && keep == base.Size() {
+		st, err = n.fsys.stage.StageAppend(ctx, n.attr.Ino, base)
+	} else {
+		st, err = n.fsys.stage.Stage(ctx, n.attr.Ino, base, keep)
+	}
 	if err != nil {
 		return err
 	}
@@ -587,7 +595,7 @@ func (n *fileNode) writeStaged(ctx context.Context, data []byte, off int64) (uin
 		return 0, syscall.EFBIG
 	}
 	data = data[:min(int64(len(data)), MaxFileSize-off)] // a short write up to the limit, as ext4's
-	if err := n.stage(ctx, n.attr.Size); err != nil {
+	if err := n.stage(ctx, n.attr.Size, off == n.attr.Size); err != nil {
 		return 0, n.fsys.toErrno("write", err)
 	}
 	oldSize := n.attr.Size
@@ -702,7 +710,7 @@ func (n *fileNode) resize(ctx context.Context, size int64) error {
 	if size > MaxFileSize {
 		return syscall.EFBIG
 	}
-	if err := n.stage(ctx, size); err != nil {
+	if err := n.stage(ctx, size, false); err != nil {
 		return err
 	}
 	if size == 0 {

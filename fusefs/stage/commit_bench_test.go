@@ -11,6 +11,7 @@ import (
 
 	"github.com/ckptfs/ckptfs/cas"
 	"github.com/ckptfs/ckptfs/cas/backend/local"
+	"github.com/ckptfs/ckptfs/formats"
 )
 
 // BenchmarkCommitIngest measures the commit path (cut, hash, encode, write,
@@ -53,7 +54,7 @@ func BenchmarkCommitIngest(b *testing.B) {
 		put := func(ctx context.Context, data []byte, dtype string, off int64) (cas.ChunkRef, error) {
 			return putChunk(ctx, batch, data, dtype, off)
 		}
-		if _, _, _, err := ingest(context.Background(), fixedSource{f, size}, s.ChunkSize(), put); err != nil {
+		if _, _, _, err := ingest(context.Background(), fixedSource{f, size}, formats.NewChunker(s.ChunkSize()), put); err != nil {
 			b.Fatal(err)
 		}
 		if err := batch.Sync(context.Background()); err != nil {

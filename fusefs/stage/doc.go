@@ -14,7 +14,10 @@
 //     safetensors, numpy and HF write so, possibly after sizing the file
 //     with ftruncate): writes land in memory blocks that a goroutine cuts,
 //     hashes and stores as they fill, so Finish only cuts the tail and no
-//     byte is written twice;
+//     byte is written twice. A committed file cut by content alone (no known
+//     format, no holes) that is appended to gets a stream too (StageAppend):
+//     it keeps the committed chunks but the last, pinned in its batch, and
+//     streams from the last one's start, fed that chunk's bytes first;
 //   - a spool file (cas.Store.NewSpool: unlinked at creation, in the store's
 //     directory), for anything else: a write elsewhere, a truncation below
 //     what was written, a read, or content that starts as a copy of the
@@ -30,7 +33,11 @@
 //   - The chunks of a File's content are cut as a commit of the same bytes
 //     through a spool would cut them (formats.Chunker: chunks start at tensor
 //     starts, content-defined elsewhere): streaming is invisible in the
-//     catalog. IndexFile cuts a file outside any mount the same way.
+//     catalog. For a stream from a committed file's last chunk this holds
+//     because content-defined cuts depend only on the bytes after the cut
+//     before (formats.NewContentChunker), provided the committed chunks were
+//     cut by this chunker; chunks an older ckptfs cut otherwise are kept as
+//     they are, which changes what later versions dedupe, never the bytes. IndexFile cuts a file outside any mount the same way.
 //   - Holes: the MinHole-aligned blocks of a never-written run (a spool's
 //     holes, as SEEK_DATA/SEEK_HOLE report them; a stream's end past its
 //     last write), and the rest of one that reaches the end, are committed as

@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/ckptfs/ckptfs/cas"
+	"github.com/ckptfs/ckptfs/formats"
 	"golang.org/x/sys/unix"
 )
 
@@ -108,7 +109,7 @@ func ingestSpool(ctx context.Context, spool *os.File, size int64, maxChunk int, 
 		at := func(ctx context.Context, data []byte, dtype string, off int64) (cas.ChunkRef, error) {
 			return put(ctx, data, dtype, r.off+off) // off is in the run; the pack's order, in the file
 		}
-		refs, rix, n, err := ingest(ctx, fixedSource{io.NewSectionReader(spool, r.off, r.end-r.off), r.end - r.off}, maxChunk, at)
+		refs, rix, n, err := ingest(ctx, fixedSource{io.NewSectionReader(spool, r.off, r.end-r.off), r.end - r.off}, formats.NewChunker(maxChunk), at)
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -130,7 +131,7 @@ func ingestSpool(ctx context.Context, spool *os.File, size int64, maxChunk int, 
 // spool, what its filesystem did not allocate.
 func (f *File) HoleBytes() int64 {
 	if s := f.stream; s != nil {
-		return max(f.size-s.written(), 0)
+		return max(f.size-s.origin-s.written(), 0)
 	}
 	if f.spool == nil {
 		return 0
@@ -152,7 +153,7 @@ func (f *File) HoleBytes() int64 {
 func (f *File) SeekRegion(off int64, data bool) (int64, error) {
 	if s := f.stream; s != nil {
 		s.mu.Lock()
-		written := min(s.appended, f.size)
+		written := min(s.origin+s.appended, f.size)
 		s.mu.Unlock()
 		switch {
 		case off < written && data:

@@ -191,7 +191,7 @@ func searchStarts(starts []int64, off int64) int {
 // its chunks (hashed, not stored) and tensor index. The CLI uses it on files
 // outside any mount.
 func IndexFile(ctx context.Context, r io.ReaderAt, size int64, chunkSize int) ([]cas.ChunkRef, *FileIndex, error) {
-	refs, ix, _, err := ingest(ctx, fixedSource{r, size}, chunkSize, func(_ context.Context, data []byte, _ string, _ int64) (cas.ChunkRef, error) {
+	refs, ix, _, err := ingest(ctx, fixedSource{r, size}, formats.NewChunker(chunkSize), func(_ context.Context, data []byte, _ string, _ int64) (cas.ChunkRef, error) {
 		return cas.ChunkRef{ID: cas.Sum(data), Len: uint32(len(data))}, nil
 	})
 	return refs, ix, err

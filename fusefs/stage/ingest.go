@@ -56,8 +56,8 @@ func (f fixedSource) avail(_ context.Context, off, want int64) (int64, error) {
 	return max(min(want, f.size-off), 0), nil
 }
 
-// ingest cuts a file into chunks with formats.Chunker (chunks start at tensor
-// starts; content-defined cuts elsewhere), passes each chunk to put on up to
+// ingest cuts a file into chunks with ch (formats.NewChunker: chunks start
+// at tensor starts, content-defined cuts elsewhere), passes each chunk to put on up to
 // putWorkers goroutines, and returns the chunks in file order, the file's
 // tensor index, and its size.
 //
@@ -65,7 +65,7 @@ func (f fixedSource) avail(_ context.Context, off, want int64) (int64, error) {
 // straight from that block (blocks are reference-counted and recycled, so a
 // commit allocates a handful of them, not a buffer per chunk); only a chunk
 // that straddles two blocks is read again into its own buffer.
-func ingest(ctx context.Context, src source, maxChunk int, put putFunc) ([]cas.ChunkRef, *FileIndex, int64, error) {
+func ingest(ctx context.Context, src source, ch *formats.Chunker, put putFunc) ([]cas.ChunkRef, *FileIndex, int64, error) {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(putWorkers)
 	var blocks blockPool // when src does not lend its own
@@ -114,7 +114,6 @@ func ingest(ctx context.Context, src source, maxChunk int, put putFunc) ([]cas.C
 		}
 		return refs
 	}
-	ch := formats.NewChunker(maxChunk)
 	var size int64
 	for gctx.Err() == nil {
 		n, err := src.avail(gctx, size, readBlock)

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/ckptfs/ckptfs/cas"
+	"github.com/ckptfs/ckptfs/formats"
 )
 
 // TestIngestSmallSourceAllocates: ingesting a small file from a source that
@@ -39,7 +40,7 @@ func TestIngestSmallSourceAllocates(t *testing.T) {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		refs, _, n, err := ingest(context.Background(), fixedSource{bytes.NewReader(data), int64(len(data))}, 1<<20, put)
+		refs, _, n, err := ingest(context.Background(), fixedSource{bytes.NewReader(data), int64(len(data))}, formats.NewChunker(1<<20), put)
 		runtime.ReadMemStats(&after)
 		if err != nil || n != int64(len(data)) {
 			t.Fatalf("%s: ingest: %d bytes, %v", tc.name, n, err)

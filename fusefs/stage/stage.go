@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/ckptfs/ckptfs/cas"
+	"github.com/ckptfs/ckptfs/formats"
 )
 
 // DefaultWriteMemory is the memory all streams together may hold (NewPool).
@@ -94,6 +95,18 @@ type File struct {
 	size   int64
 	spool  *os.File // the content, unless stream holds it
 	stream *stream
+	// prefix is the committed content before the stream's origin, as its
+	// chunks (StageAppend): the stream holds the bytes from there on. Nil
+	// for a stream from 0 and for a spool.
+	prefix []cas.ChunkRef
+}
+
+// origin is the file offset where the stream's bytes start.
+func (f *File) origin() int64 {
+	if f.stream == nil {
+		return 0
+	}
+	return f.stream.origin
 }
 
 // Stage starts staging the content of file ino: the first keep bytes of
@@ -124,11 +137,67 @@ func (p *Pool) Stage(ctx context.Context, ino uint64, base *cas.Manifest, keep i
 	return f, nil
 }
 
+// StageAppend starts staging the content of file ino, committed as base
+// and kept whole, for a write at its end. A file cut by content alone
+// (formats.CutsByContent: logs, CSV, TensorBoard's event files) with no
+// holes keeps its chunks but the last, pinned in the stream's batch: a
+// stream starts at the last chunk, fed that chunk's bytes, and continues
+// with the appends. Its cuts are those a commit of the whole content would
+// make (formats.NewContentChunker), so an append costs the last chunk and
+// the new bytes, where copying the file into a spool and ingesting it whole
+// cost the whole file at every open, write and close (TensorBoard reopens
+// its event file at each flush). Any other file is staged as Stage does,
+// and so is one whose stream cannot start (no write memory, a chunk gone).
+func (p *Pool) StageAppend(ctx context.Context, ino uint64, base *cas.Manifest) (*File, error) {
+	if f := p.stageAppend(ctx, ino, base); f != nil {
+		return f, nil
+	}
+	return p.Stage(ctx, ino, base, base.Size())
+}
+
+// stageAppend is StageAppend's stream, or nil where it does not apply.
+func (p *Pool) stageAppend(ctx context.Context, ino uint64, base *cas.Manifest) *File {
+	last := len(base.Chunks) - 1
+	if last < 1 || len(base.Holes) > 0 {
+		return nil
+	}
+	head, err := p.store.AcquireChunk(ctx, base.Chunks[0])
+	if err != nil {
+		return nil // the copy into a spool reports it
+	}
+	byContent := formats.CutsByContent(head.Data[:min(len(head.Data), 16)])
+	head.Release()
+	if !byContent {
+		return nil
+	}
+	tail, err := p.store.AcquireChunk(ctx, base.Chunks[last])
+	if err != nil {
+		return nil
+	}
+	defer tail.Release()
+	batch := p.store.NewBatch()
+	if err := batch.Reuse(ctx, base.Chunks[:last]); err != nil {
+		batch.Release()
+		return nil
+	}
+	origin := base.Size() - int64(len(tail.Data))
+	s := p.startStream(origin, batch)
+	if s == nil {
+		batch.Release()
+		return nil
+	}
+	if ok, err := s.write(tail.Data, 0); !ok || err != nil {
+		s.abandon()
+		return nil
+	}
+	return &File{pool: p, ino: ino, size: base.Size(), stream: s, prefix: base.Chunks[:last:last]}
+}
+
 // startEmpty stages empty content: in a stream if the write memory budget
 // has room for one, else in an empty spool.
 func (f *File) startEmpty(ctx context.Context) error {
-	f.size = 0
-	if s := f.pool.startStream(); s != nil {
+	f.size, f.prefix = 0, nil
+	if s := f.pool.startStream(0, nil); s != nil {
 		f.stream = s
 		return nil
 	}
@@ -171,7 +240,10 @@ func (f *File) Holds() bool { return f.stream != nil || f.spool != nil }
 // content is a *LostError, and then nothing was written.
 func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 	if s := f.stream; s != nil {
-		ok, err := s.write(p, off)
+		ok, err := false, error(nil)
+		if off >= s.origin {
+			ok, err = s.write(p, off-s.origin)
+		}
 		if ok && err != nil {
 			// The streamer failed (the store is full?): what it took is lost.
 			return 0, &LostError{err}
@@ -204,8 +276,8 @@ func (f *File) Truncate(ctx context.Context, size int64) error {
 			if err := f.startEmpty(ctx); err != nil {
 				return &LostError{err}
 			}
-		case size >= s.written():
-			s.extend(size)
+		case size >= s.origin+s.written():
+			s.extend(size - s.origin)
 		default:
 			if err := f.Spill(ctx); err != nil {
 				return &LostError{err}
@@ -237,9 +309,10 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 	return int(end - off), nil
 }
 
-// Spill turns a stream into a spool holding the same bytes: the chunks the
-// stream stored, read back from the store, then what is still in memory,
-// then the hole up to the size. On failure f holds nothing (Holds).
+// Spill turns a stream into a spool holding the same bytes: the committed
+// chunks before its origin and the chunks the stream stored, read back from
+// the store, then what is still in memory, then the hole up to the size. On
+// failure f holds nothing (Holds).
 func (f *File) Spill(ctx context.Context) error {
 	s := f.stream
 	if s == nil {
@@ -253,7 +326,7 @@ func (f *File) Spill(ctx context.Context) error {
 		s.cancel()
 		s.freeMemory()
 		s.batch.Release()
-		f.stream = nil
+		f.stream, f.prefix = nil, nil
 	}()
 	if s.err != nil && !errors.Is(s.err, errStreamStopped) {
 		return fmt.Errorf("staged content lost: %w", s.err)
@@ -266,18 +339,20 @@ func (f *File) Spill(ctx context.Context) error {
 		f.pool.closeSpool(sp)
 		return fmt.Errorf("materialize stream: %w", err)
 	}
-	off, err := f.pool.spoolChunks(ctx, sp, &cas.Manifest{Chunks: s.refs}, s.chunked)
+	chunks := append(f.prefix[:len(f.prefix):len(f.prefix)], s.refs...)
+	end, err := f.pool.spoolChunks(ctx, sp, &cas.Manifest{Chunks: chunks}, s.origin+s.chunked)
 	if err != nil {
 		return fail(err)
 	}
-	if off != s.chunked {
-		return fail(fmt.Errorf("chunks cover %d bytes, the stream cut %d", off, s.chunked))
+	if end != s.origin+s.chunked {
+		return fail(fmt.Errorf("chunks cover %d bytes, the stream cut %d from %d", end, s.chunked, s.origin))
 	}
+	off := s.chunked // the stream's own offsets from here
 	rest := make([]byte, min(s.appended-off, streamBlock))
 	for off < s.appended {
 		k := min(int64(len(rest)), s.appended-off)
 		s.ReadAt(rest[:k], off)
-		if _, err := sp.WriteAt(rest[:k], off); err != nil {
+		if _, err := sp.WriteAt(rest[:k], s.origin+off); err != nil {
 			return fail(err)
 		}
 		off += k
@@ -307,11 +382,14 @@ type Result struct {
 // means its content is lost (the caller Aborts f).
 func (f *File) Finish(ctx context.Context) (Result, error) {
 	if s := f.stream; s != nil {
-		refs, hole, ix, err := s.finish(f.size)
+		refs, hole, ix, err := s.finish(f.size - s.origin)
 		if err != nil {
 			return Result{}, err
 		}
-		f.stream = nil
+		if len(f.prefix) > 0 {
+			refs = append(f.prefix[:len(f.prefix):len(f.prefix)], refs...)
+		}
+		f.stream, f.prefix = nil, nil
 		m := cas.Manifest{Chunks: refs}
 		m.AddHole(hole)
 		return Result{Batch: s.batch, Chunks: refs, Holes: m.Holes, Index: ix}, nil
@@ -345,7 +423,7 @@ func (f *File) Finish(ctx context.Context) (Result, error) {
 func (f *File) Abort() {
 	if s := f.stream; s != nil {
 		s.abandon()
-		f.stream = nil
+		f.stream, f.prefix = nil, nil
 	}
 	if f.spool != nil {
 		f.pool.closeSpool(f.spool)

@@ -37,6 +37,13 @@ type stream struct {
 	pool  *Pool
 	batch *cas.Batch
 
+	// origin is the file offset of the stream's offset 0: 0 for a file
+	// written from empty; a cut of the committed content for one that grows
+	// by appends (Pool.StageAppend), whose stream holds only what follows it.
+	// The stream's offsets are its own; origin only aligns its end's hole
+	// as the file's (finish).
+	origin int64
+
 	mu       sync.Mutex
 	cond     *sync.Cond
 	base     int64    // file offset of blocks[0], a multiple of streamBlock
@@ -82,14 +89,26 @@ func streamWindow(maxChunk int) int64 {
 // spool file (created, written, read back and unlinked for 4 KiB). A
 // stream that cannot grow spills, as a file started with the budget spent
 // is spooled.
-func (p *Pool) startStream() *stream {
+//
+// A stream at origin > 0 continues a file cut by content alone from one of
+// its cuts (formats.NewContentChunker); batch, when not nil, is the batch
+// that pins the chunks before origin (cas.Batch.Reuse), which the stream's
+// chunks join.
+func (p *Pool) startStream(origin int64, batch *cas.Batch) *stream {
 	full := streamWindow(p.store.ChunkSize())
 	window := min(full, streamBlock)
 	if !p.reserveStream(window) {
 		return nil
 	}
+	if batch == nil {
+		batch = p.store.NewBatch()
+	}
+	ch := formats.NewChunker(p.store.ChunkSize())
+	if origin > 0 {
+		ch = formats.NewContentChunker(p.store.ChunkSize())
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &stream{pool: p, batch: p.store.NewBatch(), cancel: cancel, done: make(chan struct{}),
+	s := &stream{pool: p, batch: batch, origin: origin, cancel: cancel, done: make(chan struct{}),
 		window: window, full: full, reserved: window}
 	s.cond = sync.NewCond(&s.mu)
 	go func() {
@@ -97,7 +116,7 @@ func (p *Pool) startStream() *stream {
 		put := func(ctx context.Context, data []byte, dtype string, off int64) (cas.ChunkRef, error) {
 			return putChunk(ctx, s.batch, data, dtype, off)
 		}
-		refs, ix, chunked, err := ingest(ctx, s, p.store.ChunkSize(), put)
+		refs, ix, chunked, err := ingest(ctx, s, ch, put)
 		s.mu.Lock()
 		s.refs, s.index, s.chunked, s.err = refs, ix, chunked, err
 		if err == nil && chunked != s.size {
@@ -271,8 +290,8 @@ func (s *stream) written() int64 {
 func (s *stream) finish(size int64) ([]cas.ChunkRef, int64, *FileIndex, error) {
 	s.mu.Lock()
 	var hole int64
-	if lo, _, ok := holeIn(s.appended, size, size); ok {
-		hole = size - lo
+	if lo, _, ok := holeIn(s.origin+s.appended, s.origin+size, s.origin+size); ok {
+		hole = s.origin + size - lo
 	}
 	s.sized, s.size = true, size-hole
 	s.cond.Broadcast()
