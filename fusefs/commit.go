@@ -94,6 +94,16 @@ func (n *fileNode) commitLocked(ctx context.Context, origin *fileNode, originAtt
 	if !n.dirty {
 		return nil, false, n.lost
 	}
+	if origin == nil && n.unlinked.Load() {
+		// No name left to commit it under: the staged content serves the
+		// handles still open and goes with the last of them (Release), as
+		// a local filesystem frees an unlinked file at its last close.
+		// Storing it would leave chunks no row names until a collection's
+		// grace period ends (and fsck would call them a crash's). An
+		// unlink that lands after this look is still handled by
+		// commitCatalog (Keep).
+		return nil, false, nil
+	}
 	if obs := n.fsys.obs; obs != nil {
 		start := time.Now()
 		defer func() { obs.Commit(time.Since(start), n.attr.Size, err) }()

@@ -343,6 +343,13 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 		}
 	}
 	n.dropSpoolLocked()
+	if n.handles == 0 && n.unlinked.Load() && n.staging != nil {
+		// The last handle of a file with no name: its staged content is
+		// gone with it (commitLocked does not store it).
+		n.staging.Abort()
+		n.staging = nil
+		n.dirty = false
+	}
 	if fork != nil && n.writers == 0 {
 		n.fork = nil // its writers are gone; it lives on at the file's name
 		// Unpin it once settled (origin → fork, as in openHandle).
