@@ -52,7 +52,10 @@
 // commits it first (the catalog must hold the node the new name names), and
 // of a file with a fork commits the fork, which takes the name, and links
 // it. The last unlink detaches the node as before. O_TMPFILE files cannot
-// be linked (ENOENT): they have no catalog record.
+// be linked (ENOENT): they have no catalog record. A file with no name left
+// (the last unlink while it is open, O_TMPFILE) commits nothing: its content
+// stays staged for its handles, fsync answers at once, and the last handle's
+// RELEASE drops it, so it leaves no chunks behind (commitLocked).
 //
 // FIFOs, UNIX sockets (bind) and character and block devices (mknod, mkfifo;
 // special.go) are catalog records only: type, mode, rdev, owner and times.
