@@ -404,6 +404,41 @@ func TestGCFreesDeletedFilesByDefault(t *testing.T) {
 	}
 }
 
+// TestGCEvery: mount --gc-every frees a deleted file's chunks while mounted,
+// without a ckptfs gc, and logs what it freed; a bad value is refused before
+// anything starts.
+func TestGCEvery(t *testing.T) {
+	store, mnt := filepath.Join(t.TempDir(), "store"), t.TempDir()
+	for _, bad := range [][]string{{"--gc-every", "-1s"}, {"--gc-every", "1h", "--read-only", "--remote", "s3://b/p"}} {
+		args := append(append([]string{"mount"}, bad...), store, mnt)
+		if code, _, errOut := ckptfs(t, args...); code != 2 || !strings.Contains(errOut, "--gc-every") {
+			t.Errorf("mount %v: exit %d %q, want a usage error naming --gc-every", bad, code, errOut)
+		}
+	}
+	d := startDaemon(t, store, mnt, "--gc-every", "1s")
+	defer d.stop(syscall.SIGTERM)
+	keep, drop := randBytes(23, 2<<20), randBytes(24, 3<<20)
+	os.WriteFile(filepath.Join(mnt, "runs", "keep"), keep, 0o644)
+	os.WriteFile(filepath.Join(mnt, "runs", "drop"), drop, 0o644)
+	os.Remove(filepath.Join(mnt, "runs", "drop"))
+	deadline := time.Now().Add(30 * time.Second)
+	for statsJSON(t, mnt)["unique_bytes"] != int64(len(keep)) {
+		if time.Now().After(deadline) {
+			t.Fatalf("30s after the delete: unique_bytes %d, want %d; log:\n%s", statsJSON(t, mnt)["unique_bytes"], len(keep), d.stderr)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !strings.Contains(d.stderr.String(), "gc: freed 3.00 MiB") || !strings.Contains(d.stderr.String(), "(every 1s)") {
+		t.Errorf("the daemon's log does not say what the collection freed:\n%s", d.stderr)
+	}
+	if code, out, _ := ckptfs(t, "fsck", mnt); code != 0 || !strings.Contains(out, "0 unreferenced objects") {
+		t.Errorf("fsck after the collection: %d %q", code, out)
+	}
+	if got, err := os.ReadFile(filepath.Join(mnt, "runs", "keep")); err != nil || !bytes.Equal(got, keep) {
+		t.Errorf("the kept file reads back wrong: %v", err)
+	}
+}
+
 // TestFsckNamesEveryFileOfACorruptChunk: a damaged chunk shared by several
 // files through the mount is reported for each of them.
 func TestFsckNamesEveryFileOfACorruptChunk(t *testing.T) {

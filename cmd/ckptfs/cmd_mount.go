@@ -59,6 +59,7 @@ type mountConfig struct {
 	background    bool
 	logFile       string
 	nonEmpty      bool
+	gcEvery       time.Duration // 0: collect only when asked (ckptfs gc)
 }
 
 // parseMount parses and checks mount's flags and arguments; a bad one is a
@@ -84,6 +85,7 @@ func parseMount(c command, args []string, stderr io.Writer) (*mountConfig, error
 	metricsAddr := fl.String("metrics-addr", "", "serve Prometheus metrics at http://HOST:PORT/metrics (e.g. 127.0.0.1:9477)")
 	background := fl.Bool("background", false, "return once the mount is live, leaving the daemon running (its log: --log); unmount with fusermount3 -u or umount")
 	logFile := fl.String("log", "", "with --background: the daemon's log, in a directory that exists (default ~/.cache/ckptfs/mount.log)")
+	gcEvery := fl.Duration("gc-every", 0, "collect garbage every DURATION while mounted, as ckptfs gc does (the chunks of deleted and replaced files), e.g. 1h for runs that delete old checkpoints (save_total_limit); 0: only when ckptfs gc is run")
 	nonEmpty := fl.Bool("nonempty", false, "mount over a MOUNTPOINT that has files in it (hiding them until the unmount); refused by default")
 	flagArgs, pos, err := parseFlagArgs(fl, args, 2)
 	if err != nil {
@@ -133,6 +135,10 @@ func parseMount(c command, args []string, stderr io.Writer) (*mountConfig, error
 		fmt.Fprintf(stderr, "ckptfs mount: --node-limit must be -1 (never prune), 0 (from the memory budget) or a count, not %d\n", *nodeLimit)
 		return nil, errUsage
 	}
+	if *gcEvery < 0 || (*gcEvery > 0 && *readOnly) {
+		fmt.Fprintf(stderr, "ckptfs mount: --gc-every must be a positive duration such as 1h (0: off), on a writing mount, not %v\n", *gcEvery)
+		return nil, errUsage
+	}
 	if *keyframe < 1 {
 		fmt.Fprintf(stderr, "ckptfs mount: --delta-keyframe must be 1 (no deltas) or more, not %d\n", *keyframe)
 		return nil, errUsage
@@ -151,7 +157,7 @@ func parseMount(c command, args []string, stderr io.Writer) (*mountConfig, error
 		cacheSize: int64(cacheSize), writeMem: int64(writeMem), nodeLimit: *nodeLimit, readAhead: *readAhead, debug: *debug, commitMode: *commitMode,
 		remoteURL: *remoteURL, remoteTimeout: *remoteTimeout, readOnly: *readOnly, localCache: int64(localCache), encoders: *encoders,
 		keyframe: *keyframe, latestWhole: latestWhole, allowOther: *allowOther, metricsAddr: *metricsAddr, background: *background,
-		logFile: *logFile, nonEmpty: *nonEmpty,
+		logFile: *logFile, nonEmpty: *nonEmpty, gcEvery: *gcEvery,
 	}, nil
 }
 
@@ -315,6 +321,9 @@ func serveMount(ctx context.Context, cfg *mountConfig, stdout, stderr io.Writer)
 		return err
 	}
 	defer stopControl()
+	if cfg.gcEvery > 0 {
+		bgWG.Go(func() { collectEvery(bg, cfg.gcEvery, store, fsys, logger) })
+	}
 	if metrics != nil {
 		stopMetrics := metrics.serve(metricsLn, fsys, logger)
 		defer stopMetrics()

@@ -136,6 +136,7 @@ var helperOptions = []mountOption{
 	{"remote", "--remote", true, "s3://BUCKET/PREFIX"},
 	{"remote_timeout", "--remote-timeout", true, "DURATION"},
 	{"local_cache_size", "--local-cache-size", true, "SIZE"},
+	{"gc_every", "--gc-every", true, "DURATION"},
 	{"metrics_addr", "--metrics-addr", true, "HOST:PORT"},
 	{"allow_other", "--allow-other", false, ""},
 	{"nonempty", "--nonempty", false, ""}, // fuse2's name for it
