@@ -23,7 +23,11 @@ import "fmt"
 //     version stays whole. Every commit releases the plans of the chunks
 //     its suggestions name (Deltas.Release: the row is marked released, a
 //     queue row comes), whether its own chunk is new, planned or not, and
-//     whatever the options say now. The row keeps, as a fallback base, the
+//     whatever the options say now. A rename that takes the file out of
+//     its run releases them too (Deltas.ReleaseIn, called by fusefs), and
+//     the transaction that deletes or replaces the file's content drops
+//     those of its chunks the new content does not name (Deltas.Forget):
+//     doc.go has why. The row keeps, as a fallback base, the
 //     keyframe the chain led to when the plan was made: a waiting plan
 //     names the version before it (below), never yet a delta, and a
 //     collection of that version (a rotation) would otherwise leave it no

@@ -228,6 +228,25 @@
 //     README), and a file overwritten in place releases its old version's
 //     plan, re-encoding a chunk no file names any more, which the next
 //     collection takes.
+//     "The next version" is the next save that finds the file as its
+//     previous version (fusefs: bases.go), so a waiting plan ends in one of
+//     three ways, each in the transaction of the change and at the cost of
+//     the file's own chunks (no scan of the catalog, no reference table):
+//     (1) that save commits (Deltas.Release); (2) a rename takes the file
+//     out of its run, where the run's next save would find the version
+//     before it instead (`mv runs/r/0300 archive/`; fusefs's dir.go has the
+//     rule): the plans are released now (Deltas.ReleaseIn), as no save
+//     ever would; (3) the file's content goes (its last name removed, or
+//     content committed over it): the plans of its chunks that the content
+//     taking its place does not name are dropped (Deltas.Forget), so that
+//     delta_waiting counts only live files' chunks and no re-encode codes
+//     garbage. Dropped, not released: without a reference table the chunk
+//     may still be another file's (a copy), which then keeps it whole, a
+//     keyframe to its next versions, at no cost in reads. What still
+//     waits is the last save of each run, finished runs included; a plan
+//     an older ckptfs left waiting for a file it deleted or moved stays so
+//     (Settle cannot tell which file a row belongs to), until a collection
+//     sweeps its chunk or a save finds the file.
 //   - A base missing locally is fetched from the remote tier like any chunk
 //     and kept as a local copy; it is read unhashed like a local base, and a
 //     delta that fails against it makes the base be verified in full (and a

@@ -95,39 +95,97 @@ func (f *FS) suggestBases(batch *cas.Batch, place hintPlace, m *cas.Manifest, ix
 }
 
 // previousStep looks for the file at the same relative path under the
-// previous sibling of each of place's first ancestors.
+// previous sibling of each of place's first ancestors (versionBefore).
 func previousStep(tx *cas.Tx, place hintPlace) *cas.Manifest {
 	if place.dir == nil {
 		return nil
 	}
-	in := place.dir.EmbeddedInode()
-	final := finalName(place.name)
-	if final != place.name {
+	_, m, _ := versionBefore(tx, hintDirs(place.dir), place.name)
+	return m
+}
+
+// pathDir is a directory on a file's path: its inode number and its name
+// in the directory before it on the path.
+type pathDir struct {
+	ino  uint64
+	name string
+}
+
+// hintDirs is dir and the ancestors a search for a previous version from a
+// place in it climbs (at most maxHintLevels), from the inode tree, top
+// first: the root has no name.
+func hintDirs(dir *dirNode) []pathDir {
+	in := dir.EmbeddedInode()
+	dirs := []pathDir{{ino: in.StableAttr().Ino}}
+	for len(dirs) <= maxHintLevels {
+		name, parent := in.Parent()
+		if parent == nil {
+			break
+		}
+		dirs[len(dirs)-1].name = name
+		dirs = append(dirs, pathDir{ino: parent.StableAttr().Ino})
+		in = parent
+	}
+	slices.Reverse(dirs)
+	return dirs
+}
+
+// versionBefore finds the previous version of a file named name in the
+// last of dirs (top first, each named in the one before it; hintDirs), which
+// need not be in the inode tree: what a save there pairs its chunks with
+// (previousStep), and what a rename that moves a file compares before and
+// after (dir.go). It returns the version's inode number and manifest (0,
+// nil: none), and the level it was found at: 0 for the file the name's
+// final one would replace, k for the file at the same relative path in a
+// previous sibling of the k-th directory up (at most maxHintSiblings of
+// them a level, maxHintLevels levels).
+func versionBefore(tx *cas.Tx, dirs []pathDir, name string) (uint64, *cas.Manifest, int) {
+	final := finalName(name)
+	if final != name {
 		// Written under a temporary name: the file it will replace.
-		if m := lookupFile(tx, in.StableAttr().Ino, []string{final}); m != nil {
-			return m
+		if ino, m := versionAt(tx, dirs[len(dirs)-1].ino, []string{final}); m != nil {
+			return ino, m, 0
 		}
 	}
 	rel := []string{final}
-	for range maxHintLevels {
-		name, parent := in.Parent()
-		if parent == nil {
-			return nil
-		}
-		for sibName, i := name, 0; i < maxHintSiblings; i++ {
+	for level := 1; level <= maxHintLevels && level < len(dirs); level++ {
+		in, parent := dirs[len(dirs)-level], dirs[len(dirs)-level-1]
+		for sibName, i := in.name, 0; i < maxHintSiblings; i++ {
 			var sib uint64
 			var ok bool
-			if sibName, sib, ok = previousSibling(tx, parent.StableAttr().Ino, sibName); !ok {
+			if sibName, sib, ok = previousSibling(tx, parent.ino, sibName); !ok {
 				break
 			}
-			if m := lookupFile(tx, sib, rel); m != nil {
-				return m
+			if ino, m := versionAt(tx, sib, rel); m != nil {
+				return ino, m, level
 			}
 		}
-		rel = append([]string{name}, rel...)
-		in = parent
+		rel = append([]string{in.name}, rel...)
 	}
-	return nil
+	return 0, nil, 0
+}
+
+// versionAt resolves rel under directory dir to a regular file with
+// content: its inode number and manifest (nil: none, or no chunks, as a
+// file of holes only has).
+func versionAt(tx *cas.Tx, dir uint64, rel []string) (uint64, *cas.Manifest) {
+	ino := dir
+	for _, name := range rel {
+		next, ok := tx.Lookup(ino, name)
+		if !ok {
+			return 0, nil
+		}
+		ino = next
+	}
+	n, ok, err := tx.Node(ino)
+	if err != nil || !ok || !n.IsRegular() {
+		return 0, nil
+	}
+	m, ok, err := tx.Manifest(ino)
+	if err != nil || !ok || len(m.Chunks) == 0 {
+		return 0, nil
+	}
+	return ino, m
 }
 
 // previousSibling returns the directory entry of dir that comes right before
@@ -142,27 +200,6 @@ func previousSibling(tx *cas.Tx, dir uint64, name string) (string, uint64, bool)
 type errStopWalk struct{}
 
 func (errStopWalk) Error() string { return "stop" }
-
-// lookupFile resolves rel under directory dir to a regular file's manifest.
-func lookupFile(tx *cas.Tx, dir uint64, rel []string) *cas.Manifest {
-	ino := dir
-	for _, name := range rel {
-		next, ok := tx.Lookup(ino, name)
-		if !ok {
-			return nil
-		}
-		ino = next
-	}
-	n, ok, err := tx.Node(ino)
-	if err != nil || !ok || !n.IsRegular() {
-		return nil
-	}
-	m, ok, err := tx.Manifest(ino)
-	if err != nil || !ok || len(m.Chunks) == 0 {
-		return nil
-	}
-	return m
-}
 
 // pairChunks pairs each chunk of the new content with the chunk of the
 // previous version holding the same bytes' place: [new, old] IDs. Places

@@ -185,7 +185,7 @@ func committedStepFile(t testing.TB, m *testMount, step string) *cas.Manifest {
 	t.Helper()
 	var got *cas.Manifest
 	if err := m.cas.View(func(tx *cas.Tx) error {
-		got = lookupFile(tx, catalog.RootIno, []string{"run", step, "model.safetensors"})
+		_, got = versionAt(tx, catalog.RootIno, []string{"run", step, "model.safetensors"})
 		return nil
 	}); err != nil || got == nil {
 		t.Fatalf("no committed run/%s/model.safetensors: %v", step, err)

@@ -245,7 +245,11 @@ func (n *fileNode) commitRows(m *cas.Manifest, rec cas.Node, origin *fileNode) f
 			}
 			if replaced != 0 {
 				// A shadow with other names keeps them (an origin has
-				// one: it has no fork otherwise).
+				// one: it has no fork otherwise). Else its content's
+				// waiting delta plans go with it, but m's (dir.go).
+				if err := forgetWaits(tx, replaced, m); err != nil {
+					return err
+				}
 				if _, err := tx.DropLink(replaced, time.Now().UnixNano()); err != nil {
 					return err
 				}
@@ -259,6 +263,8 @@ func (n *fileNode) commitRows(m *cas.Manifest, rec cas.Node, origin *fileNode) f
 			if err := tx.PutNode(n.dir.attr); err != nil {
 				return err
 			}
+		} else if err := forgetContent(tx, rec.Ino, m); err != nil {
+			return err // the content m replaces in place, for all of its names
 		}
 		if err := tx.PutManifest(rec.Ino, m); err != nil {
 			return err

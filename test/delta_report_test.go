@@ -156,7 +156,7 @@ func TestDeltaReportsAgree(t *testing.T) {
 	if u := du(last); u.WaitingChunks != bases {
 		t.Errorf("du of the last save: %d chunks waiting, want %d", u.WaitingChunks, bases)
 	}
-	if _, out, _ := ckptfs(t, "du", last); !strings.Contains(out, fmt.Sprintf("%d changed chunks", bases)) || !strings.Contains(out, "stay whole until the next save") {
+	if _, out, _ := ckptfs(t, "du", last); !strings.Contains(out, fmt.Sprintf("%d changed chunks", bases)) || !strings.Contains(out, "stay whole as the latest save of their tensors") {
 		t.Errorf("du does not say that the last save's chunks wait:\n%s", out)
 	}
 	if u := du(filepath.Join(mnt, "runs/r", steps[1])); u.WaitingChunks != 0 {
@@ -231,6 +231,101 @@ func TestDeltaReportsAgree(t *testing.T) {
 	ckptfsJSON(t, &f, "fsck", "--json", mnt)
 	if st := statsJSON(t, mnt); st["chunks"] != 0 || f.Unreferenced != 0 || f.Bases != 0 {
 		t.Errorf("after deleting everything: %d chunks indexed, fsck %+v", st["chunks"], f)
+	}
+}
+
+// TestDeltaWaitsLeaveWithTheSave: with the latest save kept whole, what
+// du and delta_waiting call waiting is the changed chunks of each run's
+// latest save, and only those. The run renamed whole keeps its latest save
+// waiting; its latest step moved out of the run is released at the rename
+// (the run's next save finds the step before it) and becomes deltas, and
+// du says nothing waits there; a deleted latest step's plans go with it at
+// the deletion, not at the next gc. Before, the moved step waited for good
+// and du said it waited for the next save; the deleted one counted until
+// a collection.
+func TestDeltaWaitsLeaveWithTheSave(t *testing.T) {
+	store, mnt := filepath.Join(t.TempDir(), "store"), t.TempDir()
+	d := startDaemon(t, store, mnt)
+	defer d.stop(syscall.SIGTERM)
+	const tensors = 2
+	saves := trainingSteps(tensors, 4)
+	for s, step := range []string{"100", "110", "120"} {
+		writeSafetensors(t, filepath.Join(mnt, "runs/r", step, "model.safetensors"), saves[s])
+	}
+	drained := func() map[string]int64 {
+		t.Helper()
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			st := statsJSON(t, mnt)
+			if st["reencode_pending"] == 0 {
+				return st
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the re-encode queue did not drain")
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	st := drained()
+	w, deltas := st["delta_waiting"], st["delta_chunks"]
+	if w < tensors || deltas != w {
+		t.Fatalf("after three saves: %d chunks waiting, %d deltas; want the last save's tensors waiting, as many as the second's deltas", w, deltas)
+	}
+	waiting := func(p string) (int, string) {
+		t.Helper()
+		var out struct {
+			Total struct {
+				WaitingChunks int `json:"waiting_chunks"`
+			} `json:"total"`
+		}
+		ckptfsJSON(t, &out, "du", "--json", p)
+		_, text, _ := ckptfs(t, "du", p)
+		return out.Total.WaitingChunks, text
+	}
+
+	// The run renamed whole: its latest save is its latest still.
+	if err := os.Rename(filepath.Join(mnt, "runs/r"), filepath.Join(mnt, "runs/r2")); err != nil {
+		t.Fatal(err)
+	}
+	latest := filepath.Join(mnt, "runs/r2/120")
+	if n, text := waiting(latest); n != int(w) || statsJSON(t, mnt)["delta_waiting"] != w || !strings.Contains(text, "stay whole as the latest save") {
+		t.Errorf("the run renamed: du says %d chunks wait, want %d:\n%s", n, w, text)
+	}
+
+	// Its latest step archived: released, coded as deltas, and du says so.
+	archived := filepath.Join(mnt, "archive/120")
+	if err := os.MkdirAll(filepath.Dir(archived), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(latest, archived); err != nil {
+		t.Fatal(err)
+	}
+	if n, text := waiting(archived); n != 0 || strings.Contains(text, "changed chunks") {
+		t.Errorf("the latest step moved out of its run: du says %d chunks wait:\n%s", n, text)
+	}
+	if st := drained(); st["delta_waiting"] != 0 || st["delta_chunks"] != deltas+w {
+		t.Errorf("the latest step moved out of its run: %d chunks waiting, %d deltas; want none waiting, %d deltas", st["delta_waiting"], st["delta_chunks"], deltas+w)
+	}
+
+	// The run goes on from 110; its new latest step deleted.
+	next := filepath.Join(mnt, "runs/r2/130")
+	writeSafetensors(t, filepath.Join(next, "model.safetensors"), saves[3])
+	if n := statsJSON(t, mnt)["delta_waiting"]; n != w {
+		t.Errorf("the run's next save: %d chunks waiting, want %d", n, w)
+	}
+	if err := os.RemoveAll(next); err != nil {
+		t.Fatal(err)
+	}
+	if n := statsJSON(t, mnt)["delta_waiting"]; n != 0 {
+		t.Errorf("the latest step deleted: %d chunks waiting, want none", n)
+	}
+	var f struct {
+		Problems []json.RawMessage `json:"problems"`
+		Notes    []json.RawMessage `json:"notes"`
+	}
+	ckptfsJSON(t, &f, "fsck", "--json", mnt)
+	if len(f.Problems) != 0 || len(f.Notes) != 0 {
+		t.Errorf("fsck: problems %s, notes %s", f.Problems, f.Notes)
 	}
 }
 

@@ -458,6 +458,71 @@ func (x Deltas) Settle(release bool) (dropped, released int, err error) {
 	return dropped, released, nil
 }
 
+// Waiting reports whether any plan waits (delta_waiting above 0). Forget
+// and ReleaseIn read nothing when none does, and their callers may skip the
+// reads that find them their manifests.
+func (x Deltas) Waiting() bool { return x.t.counter(keyDeltaWaiting) > 0 }
+
+// Forget drops the waiting plans of content that no file is to hold: m,
+// the manifest of a file whose last name this transaction removes, or
+// whose content it replaces. Each chunk of m whose plan waits (not
+// released) and that keep does not name (the content that takes m's place:
+// the file's new version, or the file renamed over it; nil for none) loses
+// its plan and wait row (DropPlan), so that delta_waiting counts it out at
+// the deletion rather than at the collection that sweeps it, and no
+// re-encode codes a chunk that is garbage. Released plans are the
+// re-encoder's already, and left so. It reads a row per chunk of m (none
+// when no plan waits), and keep's chunks once one is to go.
+//
+// No reference table says whether another file still names such a chunk
+// (a copy of the file, the same bytes saved elsewhere): it then stays
+// whole, without a plan, and its next version is coded against it as
+// against a keyframe (cas's doc.go has the reasons).
+func (x Deltas) Forget(m, keep *Manifest) error {
+	if m == nil || !x.Waiting() {
+		return nil
+	}
+	var kept map[ID]bool
+	for _, c := range m.Chunks {
+		if waits, err := x.t.DeltaWaits(c.ID); err != nil {
+			return err
+		} else if !waits {
+			continue
+		}
+		if kept == nil {
+			kept = map[ID]bool{}
+			if keep != nil {
+				for _, k := range keep.Chunks {
+					kept[k.ID] = true
+				}
+			}
+		}
+		if kept[c.ID] {
+			continue
+		}
+		if err := x.DropPlan(c.ID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ReleaseIn releases (Release) the waiting plans of m's chunks: the file
+// that holds m left the place where its next version would be saved
+// (fusefs decides where that is), so no save will release them. It reads
+// a row per chunk of m, none when no plan waits.
+func (x Deltas) ReleaseIn(m *Manifest) error {
+	if m == nil || !x.Waiting() {
+		return nil
+	}
+	for _, c := range m.Chunks {
+		if err := x.Release(c.ID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // dropWait removes chunk id's wait row, if any, and counts it out of
 // delta_waiting unless it was released.
 func (x Deltas) dropWait(id ID) error {

@@ -114,7 +114,7 @@ func runDu(ctx context.Context, c command, args []string, stdout, stderr io.Writ
 			fmt.Fprintf(stdout, "%s: %s names outside it too (hard links): deleting it leaves them, and their chunks\n", name, files)
 		}
 		if u.WaitingChunks > 0 {
-			fmt.Fprintf(stdout, "%s: %d changed chunks (%s on disk) stay whole until the next save of their tensors, which stores them as deltas (mount --delta-latest)\n",
+			fmt.Fprintf(stdout, "%s: %d changed chunks (%s on disk) stay whole as the latest save of their tensors, until the next save of their run stores them as deltas (mount --delta-latest)\n",
 				name, u.WaitingChunks, formatBytes(u.WaitingStoredBytes))
 		}
 	}

@@ -38,8 +38,8 @@ type duUsage struct {
 	KeptStoredBytes int64 `json:"kept_stored_bytes"` // bytes of their object files
 	KeptForDeltas   int   `json:"kept_for_deltas"`   // the deltas, still used, that keep them
 	// The set's chunks stored whole until a later save of them releases
-	// their delta plans (the latest save: cas's deltaplan.go), and the bytes
-	// of their object files now.
+	// their delta plans (the latest save of each run, until the run's next
+	// save: cas's doc.go), and the bytes of their object files now.
 	WaitingChunks      int   `json:"waiting_chunks"`
 	WaitingStoredBytes int64 `json:"waiting_stored_bytes"`
 	// Files of the set that have names outside it (hard links): deleting

@@ -152,7 +152,7 @@ var storeGaugeHelp = map[string]string{
 	"reencode_pending":       "Chunks stored raw, waiting for a background re-encode.",
 	"reencode_pending_bytes": "Raw bytes of the chunks waiting for a re-encode.",
 	"delta_chunks":           "Chunks stored as a delta against a base chunk.",
-	"delta_waiting":          "Chunks whose delta waits for a later version (the latest save's changed chunks, stored whole until the next save).",
+	"delta_waiting":          "Chunks whose delta waits for a later version: the changed chunks of each run's latest save, stored whole until the run's next save (a save deleted or moved out of its run counts no more).",
 	"packs":                  "Pack objects the store holds (many small chunks in one object).",
 	"pack_bytes":             "Bytes of the pack objects.",
 	"packed_bytes":           "Bytes of the packs that live chunks hold (pack_bytes less this is dead chunks a collection cannot free yet).",
