@@ -94,14 +94,15 @@ func (n *fileNode) commitLocked(ctx context.Context, origin *fileNode, originAtt
 	if !n.dirty {
 		return nil, false, n.lost
 	}
-	if origin == nil && n.unlinked.Load() {
-		// No name left to commit it under: the staged content serves the
-		// handles still open and goes with the last of them (Release), as
-		// a local filesystem frees an unlinked file at its last close.
-		// Storing it would leave chunks no row names until a collection's
-		// grace period ends (and fsck would call them a crash's). An
-		// unlink that lands after this look is still handled by
-		// commitCatalog (Keep).
+	if n.unlinked.Load() || origin != nil && origin.unlinked.Load() {
+		// No name left to commit it under (a fork takes its origin's): the
+		// staged content serves the handles still open and goes with the
+		// last of them (Release), as a local filesystem frees an unlinked
+		// file at its last close. Storing it would leave chunks no row
+		// names until a collection's grace period ends (and fsck would
+		// call them a crash's). An unlink that lands after this look is
+		// still handled by commitCatalog (Keep).
+		n.unlinked.Store(true)
 		return nil, false, nil
 	}
 	if obs := n.fsys.obs; obs != nil {

@@ -874,6 +874,18 @@ func (n *fileNode) revert(cause error) {
 	n.gen++
 }
 
+// dropUnlinkedLocked drops what a file with no name left holds once its
+// last handle is gone: its staged content, which commitLocked does not
+// store (a file created and unlinked unwritten is dirty with nothing
+// staged). mu held.
+func (n *fileNode) dropUnlinkedLocked() {
+	if n.staging != nil {
+		n.staging.Abort()
+		n.staging = nil
+	}
+	n.dirty = false
+}
+
 // dropSpoolLocked frees the spool once nothing can change or needs it (mu held).
 func (n *fileNode) dropSpoolLocked() {
 	if n.writers == 0 && !n.dirty && n.staging != nil && !n.staging.Streaming() {

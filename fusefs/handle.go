@@ -343,17 +343,21 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 		}
 	}
 	n.dropSpoolLocked()
-	if n.handles == 0 && n.unlinked.Load() && n.staging != nil {
-		// The last handle of a file with no name: its staged content is
-		// gone with it (commitLocked does not store it).
-		n.staging.Abort()
-		n.staging = nil
-		n.dirty = false
+	if n.handles == 0 && n.unlinked.Load() {
+		n.dropUnlinkedLocked()
 	}
 	if fork != nil && n.writers == 0 {
 		n.fork = nil // its writers are gone; it lives on at the file's name
 		// Unpin it once settled (origin → fork, as in openHandle).
 		fork.mu.LockNested()
+		if fork.unlinked.Load() {
+			// Its origin has no name to give it, and its writers were all
+			// it had: it is gone.
+			fork.dropUnlinkedLocked()
+			n.fsys.nsMu.Lock() // after file.mu (lockorder)
+			fork.origin = nil
+			n.fsys.nsMu.Unlock()
+		}
 		fork.forked = false
 		n.fsys.unpinIfSettled(fork)
 		fork.mu.Unlock()

@@ -88,6 +88,43 @@ func TestUnlinkedWhileOpenLeavesNothing(t *testing.T) {
 				t.Fatal(err)
 			}
 		}},
+		{"create, unlink, close unwritten", func(t *testing.T) {
+			f, err := os.Create(m.path("c.tmp"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			os.Remove(m.path("c.tmp"))
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"a fork of a file unlinked while a reader has it", func(t *testing.T) {
+			for _, flags := range []int{os.O_TRUNC, os.O_APPEND} {
+				mustWrite(t, m.path("d"), []byte("old"))
+				r, err := os.Open(m.path("d"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				w, err := os.OpenFile(m.path("d"), os.O_WRONLY|flags, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				w.Write(randBytes(45, 3<<20)) // a fork: the reader keeps the old bytes
+				os.Remove(m.path("d"))
+				if err := w.Sync(); err != nil {
+					t.Fatal(err)
+				}
+				w.Write(randBytes(46, 1<<20))
+				if err := w.Close(); err != nil {
+					t.Fatal(err)
+				}
+				buf := make([]byte, 8)
+				if n, _ := r.ReadAt(buf, 0); string(buf[:n]) != "old" {
+					t.Errorf("the reader of the unlinked file reads %q", buf[:n])
+				}
+				r.Close()
+			}
+		}},
 		{"O_TMPFILE", func(t *testing.T) {
 			fd, err := unix.Open(m.dir, unix.O_TMPFILE|unix.O_RDWR, 0o600)
 			if err == syscall.EOPNOTSUPP || err == syscall.EISDIR {
@@ -115,6 +152,17 @@ func TestUnlinkedWhileOpenLeavesNothing(t *testing.T) {
 			waitFor(t, 10*time.Second, 10*time.Millisecond, func() bool { return open() == 0 }, func() string {
 				return fmt.Sprintf("%d files still open in the daemon after their close", open())
 			})
+			// Nothing of them is held: no pinned node, no stream memory.
+			m.fsys.pins.mu.Lock()
+			for ino, n := range m.fsys.pins.files {
+				if n.unlinked.Load() {
+					t.Errorf("file %d, unlinked and closed, is still pinned", ino)
+				}
+			}
+			m.fsys.pins.mu.Unlock()
+			if mem := m.fsys.stage.StreamMemory(); mem != 0 {
+				t.Errorf("%d bytes of stream memory held after every file was closed", mem)
+			}
 			// Counted after a remount too: while mounted, a pack some batch
 			// keeps registered is no orphan.
 			for _, when := range []string{"mounted", "remounted"} {
