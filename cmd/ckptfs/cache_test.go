@@ -69,7 +69,7 @@ func TestLocalCacheBoundAcrossRestarts(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "store")
 	for run, part := range [][]cas.ChunkRef{refs[:6], refs[6:]} {
 		s, objects := openCached(t, dir, bucket, budget)
-		if _, _, err := adoptFetched(ctx, s, objects); err != nil { // as the mount does, in the background
+		if _, _, err := adoptFetched(ctx, s, objects, nil); err != nil { // as the mount does, in the background
 			t.Fatal(err)
 		}
 		for _, ref := range part {
@@ -119,7 +119,7 @@ func BenchmarkAdoptFetched(b *testing.B) {
 			b.ResetTimer()
 			start := time.Now()
 			for range b.N {
-				got, _, err := adoptFetched(context.Background(), s, objects)
+				got, _, err := adoptFetched(context.Background(), s, objects, nil)
 				if err != nil || got != n {
 					b.Fatalf("adopted %d of %d: %v", got, n, err)
 				}

@@ -130,7 +130,7 @@ func writeGCResult(stdout io.Writer, res gc.Result, verb string, grace time.Dura
 	if res.BasesKept > 0 {
 		// Their stored sizes come from the catalog's rows too.
 		size := ", " + formatBytes(res.BasesKeptBytes) + rawNote(res.BasesKept, res.BasesKeptRawBytes, remoteRan)
-		if res.BasesKeptBytes == 0 {
+		if res.BasesKeptBytes == 0 && remoteRan {
 			size = " (sizes not recorded: copies fetched from the bucket)"
 		}
 		fmt.Fprintf(stdout, "%skept %d chunks no file names%s: bases of %d live deltas (freed with the last of them)\n",

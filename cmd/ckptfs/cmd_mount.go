@@ -233,24 +233,6 @@ func serveMount(ctx context.Context, cfg *mountConfig, stdout, stderr io.Writer)
 			fmt.Fprintf(stdout, "ckptfs: unmounted %s\n", unmounted)
 		}
 	}()
-	if objects != nil {
-		// Count the copies earlier mounts fetched against --local-cache-size,
-		// in the background: a walk of the store's objects. Stopped before
-		// the store closes (this defer runs before store.Close's).
-		actx, stop := context.WithCancel(ctx)
-		adopted := make(chan struct{})
-		go func() {
-			defer close(adopted)
-			n, size, err := adoptFetched(actx, store, objects)
-			switch {
-			case err != nil && actx.Err() == nil:
-				logger.Printf("%v (they stay on disk beyond --local-cache-size until evicted)", err)
-			case err == nil && n > 0:
-				logger.Printf("counted %d copies (%s) that earlier mounts fetched from the bucket against the local cache size", n, formatBytes(size))
-			}
-		}()
-		defer func() { stop(); <-adopted }()
-	}
 	every, err := refreshEvery()
 	if err != nil {
 		return err
@@ -294,6 +276,24 @@ func serveMount(ctx context.Context, cfg *mountConfig, stdout, stderr io.Writer)
 		return err
 	}
 	defer fsys.Close() // stops the background re-encoder; runs before store.Close
+	if objects != nil {
+		// Count the copies earlier mounts fetched against --local-cache-size,
+		// in the background: a walk of the store's objects. Stopped before
+		// fsys and the store close (this defer runs before theirs).
+		actx, stop := context.WithCancel(ctx)
+		adopted := make(chan struct{})
+		go func() {
+			defer close(adopted)
+			n, size, err := adoptFetched(actx, store, objects, fsys.LiveManifests)
+			switch {
+			case err != nil && actx.Err() == nil:
+				logger.Printf("%v (they stay on disk beyond --local-cache-size until evicted)", err)
+			case err == nil && n > 0:
+				logger.Printf("counted %d copies (%s) that earlier mounts fetched from the bucket against the local cache size", n, formatBytes(size))
+			}
+		}()
+		defer func() { stop(); <-adopted }()
+	}
 	var ref *refresher
 	if tier != nil {
 		tier.SetApplier(fsys.ApplyRemote) // rounds apply others' changes to the served namespace

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -144,13 +145,18 @@ const adoptBatch = 4096
 // batch pins, so it is safe while the mount serves, and the mount runs this
 // in the background (cmd_mount) instead of making the mount wait for it.
 // Objects a crash left before their commit count as copies too, which is
-// harmless: they are garbage. It returns how many objects and bytes it
-// handed over. Its cost is one walk of the object directories (a stat per
-// object) and a catalog read per adoptBatch objects: about 1 s for 10⁵
-// objects in 51,000 directories, warm page cache, on a busy 2-core machine,
-// nearly all of it the walk; BenchmarkAdoptFetched measures it. It holds
-// the unindexed objects' names only, which the budget bounds.
-func adoptFetched(ctx context.Context, store *cas.Store, objects *tiered.Backend) (int, int64, error) {
+// harmless: they are garbage. So may the objects of a file unlinked during
+// its commit (cas.Batch.Keep), which no row names and no batch pins while
+// the file's open handles read them: live (the open files' manifests,
+// FS.LiveManifests, read after the walk) names them, and they are left out.
+// It returns how many objects and bytes it handed over. Its cost is one
+// walk of the object directories (a stat per object) and a catalog read per
+// adoptBatch objects: about 1 s for 10⁵ objects in 51,000 directories, warm
+// page cache, on a busy 2-core machine, nearly all of it the walk;
+// BenchmarkAdoptFetched measures it. It holds the names of the unindexed
+// objects: the fetched copies (what budgets of earlier mounts allowed,
+// more after a budget was lowered) and any crash's debris.
+func adoptFetched(ctx context.Context, store *cas.Store, objects *tiered.Backend, live func() []*cas.Manifest) (int, int64, error) {
 	var fetched []backend.Info
 	var size int64
 	batch := make([]cas.ObjectInfo, 0, adoptBatch)
@@ -182,6 +188,21 @@ func adoptFetched(ctx context.Context, store *cas.Store, objects *tiered.Backend
 	}
 	if err != nil {
 		return 0, 0, fmt.Errorf("count the copies earlier mounts fetched: %w", err)
+	}
+	if live != nil {
+		named := map[string]bool{}
+		for _, m := range live() {
+			for _, c := range m.Chunks {
+				named[c.ID.String()] = true
+			}
+		}
+		fetched = slices.DeleteFunc(fetched, func(in backend.Info) bool {
+			if named[in.Handle.Name] {
+				size -= in.Size
+				return true
+			}
+			return false
+		})
 	}
 	objects.Adopt(ctx, fetched)
 	return len(fetched), size, nil
