@@ -191,8 +191,14 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 // committed yet), and the tree's entries the catalog does not have yet.
 func (d *dirNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 	tree := d.Children()
-	var ents []fuse.DirEntry
 	dir := d.ino()
+	// "." and "..", as a local filesystem lists them (ls -a); go-fuse makes
+	// no node of them, and the kernel ignores their attributes.
+	up := dir
+	if _, parent := d.EmbeddedInode().Parent(); parent != nil {
+		up = parent.StableAttr().Ino
+	}
+	ents := []fuse.DirEntry{{Name: ".", Mode: syscall.S_IFDIR, Ino: dir}, {Name: "..", Mode: syscall.S_IFDIR, Ino: up}}
 	err := d.fsys.store.View(func(tx *cas.Tx) error {
 		return tx.Children(dir, func(name string, ino uint64) error {
 			if ch, ok := tree[name]; ok {

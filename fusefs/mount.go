@@ -66,6 +66,9 @@ func Mount(f *FS, mountpoint string, opts MountOptions) (*fuse.Server, error) {
 		// A file made with mode 0000 shows 0000 (pjdfstest open/26), not
 		// the 0644 go-fuse would put in its place.
 		NullPermissions: true,
+		// The root's inode number is the catalog's (st_ino 1), not 0: tools
+		// take (st_dev, st_ino) as a file's identity, and 0 for none.
+		RootStableAttr: &fs.StableAttr{Ino: f.root.attr.Ino},
 		MountOptions: fuse.MountOptions{
 			DirectMountStrict:       Privileged(),
 			AllowOther:              opts.AllowOther,

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -498,5 +500,41 @@ func TestListThenStatNeedsNoLookups(t *testing.T) {
 	}
 	if looked := m.listedNodes() - listed; looked > files/100 {
 		t.Errorf("stat of %d listed entries looked up %d of them: the listing did not carry their attributes", files, looked)
+	}
+}
+
+// TestListingHasDotEntries: a listing holds "." and "..", as a local
+// filesystem's does (ls -a showed neither), naming the directory and its
+// parent, with inode numbers that are not 0 (the root's was).
+func TestListingHasDotEntries(t *testing.T) {
+	m := newMount(t)
+	if err := os.MkdirAll(m.path("a/b"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, m.path("a/b/f"), []byte("x"))
+	for _, c := range []struct{ dir, up string }{{"a/b", "a"}, {"a", "."}, {".", "."}} {
+		out, err := exec.Command("ls", "-a1i", m.path(c.dir)).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		inos := map[string]uint64{}
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			var ino uint64
+			var name string
+			if _, err := fmt.Sscan(line, &ino, &name); err == nil {
+				inos[name] = ino
+			}
+		}
+		wantUp := statOf(t, m.path(c.up)).Ino
+		if c.dir == "." {
+			wantUp = inos[".."] // the mount root's parent is the mountpoint's, outside
+		}
+		if inos["."] != statOf(t, m.path(c.dir)).Ino || inos["."] == 0 || inos[".."] != wantUp {
+			t.Errorf("ls -a of %s: . is %d, .. is %d; want %d and %d\n%s", c.dir, inos["."], inos[".."],
+				statOf(t, m.path(c.dir)).Ino, statOf(t, m.path(c.up)).Ino, out)
+		}
+	}
+	if names, err := os.ReadDir(m.path("a/b")); err != nil || len(names) != 1 || names[0].Name() != "f" {
+		t.Errorf("os.ReadDir: %v %v, want just f", names, err)
 	}
 }
