@@ -420,7 +420,8 @@ func (c *fscker) checkInline(ctx context.Context, id cas.ID, info cas.ChunkInfo)
 // row, or a row that says the chunk is stored elsewhere, is damage (the two
 // are written and deleted in one transaction, and a sweep frees an inline
 // object only through its row, so such an object would stay forever); and
-// the inline counters against what they count. One read transaction: the
+// the inline counters against what they count; and counts the inline
+// objects no file names among the unreferenced. One read transaction: the
 // rows, the objects and the counters agree in it on a live mount too.
 func (c *fscker) checkInlineObjects(ctx context.Context) error {
 	return c.s.View(func(tx *cas.Tx) error {
@@ -436,6 +437,8 @@ func (c *fscker) checkInlineObjects(ctx context.Context) error {
 				c.chunkProblem("inline-orphan", id, "the catalog holds an inline object (%d bytes) for a chunk with no index row", size)
 			case !info.Inline:
 				c.chunkProblem("inline-orphan", id, "the catalog holds an inline object (%d bytes) for a chunk whose index row says it is stored elsewhere", size)
+			case !c.named.has(id) && !c.bases.has(id):
+				c.res.Unreferenced++ // gc frees it, as an object file (checkObjects)
 			}
 			if n%4096 == 0 {
 				return ctx.Err()

@@ -35,6 +35,9 @@ func TestInlineChunksCollectAndFsck(t *testing.T) {
 	}
 
 	removeFile(t, s, "a")
+	if res := fsck(t, s); !res.OK() || res.Unreferenced != 1 {
+		t.Fatalf("fsck after deleting a: %d unreferenced, want 1 (own's inline chunk, which gc frees)", res.Unreferenced)
+	}
 	gres, err := Collect(ctx, s, Options{})
 	if err != nil {
 		t.Fatal(err)
