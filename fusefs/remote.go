@@ -155,6 +155,28 @@ func (f *FS) forgetPath(p string) func() {
 			}
 			pd.addSubdirs(-1)
 		}
+		if fn, ok := child.Operations().(*fileNode); ok && fn.persisted {
+			var rec cas.Node
+			var kept bool
+			_ = f.store.View(func(tx *cas.Tx) error {
+				rec, kept, _ = tx.Node(fn.attr.Ino)
+				return nil
+			})
+			if kept && rec.IsRegular() {
+				// A file with other names (hard links) loses this one only
+				// (cas/remote drops the link; a replaced path gets a node
+				// of its own): it keeps its node, which writes through the
+				// other names commit to.
+				fn.nlink.Store(rec.Nlink)
+				fn.linkCtime.Store(max(fn.linkCtime.Load(), rec.Ctime))
+				parent.RmChild(name)
+				entry := f.notifyEntry(parent, name, p)
+				return func() {
+					entry()
+					child.NotifyContent(-1, 0) // its link count and ctime: attributes only
+				}
+			}
+		}
 		detach(child.Operations())
 		parent.RmChild(name)
 		return f.notifyEntry(parent, name, p)

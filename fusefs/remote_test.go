@@ -73,3 +73,58 @@ func TestOpenAfterRemoteRemoval(t *testing.T) {
 		t.Errorf("stat after the refresh: %v, want ENOENT", err)
 	}
 }
+
+// TestRefreshKeepsOtherLinks: a refresh that removes or replaces one name of
+// a file with hard links (cas/remote drops that link only) leaves the node
+// its other names: writes through them are committed. The node used to be
+// detached as a file with no name, so they never were, and were gone at
+// the next mount.
+func TestRefreshKeepsOtherLinks(t *testing.T) {
+	m := newMount(t)
+	p, q := m.path("runs/p"), m.path("runs/q")
+	if err := os.WriteFile(p, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(p, q); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{p, q} {
+		if _, err := os.Stat(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := m.fsys.treeNode("runs/q").Operations().(*fileNode)
+	waitFor(t, 10*time.Second, time.Millisecond, func() bool {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.settled()
+	}, func() string { return "runs/q still has state beyond the catalog 10 s after its close" })
+	ctx := context.Background()
+	err := m.fsys.ApplyRemote(ctx, []string{"runs/p"}, func(busy func(string) bool) ([]string, error) {
+		return []string{"runs/p"}, m.cas.Update(func(tx *cas.Tx) error {
+			dir, _ := lookupPath(tx, "runs")
+			ino, _ := tx.Lookup(dir, "p")
+			if err := tx.Unlink(dir, "p"); err != nil {
+				return err
+			}
+			_, err := tx.DropLink(ino, time.Now().UnixNano())
+			return err
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stat of the removed name: %v, want ENOENT", err)
+	}
+	if st := statOf(t, q); st.Nlink != 1 {
+		t.Errorf("the name left has %d links, want 1", st.Nlink)
+	}
+	if err := os.WriteFile(q, []byte("new through q"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m.remount()
+	if got, err := os.ReadFile(q); err != nil || string(got) != "new through q" {
+		t.Errorf("after a remount q reads %q (%v), want what was written through it", got, err)
+	}
+}
