@@ -121,30 +121,8 @@ func TestPlanCandidates(t *testing.T) {
 // through Plan, Release and DropPlan, a released row's fallback, and a
 // row an older ckptfs left behind (its plan carried out, the row kept).
 func TestDeltaWaitRows(t *testing.T) {
-	type state struct {
-		waits, row, released, planned, queued bool
-		counter                               int64
-	}
-	get := func(tx *Tx, id ID) state {
-		t.Helper()
-		w, row, err := tx.DeltaWait(id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		waits, err := tx.DeltaWaits(id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _, planned, err := tx.DeltaPlan(id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, queued, err := tx.PendingReencode(id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return state{waits, row, w.Released, planned, queued, tx.Counts().DeltaWaiting}
-	}
+	type state = waitState
+	get := func(tx *Tx, id ID) state { t.Helper(); return readWaitState(t, tx, id) }
 	d, _ := testDB(t)
 	v := make([]ID, 4)
 	for i := range v {
@@ -287,3 +265,33 @@ func TestDeltaWaitSettle(t *testing.T) {
 
 // errRollback ends an Update whose changes a test throws away.
 var errRollback = errors.New("roll back")
+
+// waitState is what the delta-wait tests compare of a chunk: whether its
+// plan waits, its wait row, the row's released mark, its plan, its queue
+// row, and the store's delta_waiting counter.
+type waitState struct {
+	waits, row, released, planned, queued bool
+	counter                               int64
+}
+
+// readWaitState reads id's waitState in tx.
+func readWaitState(t *testing.T, tx *Tx, id ID) waitState {
+	t.Helper()
+	w, row, err := tx.DeltaWait(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waits, err := tx.DeltaWaits(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, planned, err := tx.DeltaPlan(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, queued, err := tx.PendingReencode(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return waitState{waits, row, w.Released, planned, queued, tx.Counts().DeltaWaiting}
+}

@@ -21,23 +21,8 @@ func TestDeltaWaitForget(t *testing.T) {
 	type state struct{ waits, row, planned, queued bool }
 	get := func(tx *Tx, id ID) state {
 		t.Helper()
-		_, row, err := tx.DeltaWait(id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		waits, err := tx.DeltaWaits(id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _, planned, err := tx.DeltaPlan(id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, queued, err := tx.PendingReencode(id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return state{waits, row, planned, queued}
+		w := readWaitState(t, tx, id)
+		return state{w.waits, w.row, w.planned, w.queued}
 	}
 	manifest := func(ids ...ID) *Manifest {
 		m := &Manifest{}
