@@ -100,3 +100,103 @@ func TestAppendKeepsCommittedChunks(t *testing.T) {
 		m.remount()
 	}
 }
+
+// TestKeptAppendBesideReader: a writer keeps an O_APPEND descriptor while a
+// reader has the file open (a log and its tail), fsyncing between lines.
+// Each line lands after the last, and the reader sees it: the writer's
+// appends change the file in place (its old bytes do not change, so the
+// reader needs no version of its own) and go where the file ends. They used to start a version for the
+// writer whose size the kernel did not see: a stat of the reader's inode
+// set the kernel's size back to the old one, and the next append, sent at
+// that offset, overwrote the line fsync had committed.
+func TestKeptAppendBesideReader(t *testing.T) {
+	m := newMount(t)
+	p := m.path("app.log")
+	mustWrite(t, p, []byte("base\n"))
+	r, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	w, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close() // before the unmount, should a check fail
+	want := "base\n"
+	for _, line := range []string{"one\n", "two\n", "three\n"} {
+		if _, err := w.WriteString(line); err != nil {
+			t.Fatal(err)
+		}
+		want += line
+		if err := w.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		// The reader's stat (GETATTR of its inode) and read see the file
+		// grow, as tail -f expects.
+		if st, err := r.Stat(); err != nil || st.Size() != int64(len(want)) {
+			t.Fatalf("after %q: the reader's stat says %v (%v), want %d bytes", line, st.Size(), err, len(want))
+		}
+		buf := make([]byte, 64)
+		if k, _ := r.ReadAt(buf, 0); string(buf[:k]) != want {
+			t.Fatalf("after %q: the reader reads %q, want %q", line, buf[:k], want)
+		}
+		if got, err := os.ReadFile(p); err != nil || string(got) != want {
+			t.Fatalf("after %q: the file reads %q (%v), want %q", line, got, err, want)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	m.remount()
+	if got, err := os.ReadFile(p); err != nil || string(got) != want {
+		t.Fatalf("after a remount: %q (%v), want %q", got, err, want)
+	}
+}
+
+// TestAppendIntoAFork: an O_APPEND writer beside a writer that truncated the
+// file while a reader holds it (which gave the writers a version of their
+// own) appends at the end of that version, whatever size the kernel keeps
+// for the inode the reader shares (the old version's, 10 bytes, would put
+// "+x" inside "new" and leave a hole).
+func TestAppendIntoAFork(t *testing.T) {
+	m := newMount(t)
+	p := m.path("f")
+	mustWrite(t, p, []byte("0123456789"))
+	r, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	w1, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w1.Close()
+	if _, err := w1.WriteString("new"); err != nil {
+		t.Fatal(err)
+	}
+	w2, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w2.Close()
+	if _, err := r.Stat(); err != nil { // GETATTR of the shared inode: the old version's size
+		t.Fatal(err)
+	}
+	if _, err := w2.WriteString("+x"); err != nil {
+		t.Fatal(err)
+	}
+	w2.Close()
+	w1.Close()
+	buf := make([]byte, 16)
+	if k, _ := r.ReadAt(buf, 0); string(buf[:k]) != "0123456789" {
+		t.Errorf("the reader reads %q, want the old version", buf[:k])
+	}
+	r.Close()
+	m.remount()
+	if got, err := os.ReadFile(p); err != nil || string(got) != "new+x" {
+		t.Errorf("after a remount: %q (%v), want \"new+x\"", got, err)
+	}
+}

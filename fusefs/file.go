@@ -119,6 +119,7 @@ func (n *fileNode) openHandle(ctx context.Context, flags uint32) (*handle, uint3
 func (n *fileNode) openLocked(ctx context.Context, flags uint32) (*handle, uint32, error) {
 	h := newHandle(ctx, isWrite(flags), &n.fsys.tgids)
 	h.n = n
+	h.appending = h.write && flags&syscall.O_APPEND != 0
 	h.pageCached = !h.write && flags&syscall.O_DIRECT == 0
 	if err := n.loadManifestLocked(); err != nil {
 		return nil, 0, err
@@ -158,6 +159,11 @@ func (n *fileNode) dataNode(h fs.FileHandle) *fileNode {
 // changeTarget returns the node a change through h must go to, starting a fork
 // when n is a committed file that handles other than writers have open.
 //
+// A change through a handle opened with O_APPEND never starts a fork: its
+// appends leave the bytes readers have as they are, so they change n in
+// place and readers see the file grow, as on a local filesystem (`tail -f`
+// of a log; a fork gave the writer a new inode that readers never saw).
+//
 // A change that comes from the page cache (cached: a shared mapping's dirty
 // pages) never starts a fork: the kernel already shows it, in the pages of
 // n's inode, to every process that has the inode open or mapped, so a fork
@@ -176,7 +182,7 @@ func (n *fileNode) changeTarget(h fs.FileHandle, cached bool) *fileNode {
 	if n.fork != nil {
 		return n.fork
 	}
-	if cached || n.staged() || n.handles <= n.writers || n.unlinked.Load() {
+	if hh, ok := h.(*handle); cached || ok && hh.appending || n.staged() || n.handles <= n.writers || n.unlinked.Load() {
 		return n
 	}
 	ino, err := n.fsys.store.AllocIno()
@@ -584,12 +590,16 @@ func (n *fileNode) stage(ctx context.Context, keep int64, appending bool) error 
 	return nil
 }
 
-// writeStaged stages data at off in n itself (the node changeTarget chose).
+// writeStaged stages data at off (appendAtEnd: where the content ends) in n
+// itself (the node changeTarget chose).
 func (n *fileNode) writeStaged(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.lost != nil {
 		return 0, n.fsys.toErrno("write", n.lost)
+	}
+	if off == appendAtEnd {
+		off = n.attr.Size
 	}
 	if off >= MaxFileSize {
 		return 0, syscall.EFBIG

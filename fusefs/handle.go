@@ -38,6 +38,9 @@ import (
 type handle struct {
 	n       *fileNode
 	write   bool // opened for writing
+	// appending: opened with O_APPEND. Its writes never fork the file
+	// (changeTarget) and go where the file ends (Write).
+	appending bool
 	creator bool // made the file (O_CREAT), even read-only
 	// pageCached: what its READs return lands in the page cache (not a
 	// writer's handle, FOPEN_DIRECT_IO, nor one opened with O_DIRECT).
@@ -168,8 +171,28 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 		// not clear them).
 		n.killPriv(ctx)
 	}
-	return changeTargetOf(n, h, cached).writeStaged(ctx, data, off)
+	if h.appending && !cached {
+		// O_APPEND: at the end of the content the write lands on, not where
+		// the kernel thinks the file ends (Linux appends a pwrite too). The
+		// kernel keeps one size for the inode, and with a fork (another
+		// writer's, started before this handle wrote) that is the size its
+		// readers see, not the fork's: a kept descriptor's next append
+		// overwrote what the last one wrote.
+		off = appendAtEnd
+	}
+	t := changeTargetOf(n, h, cached)
+	k, errno := t.writeStaged(ctx, data, off)
+	if t != n {
+		// Written through the origin's inode to its fork, which may have
+		// taken the name: the kernel's attributes of the fork's inode (size)
+		// are stale now. Attributes only: no page cache is touched.
+		t.EmbeddedInode().NotifyContent(-1, 0)
+	}
+	return k, errno
 }
+
+// appendAtEnd is the offset writeStaged takes for "where the content ends".
+const appendAtEnd = -1
 
 // changeTargetOf is the node a change through h to n lands on: n's
 // changeTarget, and that node's in turn for a change by path (a fork may
