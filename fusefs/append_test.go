@@ -200,3 +200,39 @@ func TestAppendIntoAFork(t *testing.T) {
 		t.Errorf("after a remount: %q (%v), want \"new+x\"", got, err)
 	}
 }
+
+// TestForkSizeSeenAtItsName: a writer that truncated a file a reader holds
+// writes to a version of its own, which takes the name at its first commit
+// (fsync). Its later writes still come through the old inode; a stat of the
+// name must see them (the new inode's attributes, cached for a day, kept the
+// size of that commit).
+func TestForkSizeSeenAtItsName(t *testing.T) {
+	m := newMount(t)
+	p := m.path("f")
+	mustWrite(t, p, []byte("0123456789"))
+	r, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	w, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	var want int64
+	for i, chunk := range []string{"aaa", "bbbb", "cc"} {
+		if _, err := w.WriteString(chunk); err != nil {
+			t.Fatal(err)
+		}
+		want += int64(len(chunk))
+		if i == 0 {
+			if err := w.Sync(); err != nil { // the fork takes the name
+				t.Fatal(err)
+			}
+		}
+		if st, err := os.Stat(p); err != nil || st.Size() != want {
+			t.Fatalf("after %q: stat of the name says %d bytes (%v), want %d", chunk, st.Size(), err, want)
+		}
+	}
+}
