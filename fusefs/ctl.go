@@ -23,6 +23,7 @@ type ctlDir struct {
 
 var (
 	_ fs.NodeGetattrer = (*ctlDir)(nil)
+	_ fs.NodeReaddirer = (*ctlDir)(nil)
 	_ fs.NodeCreater   = (*ctlDir)(nil)
 	_ fs.NodeMkdirer   = (*ctlDir)(nil)
 	_ fs.NodeSymlinker = (*ctlDir)(nil)
@@ -43,9 +44,19 @@ func (f *FS) ctlAttr(out *fuse.Attr, mode uint32, nlink uint32) {
 }
 
 func (c *ctlDir) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	c.fsys.ctlAttr(&out.Attr, syscall.S_IFDIR|0o555, 2)
+	c.fsys.ctlAttr(&out.Attr, syscall.S_IFDIR|0o555, 3) // and manifests/
 	out.Ino = ctlIno
 	return 0
+}
+
+// Readdir lists the control files, with "." and ".." as every directory.
+func (c *ctlDir) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
+	return fs.NewListDirStream([]fuse.DirEntry{
+		{Name: ".", Mode: syscall.S_IFDIR, Ino: ctlIno},
+		{Name: "..", Mode: syscall.S_IFDIR, Ino: c.fsys.root.attr.Ino},
+		{Name: statsName, Mode: syscall.S_IFREG, Ino: statsIno},
+		{Name: manifestsName, Mode: syscall.S_IFDIR, Ino: manifestsIno},
+	}), 0
 }
 
 func (c *ctlDir) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {

@@ -59,7 +59,10 @@ func (d *manifestsDir) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.A
 }
 
 func (d *manifestsDir) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
-	return fs.NewListDirStream(nil), 0
+	return fs.NewListDirStream([]fuse.DirEntry{
+		{Name: ".", Mode: syscall.S_IFDIR, Ino: manifestsIno},
+		{Name: "..", Mode: syscall.S_IFDIR, Ino: ctlIno},
+	}), 0
 }
 
 func (d *manifestsDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {

@@ -512,7 +512,7 @@ func TestListingHasDotEntries(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustWrite(t, m.path("a/b/f"), []byte("x"))
-	for _, c := range []struct{ dir, up string }{{"a/b", "a"}, {"a", "."}, {".", "."}} {
+	for _, c := range []struct{ dir, up string }{{"a/b", "a"}, {"a", "."}, {".", "."}, {".ckptfs", "."}, {".ckptfs/manifests", ".ckptfs"}} {
 		out, err := exec.Command("ls", "-a1i", m.path(c.dir)).Output()
 		if err != nil {
 			t.Fatal(err)
@@ -536,5 +536,11 @@ func TestListingHasDotEntries(t *testing.T) {
 	}
 	if names, err := os.ReadDir(m.path("a/b")); err != nil || len(names) != 1 || names[0].Name() != "f" {
 		t.Errorf("os.ReadDir: %v %v, want just f", names, err)
+	}
+	if names, err := os.ReadDir(m.path(".ckptfs")); err != nil || len(names) != 2 || names[0].Name() != "manifests" || names[1].Name() != "stats.json" {
+		t.Errorf("os.ReadDir of .ckptfs: %v %v, want manifests and stats.json", names, err)
+	}
+	if st := statOf(t, m.path(".ckptfs")); st.Nlink != 3 {
+		t.Errorf(".ckptfs has %d links, want 3 (it holds manifests/)", st.Nlink)
 	}
 }

@@ -43,6 +43,12 @@ func collectEvery(ctx context.Context, every time.Duration, store *cas.Store, fs
 		if err == nil && ran && st.Counts == last {
 			continue // nothing was saved or deleted since the last round
 		}
+		// The counters before the round: a file deleted while it runs
+		// (after its marking) moves them, and the next round collects it.
+		// The round's own frees move them too, which costs one more round.
+		if err == nil {
+			last, ran = st.Counts, true
+		}
 		start := time.Now()
 		res, err := gc.Collect(ctx, store, gc.Options{Grace: gc.DefaultGrace, Live: fsys.LiveManifests})
 		switch {
@@ -50,12 +56,10 @@ func collectEvery(ctx context.Context, every time.Duration, store *cas.Store, fs
 			return
 		case err != nil:
 			logger.Printf("gc (every %v): %v", every, err)
+			ran = false // try again next period
 			continue
 		case res.Chunks > 0 || res.FreedPacks > 0:
 			logger.Printf("%s in %.1fs (every %v)", gcSummary(res, "freed"), time.Since(start).Seconds(), every)
-		}
-		if st, err = store.Stats(); err == nil {
-			last, ran = st.Counts, true
 		}
 	}
 }

@@ -85,7 +85,8 @@ func parseMount(c command, args []string, stderr io.Writer) (*mountConfig, error
 	metricsAddr := fl.String("metrics-addr", "", "serve Prometheus metrics at http://HOST:PORT/metrics (e.g. 127.0.0.1:9477)")
 	background := fl.Bool("background", false, "return once the mount is live, leaving the daemon running (its log: --log); unmount with fusermount3 -u or umount")
 	logFile := fl.String("log", "", "with --background: the daemon's log, in a directory that exists (default ~/.cache/ckptfs/mount.log)")
-	gcEvery := fl.Duration("gc-every", 0, "collect garbage every DURATION while mounted, as ckptfs gc does (the chunks of deleted and replaced files), e.g. 1h for runs that delete old checkpoints (save_total_limit); 0: only when ckptfs gc is run")
+	var gcEvery duration
+	fl.Var(&gcEvery, "gc-every", "collect garbage every DURATION while mounted, as ckptfs gc does (the chunks of deleted and replaced files), e.g. 1h for runs that delete old checkpoints (save_total_limit); 0: only when ckptfs gc is run")
 	nonEmpty := fl.Bool("nonempty", false, "mount over a MOUNTPOINT that has files in it (hiding them until the unmount); refused by default")
 	flagArgs, pos, err := parseFlagArgs(fl, args, 2)
 	if err != nil {
@@ -135,8 +136,8 @@ func parseMount(c command, args []string, stderr io.Writer) (*mountConfig, error
 		fmt.Fprintf(stderr, "ckptfs mount: --node-limit must be -1 (never prune), 0 (from the memory budget) or a count, not %d\n", *nodeLimit)
 		return nil, errUsage
 	}
-	if *gcEvery < 0 || (*gcEvery > 0 && *readOnly) {
-		fmt.Fprintf(stderr, "ckptfs mount: --gc-every must be a positive duration such as 1h (0: off), on a writing mount, not %v\n", *gcEvery)
+	if gcEvery < 0 || (gcEvery > 0 && *readOnly) {
+		fmt.Fprintf(stderr, "ckptfs mount: --gc-every must be a positive duration such as 1h (0: off), on a writing mount, not %v\n", time.Duration(gcEvery))
 		return nil, errUsage
 	}
 	if *keyframe < 1 {
@@ -157,7 +158,7 @@ func parseMount(c command, args []string, stderr io.Writer) (*mountConfig, error
 		cacheSize: int64(cacheSize), writeMem: int64(writeMem), nodeLimit: *nodeLimit, readAhead: *readAhead, debug: *debug, commitMode: *commitMode,
 		remoteURL: *remoteURL, remoteTimeout: *remoteTimeout, readOnly: *readOnly, localCache: int64(localCache), encoders: *encoders,
 		keyframe: *keyframe, latestWhole: latestWhole, allowOther: *allowOther, metricsAddr: *metricsAddr, background: *background,
-		logFile: *logFile, nonEmpty: *nonEmpty, gcEvery: *gcEvery,
+		logFile: *logFile, nonEmpty: *nonEmpty, gcEvery: time.Duration(gcEvery),
 	}, nil
 }
 
