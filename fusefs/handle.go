@@ -36,12 +36,12 @@ import (
 // requests that name it (READ, WRITE, FLUSH, FSYNC, RELEASE, FALLOCATE,
 // LSEEK) for its node, n, which holds the inode's state.
 type handle struct {
-	n       *fileNode
-	write   bool // opened for writing
+	n     *fileNode
+	write bool // opened for writing
 	// appending: opened with O_APPEND. Its writes never fork the file
 	// (changeTarget) and go where the file ends (Write).
 	appending bool
-	creator bool // made the file (O_CREAT), even read-only
+	creator   bool // made the file (O_CREAT), even read-only
 	// pageCached: what its READs return lands in the page cache (not a
 	// writer's handle, FOPEN_DIRECT_IO, nor one opened with O_DIRECT).
 	pageCached bool
