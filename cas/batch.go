@@ -62,12 +62,55 @@ type Batch struct {
 
 // Keep tells Release that the batch's objects are in use although no catalog
 // row will name them (the in-memory manifest of a file unlinked while open):
-// they are left to the collector, which sees such manifests through the
-// caller (fusefs.FS.LiveManifests), instead of being discarded.
+// they are kept, and the caller, which shows such manifests to the
+// collector (fusefs.FS.LiveManifests), gives them back with Drop once the
+// file has no reader left.
 func (b *Batch) Keep() {
 	b.mu.Lock()
 	b.committed, b.kept = true, true
 	b.mu.Unlock()
+}
+
+// Drop gives back what a kept batch (Keep) holds once the file whose
+// in-memory manifest named its chunks has no reader left (a file unlinked
+// while its close committed): its packs are forgotten and deleted when no
+// row names them, and its other objects deleted when no row names them and
+// no batch pins them, as Release does for a batch never committed. It does
+// nothing for a batch not kept or not released yet.
+func (b *Batch) Drop() {
+	b.mu.Lock()
+	if !b.kept || !b.released {
+		b.mu.Unlock()
+		return
+	}
+	b.kept = false
+	unnamed := make([]ID, 0, len(b.added))
+	for id, info := range b.added {
+		if _, packed := b.inPack[id]; !packed && !info.Inline {
+			unnamed = append(unnamed, id)
+		}
+	}
+	packed := make([]ID, 0, len(b.inPack)+len(b.inline))
+	for id := range b.inPack {
+		packed = append(packed, id)
+	}
+	for id := range b.inline {
+		packed = append(packed, id)
+	}
+	packs, packIDs := b.packs, make([]ID, 0, len(b.packs))
+	for _, w := range packs {
+		packIDs = append(packIDs, w.id)
+	}
+	b.mu.Unlock()
+	b.s.packs.forget(b, packed, packs)
+	if b.s.readOnly {
+		return
+	}
+	// Failures leave the objects to the collector, as Release's do.
+	_, _, _ = b.s.packs.deletePacks(context.Background(), packIDs, nil)
+	if len(unnamed) > 0 {
+		_, _ = b.s.gc.discardUnnamed(context.Background(), unnamed)
+	}
 }
 
 // flight is an object being written by some batch; other batches putting the

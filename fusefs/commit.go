@@ -183,6 +183,7 @@ func (n *fileNode) commitDirty(ctx context.Context, origin *fileNode, originAttr
 // that took its origin's place. n.mu held.
 func (n *fileNode) commitCatalog(ctx context.Context, batch *cas.Batch, m *cas.Manifest, rec cas.Node, origin *fileNode) (func(), error) {
 	var replaced func()
+	kept := false
 	err := n.fsys.store.CommitGroup(ctx, batch, groupLock{n.fsys}, func() cas.GroupItem {
 		// nsMu held (by this commit or by the one leading its group).
 		if origin != nil {
@@ -203,6 +204,7 @@ func (n *fileNode) commitCatalog(ctx context.Context, batch *cas.Batch, m *cas.M
 		unlinked := n.unlinked.Load()
 		if unlinked {
 			batch.Keep() // m names its chunks while the file is open
+			kept = true
 		} else {
 			item.Update = n.commitRows(m, rec, origin)
 		}
@@ -230,6 +232,11 @@ func (n *fileNode) commitCatalog(ctx context.Context, batch *cas.Batch, m *cas.M
 	})
 	if err != nil {
 		return nil, fmt.Errorf("commit %q: %w", n.nameNow(), err)
+	}
+	if kept {
+		// Unlinked while this commit ran (commitLocked looked before):
+		// given back with the last handle (dropUnlinkedLocked).
+		n.kept = append(n.kept, batch)
 	}
 	return replaced, nil
 }

@@ -88,6 +88,7 @@ type fileNode struct {
 	cachedGen     uint64       // gen when a read handle last got the kernel's cached pages
 	fork          *fileNode    // the new version being staged for n's writers
 	asyncErr      error        // a background commit's failure, for the next close or fsync
+	kept          []*cas.Batch // batches of commits that found n unlinked (cas.Batch.Keep)
 	lost          error        // staged content was dropped (revert): writes fail until truncated or reopened
 	spans         []tensorSpan // tensor byte ranges of the manifest, for prefetch
 
@@ -887,13 +888,17 @@ func (n *fileNode) revert(cause error) {
 // dropUnlinkedLocked drops what a file with no name left holds once its
 // last handle is gone: its staged content, which commitLocked does not
 // store (a file created and unlinked unwritten is dirty with nothing
-// staged). mu held.
+// staged), and what commits that found it unlinked kept (n.kept). mu held.
 func (n *fileNode) dropUnlinkedLocked() {
 	if n.staging != nil {
 		n.staging.Abort()
 		n.staging = nil
 	}
 	n.dirty = false
+	for _, b := range n.kept {
+		b.Drop() // the chunks only n's in-memory manifest named
+	}
+	n.kept = nil
 }
 
 // dropSpoolLocked frees the spool once nothing can change or needs it (mu held).

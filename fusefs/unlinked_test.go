@@ -1,9 +1,11 @@
 package fusefs
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -174,5 +176,59 @@ func TestUnlinkedWhileOpenLeavesNothing(t *testing.T) {
 				m.remount()
 			}
 		})
+	}
+}
+
+// TestUnlinkDuringCommitLeavesNothing: an unlink that lands while the
+// close's commit runs (after it looked for a name) stores the file's
+// chunks for its open handles' sake, kept with no row naming them; they
+// are given back with the last handle (a probe that unlinked 0-4 ms into
+// close() kept 36 of 40 such files, 47.5 MiB, until an offline gc after
+// the grace period).
+func TestUnlinkDuringCommitLeavesNothing(t *testing.T) {
+	var armed atomic.Bool
+	hook := func(f *FS) {
+		f.commitHook = func() {
+			if armed.CompareAndSwap(true, false) {
+				if errno := f.root.Unlink(context.Background(), "x"); errno != 0 {
+					t.Errorf("unlink during the commit: %v", errno)
+				}
+			}
+		}
+	}
+	m := newMount(t, hook)
+	for _, reader := range []bool{false, true} {
+		f, err := os.Create(m.path("x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		data := randBytes(47, 3<<20)
+		f.Write(data)
+		var r *os.File
+		if reader {
+			if r, err = os.Open(m.path("x")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		armed.Store(true)
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if r != nil {
+			got := make([]byte, len(data))
+			if k, err := r.ReadAt(got, 0); k != len(data) || !bytes.Equal(got, data) {
+				t.Errorf("the reader of the file unlinked during its commit reads %d bytes (%v)", k, err)
+			}
+			r.Close()
+		}
+		waitFor(t, 10*time.Second, 10*time.Millisecond, func() bool {
+			m.fsys.openMu.Lock()
+			defer m.fsys.openMu.Unlock()
+			return len(m.fsys.openFiles) == 0
+		}, func() string { return "files still open in the daemon after their close" })
+		m.remount()
+		if chunks, packs := m.unnamedObjects(); chunks != 0 || packs != 0 {
+			t.Errorf("reader %v: %d chunk objects and %d packs that no row names are left", reader, chunks, packs)
+		}
 	}
 }
