@@ -160,10 +160,11 @@ func (n *fileNode) dataNode(h fs.FileHandle) *fileNode {
 // changeTarget returns the node a change through h must go to, starting a fork
 // when n is a committed file that handles other than writers have open.
 //
-// A change through a handle opened with O_APPEND never starts a fork: its
-// appends leave the bytes readers have as they are, so they change n in
-// place and readers see the file grow, as on a local filesystem (`tail -f`
-// of a log; a fork gave the writer a new inode that readers never saw).
+// Appends fork too (handle.Write puts them at the fork's end). Not forking
+// them would let readers see a log grow (`tail -f`), but once an appender
+// had staged n in place, another writer's truncation or overwrite would
+// change the bytes those readers hold, and a reader's READ would spill the
+// appender's stream into a copy of the whole file.
 //
 // A change that comes from the page cache (cached: a shared mapping's dirty
 // pages) never starts a fork: the kernel already shows it, in the pages of
@@ -183,7 +184,7 @@ func (n *fileNode) changeTarget(h fs.FileHandle, cached bool) *fileNode {
 	if n.fork != nil {
 		return n.fork
 	}
-	if hh, ok := h.(*handle); cached || ok && hh.appending || n.staged() || n.handles <= n.writers || n.unlinked.Load() {
+	if cached || n.staged() || n.handles <= n.writers || n.unlinked.Load() {
 		return n
 	}
 	ino, err := n.fsys.store.AllocIno()

@@ -38,8 +38,8 @@ import (
 type handle struct {
 	n     *fileNode
 	write bool // opened for writing
-	// appending: opened with O_APPEND. Its writes never fork the file
-	// (changeTarget) and go where the file ends (Write).
+	// appending: opened with O_APPEND. Its writes into a fork go where
+	// the fork's content ends (Write).
 	appending bool
 	creator   bool // made the file (O_CREAT), even read-only
 	// pageCached: what its READs return lands in the page cache (not a
@@ -171,16 +171,18 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 		// not clear them).
 		n.killPriv(ctx)
 	}
-	if h.appending && !cached {
-		// O_APPEND: at the end of the content the write lands on, not where
-		// the kernel thinks the file ends (Linux appends a pwrite too). The
-		// kernel keeps one size for the inode, and with a fork (another
-		// writer's, started before this handle wrote) that is the size its
-		// readers see, not the fork's: a kept descriptor's next append
-		// overwrote what the last one wrote.
+	t := changeTargetOf(n, h, cached)
+	if h.appending && !cached && t != n {
+		// O_APPEND into a fork: at the fork's end, not where the kernel
+		// thinks the file ends. The kernel keeps one size for the inode the
+		// writer shares with its readers, and a stat of theirs sets it back
+		// to the old version's: a kept descriptor's next append overwrote
+		// what its last one wrote (fsync'd lines lost). The flags are the
+		// open's: a descriptor whose O_APPEND fcntl cleared since still
+		// appends here (FUSE's WRITE carries the current flags; go-fuse's
+		// node API drops them).
 		off = appendAtEnd
 	}
-	t := changeTargetOf(n, h, cached)
 	k, errno := t.writeStaged(ctx, data, off)
 	if t != n {
 		// Written through the origin's inode to its fork, which may have
@@ -373,9 +375,10 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 		n.fork = nil // its writers are gone; it lives on at the file's name
 		// Unpin it once settled (origin → fork, as in openHandle).
 		fork.mu.LockNested()
-		if fork.unlinked.Load() {
+		if fork.unlinked.Load() && fork.handles == 0 {
 			// Its origin has no name to give it, and its writers were all
-			// it had: it is gone.
+			// it had: it is gone. (One that took the name before losing it
+			// may have handles of its own: their last Release drops it.)
 			fork.dropUnlinkedLocked()
 			n.fsys.nsMu.Lock() // after file.mu (lockorder)
 			fork.origin = nil

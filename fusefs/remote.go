@@ -169,6 +169,9 @@ func (f *FS) forgetPath(p string) func() {
 				// other names commit to.
 				fn.nlink.Store(rec.Nlink)
 				fn.linkCtime.Store(max(fn.linkCtime.Load(), rec.Ctime))
+				if fn.dir == pd && fn.name == name {
+					fn.dir = nil // as dropName: it knows none of its names now
+				}
 				parent.RmChild(name)
 				entry := f.notifyEntry(parent, name, p)
 				return func() {

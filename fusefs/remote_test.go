@@ -128,3 +128,65 @@ func TestRefreshKeepsOtherLinks(t *testing.T) {
 		t.Errorf("after a remount q reads %q (%v), want what was written through it", got, err)
 	}
 }
+
+// TestRefreshDropsTheKnownName: a refresh that removes the name a
+// hard-linked file knows itself by (the one it was created under) leaves it
+// knowing none: a later fork of it, through its other name beside a reader,
+// must not commit under the removed one (it did: the removed name came back
+// with the new bytes, the other kept the old, and after a remount it named
+// a missing node).
+func TestRefreshDropsTheKnownName(t *testing.T) {
+	m := newMount(t)
+	p, q := m.path("runs/p"), m.path("runs/q")
+	if err := os.WriteFile(p, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(p, q); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{p, q} {
+		if _, err := os.Stat(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := m.fsys.treeNode("runs/q").Operations().(*fileNode)
+	waitFor(t, 10*time.Second, time.Millisecond, func() bool {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.settled()
+	}, func() string { return "runs/q still has state beyond the catalog after its close" })
+	err := m.fsys.ApplyRemote(context.Background(), []string{"runs/p"}, func(busy func(string) bool) ([]string, error) {
+		return []string{"runs/p"}, m.cas.Update(func(tx *cas.Tx) error {
+			dir, _ := lookupPath(tx, "runs")
+			ino, _ := tx.Lookup(dir, "p")
+			if err := tx.Unlink(dir, "p"); err != nil {
+				return err
+			}
+			_, err := tx.DropLink(ino, time.Now().UnixNano())
+			return err
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := os.Open(q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := os.WriteFile(q, []byte("new through q"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	for _, when := range []string{"mounted", "remounted"} {
+		if got, err := os.ReadFile(q); err != nil || string(got) != "new through q" {
+			t.Errorf("%s: q reads %q (%v), want what was written through it", when, got, err)
+		}
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s: stat of the removed name: %v, want ENOENT", when, err)
+		}
+		if when == "mounted" {
+			m.remount()
+		}
+	}
+}
