@@ -900,6 +900,7 @@ func (n *fileNode) dropUnlinkedLocked() {
 		b.Drop() // the chunks only n's in-memory manifest named
 	}
 	n.kept = nil
+	n.fsys.letGo.Add(1)
 }
 
 // dropSpoolLocked frees the spool once nothing can change or needs it (mu held).

@@ -50,6 +50,11 @@ type FS struct {
 	store *cas.Store
 	log   *log.Logger
 
+	// letGo counts files with no name left whose last handle closed
+	// (dropUnlinkedLocked): what they kept from a collection is garbage now,
+	// though no catalog counter moved (LetGo).
+	letGo atomic.Uint64
+
 	// ctl is the owner and times of the control files (.ckptfs): the
 	// daemon's user and group, and when New ran (ctlAttr).
 	ctl struct {
@@ -238,6 +243,11 @@ func New(store *cas.Store, logger *log.Logger, opts ...Option) (*FS, error) {
 	f.startPruner()
 	return f, nil
 }
+
+// LetGo returns how many files with no name left have had their last handle
+// closed since the mount: a collection that found such a file open kept its
+// chunks (LiveManifests), and they are garbage once this moves.
+func (f *FS) LetGo() uint64 { return f.letGo.Load() }
 
 // Root returns the root node, for fs.Mount.
 func (f *FS) Root() fs.InodeEmbedder { return f.root }

@@ -437,6 +437,29 @@ func TestGCEvery(t *testing.T) {
 	if got, err := os.ReadFile(filepath.Join(mnt, "runs", "keep")); err != nil || !bytes.Equal(got, keep) {
 		t.Errorf("the kept file reads back wrong: %v", err)
 	}
+
+	// A file deleted while a reader has it: the rounds while it is open
+	// keep its chunks; its close moves no catalog counter, and the next
+	// round must run all the same.
+	held := filepath.Join(mnt, "runs", "held")
+	os.WriteFile(held, randBytes(25, 3<<20), 0o644)
+	r, err := os.Open(held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(held)
+	time.Sleep(2500 * time.Millisecond) // rounds run while the reader holds it
+	if got := statsJSON(t, mnt)["unique_bytes"]; got != int64(len(keep)+3<<20) {
+		t.Errorf("while the deleted file is open: unique_bytes %d, want %d (its chunks kept)", got, len(keep)+3<<20)
+	}
+	r.Close()
+	deadline = time.Now().Add(30 * time.Second)
+	for statsJSON(t, mnt)["unique_bytes"] != int64(len(keep)) {
+		if time.Now().After(deadline) {
+			t.Fatalf("30s after the deleted file's close: unique_bytes %d, want %d; log:\n%s", statsJSON(t, mnt)["unique_bytes"], len(keep), d.stderr)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // TestFsckNamesEveryFileOfACorruptChunk: a damaged chunk shared by several

@@ -23,15 +23,19 @@ import (
 // collects this machine's store only: a remote writer's bucket is
 // collected by an explicit `ckptfs gc`, whose trash lists involve the other
 // writers. A round is skipped while the catalog's counters have not moved
-// since the last one, so an idle mount does not walk its store every
-// period.
+// since the last one and no file deleted while open has been closed
+// (fusefs.FS.LetGo), so an idle mount does not walk its store every period.
 
 // collectEvery runs a collection every period until ctx ends, logging what
 // each freed and any error (the next round tries again).
 func collectEvery(ctx context.Context, every time.Duration, store *cas.Store, fsys *fusefs.FS, logger *log.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
+	// What the last round saw: the catalog's counters, and how many
+	// unlinked files had closed (their chunks, kept while they were open,
+	// are garbage once they close, and no counter moves then).
 	var last cas.Counts
+	var lastGone uint64
 	ran := false
 	for {
 		select {
@@ -40,14 +44,15 @@ func collectEvery(ctx context.Context, every time.Duration, store *cas.Store, fs
 		case <-t.C:
 		}
 		st, err := store.Stats()
-		if err == nil && ran && st.Counts == last {
-			continue // nothing was saved or deleted since the last round
+		gone := fsys.LetGo()
+		if err == nil && ran && st.Counts == last && gone == lastGone {
+			continue // nothing was saved, deleted or let go since the last round
 		}
 		// The counters before the round: a file deleted while it runs
 		// (after its marking) moves them, and the next round collects it.
 		// The round's own frees move them too, which costs one more round.
 		if err == nil {
-			last, ran = st.Counts, true
+			last, lastGone, ran = st.Counts, gone, true
 		}
 		start := time.Now()
 		res, err := gc.Collect(ctx, store, gc.Options{Grace: gc.DefaultGrace, Live: fsys.LiveManifests})
