@@ -84,23 +84,7 @@ func (b *Batch) Drop() {
 		return
 	}
 	b.kept = false
-	unnamed := make([]ID, 0, len(b.added))
-	for id, info := range b.added {
-		if _, packed := b.inPack[id]; !packed && !info.Inline {
-			unnamed = append(unnamed, id)
-		}
-	}
-	packed := make([]ID, 0, len(b.inPack)+len(b.inline))
-	for id := range b.inPack {
-		packed = append(packed, id)
-	}
-	for id := range b.inline {
-		packed = append(packed, id)
-	}
-	packs, packIDs := b.packs, make([]ID, 0, len(b.packs))
-	for _, w := range packs {
-		packIDs = append(packIDs, w.id)
-	}
+	unnamed, packed, packs, packIDs := b.heldLocked(true)
 	b.mu.Unlock()
 	b.s.packs.forget(b, packed, packs)
 	if b.s.readOnly {
@@ -415,25 +399,8 @@ func (b *Batch) Release() {
 		abandoned = append(abandoned, chunkHandle(id))
 	}
 	b.wrote = nil
-	var unnamed []ID
-	if !b.committed {
-		unnamed = make([]ID, 0, len(b.added))
-		for id, info := range b.added {
-			if _, packed := b.inPack[id]; !packed && !info.Inline {
-				unnamed = append(unnamed, id)
-			}
-		}
-	}
-	packed := make([]ID, 0, len(b.inPack)+len(b.inline))
-	for id := range b.inPack {
-		packed = append(packed, id)
-	}
-	for id := range b.inline { // registered like packed chunks (inline.go)
-		packed = append(packed, id)
-	}
-	packs, packIDs := b.packs, make([]ID, 0, len(b.packs))
+	unnamed, packed, packs, packIDs := b.heldLocked(!b.committed)
 	for _, w := range packs {
-		packIDs = append(packIDs, w.id)
 		if _, ok := b.syncedPacks[w]; !ok {
 			abandoned = append(abandoned, packHandle(w.id))
 		}
@@ -458,6 +425,33 @@ func (b *Batch) Release() {
 		// existed; the write that failed has reported its own error.
 		_, _ = b.s.gc.discardUnnamed(context.Background(), unnamed)
 	}
+}
+
+// heldLocked lists what b holds for Release and Drop: with objects, the
+// chunks it put as object files of their own (unnamed if no commit names
+// them); the chunks it registered with the packs (packed, and inline ones,
+// registered alike: inline.go); and its packs, with their IDs. b.mu held.
+func (b *Batch) heldLocked(objects bool) (unnamed, packed []ID, packs []*packWriter, packIDs []ID) {
+	if objects {
+		unnamed = make([]ID, 0, len(b.added))
+		for id, info := range b.added {
+			if _, inPack := b.inPack[id]; !inPack && !info.Inline {
+				unnamed = append(unnamed, id)
+			}
+		}
+	}
+	packed = make([]ID, 0, len(b.inPack)+len(b.inline))
+	for id := range b.inPack {
+		packed = append(packed, id)
+	}
+	for id := range b.inline {
+		packed = append(packed, id)
+	}
+	packIDs = make([]ID, 0, len(b.packs))
+	for _, w := range b.packs {
+		packIDs = append(packIDs, w.id)
+	}
+	return unnamed, packed, b.packs, packIDs
 }
 
 // forgetter is a backend that holds resources from Put until Sync (the local
