@@ -159,19 +159,7 @@ func TestKeptAppendBesideReader(t *testing.T) {
 // for the inode the reader shares (the old version's, 10 bytes, would put
 // "+x" inside "new" and leave a hole).
 func TestAppendIntoAFork(t *testing.T) {
-	m := newMount(t)
-	p := m.path("f")
-	mustWrite(t, p, []byte("0123456789"))
-	r, err := os.Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	w1, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w1.Close()
+	m, p, r, w1 := forkingWriter(t)
 	if _, err := w1.WriteString("new"); err != nil {
 		t.Fatal(err)
 	}
@@ -205,19 +193,7 @@ func TestAppendIntoAFork(t *testing.T) {
 // name must see them (the new inode's attributes, cached for a day, kept the
 // size of that commit).
 func TestForkSizeSeenAtItsName(t *testing.T) {
-	m := newMount(t)
-	p := m.path("f")
-	mustWrite(t, p, []byte("0123456789"))
-	r, err := os.Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	w, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	_, p, _, w := forkingWriter(t)
 	var want int64
 	for i, chunk := range []string{"aaa", "bbbb", "cc"} {
 		if _, err := w.WriteString(chunk); err != nil {
@@ -233,4 +209,25 @@ func TestForkSizeSeenAtItsName(t *testing.T) {
 			t.Fatalf("after %q: stat of the name says %d bytes (%v), want %d", chunk, st.Size(), err, want)
 		}
 	}
+}
+
+// forkingWriter mounts a store holding f ("0123456789"), opens it for
+// reading, and opens it with O_TRUNC for writing: the writer's first write
+// forks the file (a version of its own, which the reader does not see).
+// Both descriptors are closed before the unmount.
+func forkingWriter(t *testing.T) (m *testMount, p string, r, w *os.File) {
+	t.Helper()
+	m = newMount(t)
+	p = m.path("f")
+	mustWrite(t, p, []byte("0123456789"))
+	r, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	if w, err = os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	return m, p, r, w
 }

@@ -80,40 +80,7 @@ func TestOpenAfterRemoteRemoval(t *testing.T) {
 // detached as a file with no name, so they never were, and were gone at
 // the next mount.
 func TestRefreshKeepsOtherLinks(t *testing.T) {
-	m := newMount(t)
-	p, q := m.path("runs/p"), m.path("runs/q")
-	if err := os.WriteFile(p, []byte("old"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Link(p, q); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{p, q} {
-		if _, err := os.Stat(f); err != nil {
-			t.Fatal(err)
-		}
-	}
-	n := m.fsys.treeNode("runs/q").Operations().(*fileNode)
-	waitFor(t, 10*time.Second, time.Millisecond, func() bool {
-		n.mu.Lock()
-		defer n.mu.Unlock()
-		return n.settled()
-	}, func() string { return "runs/q still has state beyond the catalog 10 s after its close" })
-	ctx := context.Background()
-	err := m.fsys.ApplyRemote(ctx, []string{"runs/p"}, func(busy func(string) bool) ([]string, error) {
-		return []string{"runs/p"}, m.cas.Update(func(tx *cas.Tx) error {
-			dir, _ := lookupPath(tx, "runs")
-			ino, _ := tx.Lookup(dir, "p")
-			if err := tx.Unlink(dir, "p"); err != nil {
-				return err
-			}
-			_, err := tx.DropLink(ino, time.Now().UnixNano())
-			return err
-		})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, p, q := refreshedLink(t)
 	if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("stat of the removed name: %v, want ENOENT", err)
 	}
@@ -136,39 +103,7 @@ func TestRefreshKeepsOtherLinks(t *testing.T) {
 // with the new bytes, the other kept the old, and after a remount it named
 // a missing node).
 func TestRefreshDropsTheKnownName(t *testing.T) {
-	m := newMount(t)
-	p, q := m.path("runs/p"), m.path("runs/q")
-	if err := os.WriteFile(p, []byte("old"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Link(p, q); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{p, q} {
-		if _, err := os.Stat(f); err != nil {
-			t.Fatal(err)
-		}
-	}
-	n := m.fsys.treeNode("runs/q").Operations().(*fileNode)
-	waitFor(t, 10*time.Second, time.Millisecond, func() bool {
-		n.mu.Lock()
-		defer n.mu.Unlock()
-		return n.settled()
-	}, func() string { return "runs/q still has state beyond the catalog after its close" })
-	err := m.fsys.ApplyRemote(context.Background(), []string{"runs/p"}, func(busy func(string) bool) ([]string, error) {
-		return []string{"runs/p"}, m.cas.Update(func(tx *cas.Tx) error {
-			dir, _ := lookupPath(tx, "runs")
-			ino, _ := tx.Lookup(dir, "p")
-			if err := tx.Unlink(dir, "p"); err != nil {
-				return err
-			}
-			_, err := tx.DropLink(ino, time.Now().UnixNano())
-			return err
-		})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, p, q := refreshedLink(t)
 	r, err := os.Open(q)
 	if err != nil {
 		t.Fatal(err)
@@ -189,4 +124,45 @@ func TestRefreshDropsTheKnownName(t *testing.T) {
 			m.remount()
 		}
 	}
+}
+
+// refreshedLink mounts a store holding runs/p with a hard link runs/q, both
+// looked up and settled, and applies a refresh that removes runs/p (as
+// cas/remote does: that link only). It returns the mount and both paths.
+func refreshedLink(t *testing.T) (m *testMount, p, q string) {
+	t.Helper()
+	m = newMount(t)
+	p, q = m.path("runs/p"), m.path("runs/q")
+	if err := os.WriteFile(p, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(p, q); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{p, q} {
+		if _, err := os.Stat(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := m.fsys.treeNode("runs/q").Operations().(*fileNode)
+	waitFor(t, 10*time.Second, time.Millisecond, func() bool {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.settled()
+	}, func() string { return "runs/q still has state beyond the catalog 10 s after its close" })
+	err := m.fsys.ApplyRemote(context.Background(), []string{"runs/p"}, func(busy func(string) bool) ([]string, error) {
+		return []string{"runs/p"}, m.cas.Update(func(tx *cas.Tx) error {
+			dir, _ := lookupPath(tx, "runs")
+			ino, _ := tx.Lookup(dir, "p")
+			if err := tx.Unlink(dir, "p"); err != nil {
+				return err
+			}
+			_, err := tx.DropLink(ino, time.Now().UnixNano())
+			return err
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, p, q
 }

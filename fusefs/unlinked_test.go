@@ -236,19 +236,7 @@ func TestUnlinkDuringCommitLeavesNothing(t *testing.T) {
 // origin's last writer closes, those handles keep what they wrote (the
 // origin's Release dropped the fork's staged content under them).
 func TestUnlinkedForkKeepsItsOwnHandles(t *testing.T) {
-	m := newMount(t)
-	p := m.path("f")
-	mustWrite(t, p, []byte("0123456789"))
-	r, err := os.Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	w1, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w1.Close()
+	_, p, _, w1 := forkingWriter(t)
 	w1.WriteString("AAA")
 	if err := w1.Sync(); err != nil { // the fork takes the name
 		t.Fatal(err)
