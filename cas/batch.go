@@ -271,13 +271,17 @@ func (b *Batch) PutAt(ctx context.Context, data []byte, h Hint, order int64) (Ch
 // one of them is not indexed any more (a collection deleted it before the
 // pin): the caller then puts the bytes instead.
 func (b *Batch) Reuse(ctx context.Context, refs []ChunkRef) error {
+	pinned := make([]ID, 0, len(refs))
+	defer func() { // those pinned, whatever stopped the loop: Release unpins them
+		b.mu.Lock()
+		b.pinned = append(b.pinned, pinned...)
+		b.mu.Unlock()
+	}()
 	for _, r := range refs {
 		if err := b.s.gc.pin(ctx, r.ID); err != nil {
 			return err
 		}
-		b.mu.Lock()
-		b.pinned = append(b.pinned, r.ID)
-		b.mu.Unlock()
+		pinned = append(pinned, r.ID)
 	}
 	return b.s.View(func(tx *Tx) error {
 		for _, r := range refs {

@@ -94,7 +94,9 @@ type fileNode struct {
 
 	reads readState // sequential-read detection, for prefetch
 
-	origin *fileNode // guarded by fsys.nsMu: for a fork not committed yet, the node it replaces
+	// origin, for a fork not committed yet, is the node it replaces. Guarded
+	// by fsys.nsMu, and changed holding mu too, so either lock reads it.
+	origin *fileNode
 }
 
 var (
@@ -144,6 +146,15 @@ func (n *fileNode) openLocked(ctx context.Context, flags uint32) (*handle, uint3
 	}
 	n.cachedGen = n.gen
 	return h, 0, nil
+}
+
+// tookName reports whether fork n has taken its origin's name (its first
+// commit cleared origin; so does the drop of one with no name to take).
+// origin is changed holding nsMu with n.mu held too, so mu suffices here.
+func (n *fileNode) tookName() bool {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	return n.origin == nil
 }
 
 // dataNode returns the node that holds the content seen through h: the fork

@@ -184,10 +184,12 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 		off = appendAtEnd
 	}
 	k, errno := t.writeStaged(ctx, data, off)
-	if t != n {
-		// Written through the origin's inode to its fork, which may have
-		// taken the name: the kernel's attributes of the fork's inode (size)
-		// are stale now. Attributes only: no page cache is touched.
+	if t != n && t.tookName() {
+		// Written through the origin's inode to its fork, which has taken
+		// the name: the kernel's attributes of the fork's inode (size) are
+		// stale now. Attributes only: no page cache is touched. (Before
+		// then the kernel knows no such inode: no request for nothing on
+		// every WRITE of a rewrite beside a reader.)
 		t.EmbeddedInode().NotifyContent(-1, 0)
 	}
 	return k, errno

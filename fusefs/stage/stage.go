@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sync"
 
 	"github.com/ckptfs/ckptfs/cas"
@@ -101,14 +102,6 @@ type File struct {
 	prefix []cas.ChunkRef
 }
 
-// origin is the file offset where the stream's bytes start.
-func (f *File) origin() int64 {
-	if f.stream == nil {
-		return 0
-	}
-	return f.stream.origin
-}
-
 // Stage starts staging the content of file ino: the first keep bytes of
 // manifest base copied into a spool (its holes left holes there), or, when
 // keep is 0, empty content in a stream if the write memory budget has room
@@ -190,7 +183,7 @@ func (p *Pool) stageAppend(ctx context.Context, ino uint64, base *cas.Manifest) 
 		s.abandon()
 		return nil
 	}
-	return &File{pool: p, ino: ino, size: base.Size(), stream: s, prefix: base.Chunks[:last:last]}
+	return &File{pool: p, ino: ino, size: base.Size(), stream: s, prefix: base.Chunks[:last]}
 }
 
 // startEmpty stages empty content: in a stream if the write memory budget
@@ -339,8 +332,7 @@ func (f *File) Spill(ctx context.Context) error {
 		f.pool.closeSpool(sp)
 		return fmt.Errorf("materialize stream: %w", err)
 	}
-	chunks := append(f.prefix[:len(f.prefix):len(f.prefix)], s.refs...)
-	end, err := f.pool.spoolChunks(ctx, sp, &cas.Manifest{Chunks: chunks}, s.origin+s.chunked)
+	end, err := f.pool.spoolChunks(ctx, sp, &cas.Manifest{Chunks: slices.Concat(f.prefix, s.refs)}, s.origin+s.chunked)
 	if err != nil {
 		return fail(err)
 	}
@@ -387,7 +379,7 @@ func (f *File) Finish(ctx context.Context) (Result, error) {
 			return Result{}, err
 		}
 		if len(f.prefix) > 0 {
-			refs = append(f.prefix[:len(f.prefix):len(f.prefix)], refs...)
+			refs = slices.Concat(f.prefix, refs)
 		}
 		f.stream, f.prefix = nil, nil
 		m := cas.Manifest{Chunks: refs}
