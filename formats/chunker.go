@@ -643,6 +643,9 @@ func (c *Chunker) index() *Index {
 			return unknownIndex(c.off)
 		}
 		ix.Tensors = ts
+		if len(c.zip.archives) > 0 {
+			ix.Format, ix.Tensors = fmtDistcp, archiveTensors(append(c.zip.archives, ts))
+		}
 	}
 	if checkTensorBounds(ix, c.off) != nil {
 		return unknownIndex(c.off)

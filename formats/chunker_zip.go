@@ -12,6 +12,14 @@ import (
 
 // zipStream is the Chunker's state inside a torch zip or an npz.
 type zipStream struct {
+	// base is where the current archive starts in the file: 0, or past the
+	// end of the archives before it in a sequence of torch.save archives
+	// (see stepZipNext). Offsets the archive's own records hold (local
+	// header offsets, the central directory's) are relative to base.
+	base int64
+	// archives are the tensors of the archives before the current one, one
+	// list each, named as torchTensors names them.
+	archives       [][]Tensor
 	prefix         string // torch archive prefix, with the trailing "/"
 	entries        int
 	scan           pickleScan
@@ -19,10 +27,10 @@ type zipStream struct {
 	recs           map[string]recInfo // torch storage key -> record data range
 	ents           []zipEntry         // local entries seen, in order
 	names          map[string]bool
-	cdSeen         int  // central directory entries checked
-	zip64          bool // a zip64 end record was seen, at zip64Off
-	zip64Off       int64
-	cdStart, cdEnd int64 // central directory range
+	cdSeen         int   // central directory entries checked
+	zip64          bool  // a zip64 end record was seen, at zip64Off
+	zip64Off       int64 // relative to base
+	cdStart, cdEnd int64 // central directory range, relative to base
 	// current entry
 	name    string
 	hasDesc bool  // sizes follow the data in a data descriptor
@@ -51,7 +59,7 @@ func stepZipSig(c *Chunker, b []byte, eof bool) {
 func stepZipLocal(c *Chunker, b []byte, eof bool) {
 	z := &c.zip
 	if len(b) < 30 || string(b[:4]) != zipLocalSig {
-		if z.entries == 0 {
+		if z.entries == 0 && z.base == 0 {
 			c.claimRest(KindOther, true) // not a zip after all
 		} else {
 			c.fail()
@@ -104,13 +112,17 @@ func stepZipLocal(c *Chunker, b []byte, eof bool) {
 		z.names = make(map[string]bool)
 	}
 	z.names[z.name] = true
-	z.ents = append(z.ents, zipEntry{name: z.name, lho: c.done, method: z.method, csize: -1, usize: -1})
+	z.ents = append(z.ents, zipEntry{name: z.name, lho: c.done - z.base, method: z.method, csize: -1, usize: -1})
 	if !z.hasDesc {
 		z.ents[len(z.ents)-1].csize, z.ents[len(z.ents)-1].usize = int64(csize), int64(min(usize, maxInt64))
 	}
 	if z.entries == 1 {
 		kind, prefix := zipKind(z.name)
-		if kind == "" {
+		switch {
+		case z.base > 0 && kind != fmtTorch:
+			c.fail() // only torch archives follow one another
+			return
+		case kind == "":
 			c.claimRest(KindOther, true) // a zip of another kind: CDC
 			return
 		}
@@ -324,7 +336,8 @@ func stepZipCentral(c *Chunker, b []byte, eof bool) {
 		c.fail()
 		return
 	}
-	var n int // record length
+	var n int             // record length
+	at := c.done - z.base // the record's offset in its archive
 	switch string(b[:4]) {
 	case zipCentralSig:
 		if len(b) < 46 {
@@ -336,14 +349,14 @@ func stepZipCentral(c *Chunker, b []byte, eof bool) {
 			c.wait(n, stepZipCentral)
 			return
 		}
-		if z.cdSeen >= len(z.ents) || z.cdSeen > 0 && z.cdEnd != c.done {
+		if z.cdSeen >= len(z.ents) || z.cdSeen > 0 && z.cdEnd != at {
 			c.fail()
 			return
 		}
 		if z.cdSeen == 0 {
-			z.cdStart = c.done
+			z.cdStart = at
 		}
-		z.cdEnd = c.done + int64(n)
+		z.cdEnd = at + int64(n)
 		e := z.ents[z.cdSeen]
 		z.cdSeen++
 		usize, csize, lho := le32(24), le32(20), le32(42)
@@ -388,7 +401,7 @@ func stepZipCentral(c *Chunker, b []byte, eof bool) {
 			c.fail()
 			return
 		}
-		z.zip64, z.zip64Off = true, c.done
+		z.zip64, z.zip64Off = true, at
 		c.claimRun(int64(n), KindMeta, next)
 	case zip64LocSig:
 		if len(b) < 20 {
@@ -414,8 +427,37 @@ func stepZipCentral(c *Chunker, b []byte, eof bool) {
 			c.fail()
 			return
 		}
-		c.claimRun(int64(n), KindMeta, func(c *Chunker, b []byte, eof bool) { c.wait(1, stepExpectEOF) })
+		next := func(c *Chunker, b []byte, eof bool) { c.wait(1, stepExpectEOF) }
+		if c.format == fmtTorch {
+			next = func(c *Chunker, b []byte, eof bool) { c.wait(4, stepZipNext) }
+		}
+		c.claimRun(int64(n), KindMeta, next)
 	default:
 		c.fail()
 	}
+}
+
+// stepZipNext runs after a torch archive's end record: the file ends there,
+// or another torch archive starts. torch.distributed.checkpoint's .distcp
+// files are such sequences: FileSystemWriter torch.save()s each item of a
+// rank's shard into one stream, one archive after another, and records
+// each one's offset and length in .metadata. Each archive is a whole zip
+// whose own offsets count from its first byte.
+func stepZipNext(c *Chunker, b []byte, eof bool) {
+	z := &c.zip
+	if len(b) == 0 && eof {
+		c.claimRest(KindOther, true)
+		return
+	}
+	if len(b) < 4 || string(b[:4]) != zipLocalSig || len(z.archives) >= maxArchives-1 {
+		c.fail() // trailing bytes
+		return
+	}
+	ts, err := torchTensors(z.tp, z.recs)
+	if err != nil {
+		c.fail()
+		return
+	}
+	c.zip = zipStream{base: c.done, archives: append(z.archives, ts)}
+	c.wait(30, stepZipLocal)
 }

@@ -33,6 +33,7 @@ const (
 const (
 	fmtSafetensors = "safetensors"
 	fmtTorch       = "torch"
+	fmtDistcp      = "distcp" // torch.save archives one after another (see stepZipNext)
 	fmtGGUF        = "gguf"
 	fmtNPY         = "npy"
 	fmtNPZ         = "npz"
@@ -100,7 +101,10 @@ type Segment struct {
 
 // Index is what a parser learned about a file.
 type Index struct {
-	// Format is "safetensors", "torch", "gguf", "npy", "npz", a part format
+	// Format is "safetensors", "torch", "distcp" (torch.save archives one
+	// after another, as torch.distributed.checkpoint writes them; tensor k
+	// of archive i is named "i", or "i.<name>" inside a state dict), "gguf",
+	// "npy", "npz", a part format
 	// ("xgboost-json", "xgboost-ubj", "lightgbm", "pickle"; see
 	// IsPartFormat), or "" when the format is unknown (or, from a Chunker,
 	// when the stream did not parse).

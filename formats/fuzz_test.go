@@ -52,7 +52,7 @@ func FuzzParseSafetensors(f *testing.F) {
 }
 
 func FuzzParseTorch(f *testing.F) {
-	seeds(f, "torch", "fixture-state", "fixture-opt", "fixture-check", "fixture-legacy", "torch/")
+	seeds(f, "torch", "fixture-state", "fixture-opt", "fixture-check", "fixture-legacy", "fixture-distcp", "torch/")
 	f.Fuzz(fuzzParse)
 }
 

@@ -2,9 +2,12 @@ package formats
 
 import (
 	"archive/zip"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -26,6 +29,10 @@ const (
 // has one per storage plus about six).
 const maxZipEntries = 1 << 20
 
+// maxArchives caps the torch.save archives in one distcp file (one per item
+// of a rank's shard: a tensor, or a non-tensor value).
+const maxArchives = 1 << 20
+
 // zipKind classifies a zip by its first entry's name: fmtTorch, fmtNPZ or "".
 func zipKind(first string) (kind, prefix string) {
 	if p, ok := strings.CutSuffix(first, "/data.pkl"); ok && p != "" && !strings.Contains(p, "/") {
@@ -43,8 +50,16 @@ type recInfo struct {
 	stored bool // method 0: the range holds the raw bytes
 }
 
-// parseZip parses a torch zip or an npz; other zips are unknown.
+// parseZip parses a torch zip, a sequence of torch zips (distcp) or an npz;
+// other zips are unknown.
 func parseZip(r io.ReaderAt, size int64) (*Index, error) {
+	starts, err := archiveStarts(r, size)
+	if err != nil {
+		return nil, err
+	}
+	if len(starts) > 1 {
+		return parseDistcp(r, size, starts)
+	}
 	zr, err := zip.NewReader(r, size)
 	if err != nil && !errors.Is(err, zip.ErrInsecurePath) {
 		return nil, errorf("zip", "%v", err)
@@ -82,37 +97,51 @@ func parseZip(r io.ReaderAt, size int64) (*Index, error) {
 
 // torchIndex indexes a torch.save zip.
 func torchIndex(r io.ReaderAt, size int64, files []*zip.File, prefix string, recs map[string]recInfo) (*Index, error) {
+	tensors, data, err := torchArchive(r, files, prefix, recs)
+	if err != nil {
+		return nil, err
+	}
+	segs, err := layout(fmtTorch, size, 0, KindMeta, KindMeta, data)
+	if err != nil {
+		return nil, err
+	}
+	return &Index{Format: fmtTorch, Segments: segs, Tensors: tensors}, nil
+}
+
+// torchArchive returns the tensors of one torch.save zip and its stored
+// storage records, given each entry's data range in recs.
+func torchArchive(r io.ReaderAt, files []*zip.File, prefix string, recs map[string]recInfo) ([]Tensor, []rangeSeg, error) {
 	for _, f := range files {
 		if !strings.HasPrefix(f.Name, prefix) {
-			return nil, errorf(fmtTorch, "entry %q is outside %q", f.Name, prefix)
+			return nil, nil, errorf(fmtTorch, "entry %q is outside %q", f.Name, prefix)
 		}
 	}
 	pr := recs[prefix+"data.pkl"]
 	if pr.n > maxHeaderSize {
-		return nil, errorf(fmtTorch, "data.pkl of %d bytes exceeds %d", pr.n, maxHeaderSize)
+		return nil, nil, errorf(fmtTorch, "data.pkl of %d bytes exceeds %d", pr.n, maxHeaderSize)
 	}
 	if !pr.stored {
-		return nil, errorf(fmtTorch, "data.pkl is compressed")
+		return nil, nil, errorf(fmtTorch, "data.pkl is compressed")
 	}
 	pkl, err := readRange(r, pr.off, pr.n)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	tp, err := loadTorchPickle(pkl)
 	if err != nil {
-		return nil, errorf(fmtTorch, "data.pkl: %v", err)
+		return nil, nil, errorf(fmtTorch, "data.pkl: %v", err)
 	}
 	dataRecs := make(map[string]recInfo)
 	for key := range tp.storages {
 		ri, ok := recs[prefix+"data/"+key]
 		if !ok {
-			return nil, errorf(fmtTorch, "storage %q has no record", key)
+			return nil, nil, errorf(fmtTorch, "storage %q has no record", key)
 		}
 		dataRecs[key] = ri
 	}
 	tensors, err := torchTensors(tp, dataRecs)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var data []rangeSeg
 	for _, f := range files {
@@ -121,11 +150,7 @@ func torchIndex(r io.ReaderAt, size int64, files []*zip.File, prefix string, rec
 			data = append(data, rangeSeg{ri.off, ri.n, tp.dtypes[key]})
 		}
 	}
-	segs, err := layout(fmtTorch, size, 0, KindMeta, KindMeta, data)
-	if err != nil {
-		return nil, err
-	}
-	return &Index{Format: fmtTorch, Segments: segs, Tensors: tensors}, nil
+	return tensors, data, nil
 }
 
 // torchTensors places the tensors of tp in the file, given where each
@@ -210,4 +235,168 @@ func readNPYHeaderAt(r io.ReaderAt, off, n int64) (npyHeader, error) {
 		}
 		want = int64(need)
 	}
+}
+
+// archiveStarts finds where each archive of a sequence of zips starts
+// (distcp; see stepZipNext), walking back from the file's end one end
+// record at a time: an archive's end record gives its central directory's
+// size and offset from the archive's first byte, so the archive starts at
+// the directory's end less both. It returns the starts in file order when
+// the walk ends at offset 0 after more than one archive, and nil for one
+// archive or a walk that does not end at 0 (Parse then reads the file as
+// one zip, as archive/zip does).
+func archiveStarts(r io.ReaderAt, size int64) ([]int64, error) {
+	var starts []int64
+	for end := size; end > 0; {
+		if len(starts) >= maxArchives {
+			return nil, nil
+		}
+		start, ok, err := archiveStart(r, end)
+		if err != nil || !ok || start >= end {
+			return nil, err
+		}
+		starts = append(starts, start)
+		end = start
+	}
+	if len(starts) < 2 {
+		return nil, nil
+	}
+	slices.Reverse(starts)
+	return starts, nil
+}
+
+// archiveStart returns where the zip that ends at end starts, from its end
+// record (and its zip64 end record, where the end record defers to one).
+// ok is false when no consistent end record ends there.
+func archiveStart(r io.ReaderAt, end int64) (start int64, ok bool, err error) {
+	// torch.save writes no archive comment: try an end record that ends
+	// the file first, then one followed by a comment.
+	var eocd int64 = -1
+	var rec []byte
+	if end >= 22 {
+		b, err := readRange(r, end-22, 22)
+		if err != nil {
+			return 0, false, err
+		}
+		if string(b[:4]) == zipEOCDSig && binary.LittleEndian.Uint16(b[20:]) == 0 {
+			eocd, rec = end-22, b
+		}
+	}
+	if eocd < 0 {
+		n := min(end, 22+0xFFFF)
+		b, err := readRange(r, end-n, n)
+		if err != nil {
+			return 0, false, err
+		}
+		for i := len(b) - 22; i >= 0; i-- {
+			if string(b[i:i+4]) == zipEOCDSig && i+22+int(binary.LittleEndian.Uint16(b[i+20:])) == len(b) {
+				eocd, rec = end-n+int64(i), b[i:i+22]
+				break
+			}
+		}
+		if eocd < 0 {
+			return 0, false, nil
+		}
+	}
+	cdSize, cdOff := uint64(binary.LittleEndian.Uint32(rec[12:])), uint64(binary.LittleEndian.Uint32(rec[16:]))
+	cdEnd := eocd
+	if eocd >= 20+56 {
+		loc, err := readRange(r, eocd-20, 20)
+		if err != nil {
+			return 0, false, err
+		}
+		if string(loc[:4]) == zip64LocSig {
+			z, err := readRange(r, eocd-20-56, 56)
+			if err != nil {
+				return 0, false, err
+			}
+			if string(z[:4]) != zip64EOCDSig || binary.LittleEndian.Uint64(z[4:]) != 44 {
+				return 0, false, nil
+			}
+			cdEnd = eocd - 20 - 56
+			cdSize, cdOff = binary.LittleEndian.Uint64(z[40:]), binary.LittleEndian.Uint64(z[48:])
+			if cdSize > uint64(cdEnd) || cdOff > uint64(cdEnd)-cdSize ||
+				binary.LittleEndian.Uint64(loc[8:]) != cdSize+cdOff {
+				return 0, false, nil
+			}
+		}
+	}
+	if cdSize > uint64(cdEnd) || cdOff > uint64(cdEnd)-cdSize {
+		return 0, false, nil
+	}
+	return cdEnd - int64(cdSize) - int64(cdOff), true, nil
+}
+
+// parseDistcp indexes a sequence of torch.save zips that starts at each of
+// starts (see stepZipNext).
+func parseDistcp(r io.ReaderAt, size int64, starts []int64) (*Index, error) {
+	lists := make([][]Tensor, 0, len(starts))
+	var data []rangeSeg
+	for i, start := range starts {
+		end := size
+		if i+1 < len(starts) {
+			end = starts[i+1]
+		}
+		n := end - start
+		zr, err := zip.NewReader(io.NewSectionReader(r, start, n), n)
+		if err != nil && !errors.Is(err, zip.ErrInsecurePath) {
+			return nil, errorf(fmtDistcp, "archive %d at offset %d: %v", i, start, err)
+		}
+		if len(zr.File) == 0 || len(zr.File) > maxZipEntries {
+			return nil, errorf(fmtDistcp, "archive %d at offset %d has %d entries", i, start, len(zr.File))
+		}
+		kind, prefix := zipKind(zr.File[0].Name)
+		if kind != fmtTorch {
+			return nil, errorf(fmtDistcp, "archive %d at offset %d is not a torch.save archive", i, start)
+		}
+		recs := make(map[string]recInfo, len(zr.File))
+		for _, f := range zr.File {
+			if _, dup := recs[f.Name]; dup {
+				return nil, errorf(fmtDistcp, "archive %d: duplicate entry %q", i, f.Name)
+			}
+			off, err := f.DataOffset()
+			if err != nil {
+				return nil, errorf(fmtDistcp, "archive %d: entry %q: %v", i, f.Name, err)
+			}
+			if f.CompressedSize64 > uint64(n) || off < 0 || off > n-int64(f.CompressedSize64) {
+				return nil, errorf(fmtDistcp, "archive %d: entry %q leaves the archive", i, f.Name)
+			}
+			stored := f.Method == zip.Store && f.CompressedSize64 == f.UncompressedSize64
+			recs[f.Name] = recInfo{start + off, int64(f.CompressedSize64), stored}
+		}
+		ts, d, err := torchArchive(r, zr.File, prefix, recs)
+		if err != nil {
+			return nil, fmt.Errorf("archive %d at offset %d: %w", i, start, err)
+		}
+		lists = append(lists, ts)
+		data = append(data, d...)
+	}
+	segs, err := layout(fmtDistcp, size, 0, KindMeta, KindMeta, data)
+	if err != nil {
+		return nil, err
+	}
+	return &Index{Format: fmtDistcp, Segments: segs, Tensors: archiveTensors(lists)}, nil
+}
+
+// archiveTensors names the tensors of a sequence of archives, lists[i]
+// being archive i's: "i" for the bare tensor an archive holds (what
+// torch.distributed.checkpoint saves), "i.<name>" for a named one. The
+// numbering is the order the writer saved its items in, which
+// FileSystemWriter keeps from one save to the next of the same state, so a
+// tensor keeps its name across steps.
+func archiveTensors(lists [][]Tensor) []Tensor {
+	var out []Tensor
+	for i, ts := range lists {
+		p := strconv.Itoa(i)
+		for _, t := range ts {
+			if t.Name == "" {
+				t.Name = p
+			} else {
+				t.Name = p + "." + t.Name
+			}
+			out = append(out, t)
+		}
+	}
+	sortTensors(out)
+	return out
 }

@@ -2,6 +2,9 @@
 
 - FileSystemWriter / FileSystemReader (torch format): __0_0.distcp data files,
   .metadata.tmp written, fsynced and renamed to .metadata.
+- The .distcp file's tensors: ckptfs reads it as the sequence of torch.save
+  archives it is, so each tensor is chunked, compressed and deduplicated as a
+  tensor (the same chunks as in a safetensors file of the same weights).
 - HuggingFaceStorageWriter / HuggingFaceStorageReader: DCP writing sharded
   safetensors plus model.safetensors.index.json. (FileSystemReader cannot read
   FileSystemWriter's SerializationFormat.SAFETENSORS in torch 2.15: it always
@@ -10,8 +13,10 @@
 Each runs in a gloo process group of world size 1 (what a single-node job has) and
 with no_dist=True (no process group)."""
 
+import json
 import os
 import socket
+import subprocess
 
 import pytest
 import torch
@@ -20,7 +25,9 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import (FileSystemReader, FileSystemWriter, HuggingFaceStorageReader,
                                           HuggingFaceStorageWriter)
 
-from helpers import assert_same, clone_tree
+from safetensors.torch import save_file
+
+from helpers import assert_same, clone_tree, raw_bytes
 
 
 @pytest.fixture(params=["gloo", "no_dist"])
@@ -78,6 +85,47 @@ def test_dcp_filesystem(run_dir, dist_mode):
     dcp.load(target, storage_reader=FileSystemReader(str(ckpt)), **dist_mode)
     assert target["step"] == 43
     assert_same(want["model"], target["model"], "model after the second save")
+
+
+def test_dcp_tensor_index(ckptfs, ckptfs_bin, run_dir, record):
+    """Each tensor of a .distcp shard is indexed where .metadata says it is,
+    and a safetensors file of the same weights adds next to nothing: the
+    shard's tensors were cut, compressed and stored as tensors, not as
+    content-defined chunks of an unknown file."""
+    g = torch.Generator().manual_seed(5)
+    state = {f"layers.{i}.weight": (torch.randn(512, 1024, generator=g) * 0.02).bfloat16() for i in range(6)}
+    state["head.weight"] = torch.randn(256, 512, generator=g)
+    state["ids"] = torch.arange(5000)
+    tensors = dict(state)
+    state["step"] = 7  # a non-tensor value: an archive of its own, before the tensors
+    ckpt = run_dir / "step-7"
+    dcp.save(state, storage_writer=FileSystemWriter(str(ckpt), thread_count=1), no_dist=True)
+    shard = ckpt / "__0_0.distcp"
+    p = subprocess.run([str(ckptfs_bin), "tensors", "--json", str(shard)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    listing = json.loads(p.stdout)
+    assert listing["format"] == "distcp", listing["format"]
+    assert len(listing["tensors"]) == len(tensors), [t["name"] for t in listing["tensors"]]
+    data = shard.read_bytes()
+    md = FileSystemReader(str(ckpt)).read_metadata()
+    for idx, info in md.storage_data.items():
+        if idx.fqn not in tensors:
+            continue
+        want = tensors[idx.fqn]
+        inside = [t for t in listing["tensors"]
+                  if info.offset <= t["offset"] and t["offset"] + t["length"] <= info.offset + info.length]
+        assert len(inside) == 1, (idx.fqn, info, inside)
+        t = inside[0]
+        assert t["shape"] == list(want.shape), (idx.fqn, t)
+        assert data[t["offset"]:t["offset"] + t["length"]] == raw_bytes(want), f"{idx.fqn}: {t} holds other bytes"
+
+    before = ckptfs.stats()["unique_bytes"]
+    export = run_dir / "export.safetensors"
+    save_file(tensors, str(export))
+    added = ckptfs.stats()["unique_bytes"] - before
+    record("DCP shard then safetensors of the same tensors: added unique bytes / export size",
+           f"{added} / {export.stat().st_size}")
+    assert added <= 0.02 * export.stat().st_size, f"the export added {added} of its {export.stat().st_size} bytes"
 
 
 def test_dcp_huggingface(run_dir, dist_mode):

@@ -1,0 +1,47 @@
+"""Regenerates dcp_shard.distcp and dcp_shard.json.
+
+Run with a Python that has torch 2.x (the committed files were made with the
+CI virtualenv's torch):
+
+    python3 gen_distcp.py
+
+torch.distributed.checkpoint saves one process's state into __0_0.distcp:
+each item torch.save()d into the same stream, one zip archive after
+another (non-tensor values first), and .metadata records each item's
+offset and length. dcp_shard.json maps the name ckptfs gives each tensor
+("<archive number>") to its dtype, shape and bytes as hex, taken from
+.metadata's offsets, so the test does not need torch.
+"""
+import json
+import os
+import shutil
+import tempfile
+import warnings
+
+import torch
+import torch.distributed.checkpoint as dcp
+
+warnings.filterwarnings("ignore")
+torch.manual_seed(0)
+state = {
+    "layer.weight": torch.randn(8, 16),
+    "layer.bias": torch.randn(16).to(torch.bfloat16),
+    "norm.weight": torch.ones(16, dtype=torch.float16),
+    "ids": torch.arange(24, dtype=torch.int64),
+    "step": 1234,  # a non-tensor value: saved as bytes
+    "config": {"lr": 0.1, "name": "run"},
+}
+d = tempfile.mkdtemp()
+dcp.save(state, storage_writer=dcp.FileSystemWriter(d))
+shutil.copy(os.path.join(d, "__0_0.distcp"), "dcp_shard.distcp")
+md = dcp.FileSystemReader(d).read_metadata()
+items = sorted(md.storage_data.items(), key=lambda kv: kv[1].offset)
+out = {}
+for k, (idx, info) in enumerate(items):
+    if idx.fqn in state and torch.is_tensor(state[idx.fqn]):
+        t = state[idx.fqn].contiguous()
+        out[str(k)] = {"fqn": idx.fqn, "dtype": str(t.dtype), "shape": list(t.shape),
+                       "hex": t.reshape(-1).view(torch.uint8).numpy().tobytes().hex()}
+with open("dcp_shard.json", "w") as f:
+    json.dump(out, f, indent=1, sort_keys=True)
+shutil.rmtree(d)
