@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -111,6 +112,12 @@ func hostile(t testing.TB) []struct {
 	add("torch/truncated", torchWith(okPkl, zipMember{"0", f4})[:300])
 	add("torch/no-eocd", torchWith(okPkl, zipMember{"0", f4})[:len(torchWith(okPkl, zipMember{"0", f4}))-22])
 	add("torch/missing-storage", torchWith(okPkl))
+	// A torch archive followed by one that is not (distcp holds only torch
+	// archives), by a truncated one, or by bytes that only start like one.
+	okTorch := torchWith(okPkl, zipMember{"0", f4})
+	add("distcp/then-npz", slices.Concat(okTorch, buildNPZ(t, []zipMember{{"a.npy", buildNPY("<f4", []int64{4}, f4)}}, false, false)))
+	add("distcp/then-truncated", slices.Concat(okTorch, okTorch[:len(okTorch)-30]))
+	add("distcp/then-broken", slices.Concat(okTorch, torchWith(okPkl)))
 	add("torch/short-storage", torchWith(okPkl, zipMember{"0", f4[:12]}))
 	add("torch/view-outside", torchWith(stateDictPickle([]ptTensor{{"w", "0", "FloatStorage", "", 4, 2, []int64{4}, []int64{1}}}), zipMember{"0", f4}))
 	add("torch/stride-overflow", torchWith(stateDictPickle([]ptTensor{{"w", "0", "FloatStorage", "", 4, 0, []int64{1 << 40, 2}, []int64{1 << 40, 1 << 30}}}), zipMember{"0", f4}))

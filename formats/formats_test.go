@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -134,6 +135,15 @@ func builtSamples(t testing.TB) []sample {
 	}
 	out = append(out, sample{"torch-many", buildTorchZip(torchRecords("archive", stateDictPickle(many), manyStorages)), fmtTorch, manyWant})
 	out = append(out, sample{"torch-desc64", buildTorchZipDesc(torchRecords("archive", pkl, storages), true), fmtTorch, ptWant})
+	// Archives one after another (distcp), with end records without zip64
+	// (the fixture's have them): the first archive's tensors are named
+	// "0.<name>", the second's "1.<name>".
+	seqWant := map[string]wantTensor{}
+	for n, w := range ptWant {
+		seqWant["0."+n], seqWant["1."+n] = w, w
+	}
+	out = append(out, sample{"distcp-built", slices.Concat(buildTorchZip(torchRecords("model", pkl, storages)),
+		buildTorchZipDesc(torchRecords("archive", pkl, storages), true)), fmtDistcp, seqWant})
 	return out
 }
 

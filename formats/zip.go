@@ -74,6 +74,11 @@ func parseZip(r io.ReaderAt, size int64) (*Index, error) {
 	if kind == "" {
 		return unknownIndex(size), nil
 	}
+	if starts == nil {
+		// archive/zip finds an end record followed by other bytes too; the
+		// Chunker accepts only the end of the file after it.
+		return nil, errorf(kind, "the archive's end record does not end the file")
+	}
 	recs := make(map[string]recInfo, len(zr.File))
 	for _, f := range zr.File {
 		if _, dup := recs[f.Name]; dup {
@@ -242,9 +247,8 @@ func readNPYHeaderAt(r io.ReaderAt, off, n int64) (npyHeader, error) {
 // record at a time: an archive's end record gives its central directory's
 // size and offset from the archive's first byte, so the archive starts at
 // the directory's end less both. It returns the starts in file order when
-// the walk ends at offset 0 after more than one archive, and nil for one
-// archive or a walk that does not end at 0 (Parse then reads the file as
-// one zip, as archive/zip does).
+// the walk ends at offset 0, and nil when it does not (no end record ends
+// the file, or one does not account for the bytes before its archive).
 func archiveStarts(r io.ReaderAt, size int64) ([]int64, error) {
 	var starts []int64
 	for end := size; end > 0; {
@@ -257,9 +261,6 @@ func archiveStarts(r io.ReaderAt, size int64) ([]int64, error) {
 		}
 		starts = append(starts, start)
 		end = start
-	}
-	if len(starts) < 2 {
-		return nil, nil
 	}
 	slices.Reverse(starts)
 	return starts, nil
