@@ -348,3 +348,54 @@ func TestParseUnknown(t *testing.T) {
 		checkIndex(t, data, ix)
 	}
 }
+
+// TestDCPMetadataNamesArchives: .metadata's items name the archives of the
+// distcp fixture; each tensor the index finds lies inside exactly one
+// item's range, whose key is the tensor's (dcp_shard.json's "fqn").
+func TestDCPMetadataNamesArchives(t *testing.T) {
+	data, err := os.ReadFile("testdata/dcp_shard.distcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile("testdata/dcp_shard.metadata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want map[string]struct {
+		FQN string `json:"fqn"`
+	}
+	j, err := os.ReadFile("testdata/dcp_shard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(j, &want); err != nil {
+		t.Fatal(err)
+	}
+	items, err := ParseDCPMetadata(md)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(items) != 7 { // 3 non-tensor values, 4 tensors
+		t.Fatalf("%d items, want 7: %+v", len(items), items)
+	}
+	ix, err := Parse(bytes.NewReader(data), int64(len(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tn := range ix.Tensors {
+		var in []DCPItem
+		for _, it := range items {
+			if it.File == "__0_0.distcp" && it.Offset <= tn.Offset && tn.Offset+tn.Length <= it.Offset+it.Length {
+				in = append(in, it)
+			}
+		}
+		if len(in) != 1 || in[0].FQN != want[tn.Name].FQN || len(in[0].ShardOffset) != len(tn.Shape) {
+			t.Errorf("tensor %q [%d,+%d) lies in items %+v, want one: %q", tn.Name, tn.Offset, tn.Length, in, want[tn.Name].FQN)
+		}
+	}
+	for _, bad := range [][]byte{md[:len(md)/2], []byte("\x80\x04}."), data[:200]} {
+		if _, err := ParseDCPMetadata(bad); err == nil {
+			t.Errorf("ParseDCPMetadata(%q...) succeeded", bad[:min(len(bad), 16)])
+		}
+	}
+}

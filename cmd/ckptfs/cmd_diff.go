@@ -50,13 +50,20 @@ func runDiff(ctx context.Context, c command, args []string, stdout, stderr io.Wr
 	if err != nil {
 		return err
 	}
-	a, err := loadDiffView(ctx, pos[0])
+	namer := newDCPNamer()
+	a, err := loadDiffView(ctx, pos[0], namer)
 	if err != nil {
 		return err
 	}
-	b, err := loadDiffView(ctx, pos[1])
+	b, err := loadDiffView(ctx, pos[1], namer)
 	if err != nil {
 		return err
+	}
+	if namer.err != nil {
+		fmt.Fprintf(stderr, "ckptfs diff: tensors of torch.distributed.checkpoint shards compared by their archive's number: %v\n", namer.err)
+	} else {
+		nameTensors(a.Index.Tensors, a.dcpNames)
+		nameTensors(b.Index.Tensors, b.dcpNames)
 	}
 	if err := checkComparable(a.fileView, b.fileView); err != nil {
 		return err
@@ -113,6 +120,10 @@ type diffSide struct {
 	// files[i] is the path of the file holding Index.Tensors[i], relative
 	// to the directory and slash-separated; nil for a lone file.
 	files []string
+	// dcpNames[i], when not "", is the state-dict key of Index.Tensors[i]
+	// in a distcp file (see dcpNamer), which runDiff names it by when it
+	// could name every distcp tensor of both sides.
+	dcpNames []string
 }
 
 // file is the file holding the i'th tensor: for a lone file, its name.
@@ -136,14 +147,17 @@ func (s diffSide) fileTensors() []fileTensor {
 // model-00001-of-00004.safetensors and the like) as one view: the tensors of
 // every checkpoint file in it, under their own names (diffSides names them
 // as log does), the chunks of every file.
-func loadDiffView(ctx context.Context, path string) (diffSide, error) {
+func loadDiffView(ctx context.Context, path string, namer *dcpNamer) (diffSide, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return diffSide{}, err
 	}
 	if !st.IsDir() {
 		v, err := loadFileView(ctx, path)
-		return diffSide{fileView: v}, err
+		if err != nil {
+			return diffSide{}, err
+		}
+		return diffSide{fileView: v, dcpNames: namer.names(v)}, nil
 	}
 	side := diffSide{fileView: &fileView{Path: path, Index: &fusefs.FileIndex{Format: "directory"}}, files: []string{}}
 	v := side.fileView
@@ -167,9 +181,15 @@ func loadDiffView(ctx context.Context, path string) (diffSide, error) {
 		v.Chunks = append(v.Chunks, fv.Chunks...)
 		if fv.Index != nil {
 			rel = filepath.ToSlash(rel)
-			for _, t := range fv.Index.Tensors {
+			names := namer.names(fv)
+			for i, t := range fv.Index.Tensors {
 				v.Index.Tensors = append(v.Index.Tensors, t)
 				side.files = append(side.files, rel)
+				if names != nil {
+					side.dcpNames = append(side.dcpNames, names[i])
+				} else {
+					side.dcpNames = append(side.dcpNames, "")
+				}
 			}
 		}
 		return nil

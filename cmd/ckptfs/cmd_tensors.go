@@ -23,6 +23,11 @@ func runTensors(ctx context.Context, c command, args []string, stdout, stderr io
 	if err != nil {
 		return err
 	}
+	namer := newDCPNamer()
+	nameTensors(v.Index.Tensors, namer.names(v))
+	if namer.err != nil {
+		fmt.Fprintf(stderr, "ckptfs tensors: tensors named by their archive's number: %v\n", namer.err)
+	}
 	if *asJSON {
 		tensors := v.Index.Tensors
 		if tensors == nil {

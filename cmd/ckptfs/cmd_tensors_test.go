@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -64,5 +67,85 @@ func TestPickleBuffersDiffByBytes(t *testing.T) {
 	want := map[string]int{"same": 2, "added": 2, "removed": 1}
 	if res.Unit != "buffers" || !reflect.DeepEqual(res.Counts, want) {
 		t.Fatalf("unit %q counts %v, want buffers %v", res.Unit, res.Counts, want)
+	}
+}
+
+// TestDCPNames: `tensors` and `diff` name a torch.distributed.checkpoint
+// shard's tensors by the keys of the .metadata beside it; without one they
+// keep the archive numbers the index gives them, on both sides of a diff,
+// and say why.
+func TestDCPNames(t *testing.T) {
+	shard, err := os.ReadFile("../../formats/testdata/dcp_shard.distcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile("../../formats/testdata/dcp_shard.metadata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := filepath.Join(t.TempDir(), "step-1"), filepath.Join(t.TempDir(), "step-2")
+	for _, d := range []string{a, b} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "__0_0.distcp"), shard, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(a, ".metadata"), md, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tensorNames := func(dir string) (names []string, stderr string) {
+		code, out, errOut := runCLI("tensors", "--json", filepath.Join(dir, "__0_0.distcp"))
+		if code != 0 {
+			t.Fatalf("tensors: exit %d: %s", code, errOut)
+		}
+		var l struct {
+			Format  string `json:"format"`
+			Tensors []struct {
+				Name string `json:"name"`
+			} `json:"tensors"`
+		}
+		if err := json.Unmarshal([]byte(out), &l); err != nil {
+			t.Fatal(err)
+		}
+		if l.Format != "distcp" {
+			t.Fatalf("format %q, want distcp", l.Format)
+		}
+		for _, tn := range l.Tensors {
+			names = append(names, tn.Name)
+		}
+		return names, errOut
+	}
+	if got, _ := tensorNames(a); !reflect.DeepEqual(got, []string{"layer.weight", "layer.bias", "norm.weight", "ids"}) {
+		t.Errorf("with .metadata: tensors %q", got)
+	}
+	got, errOut := tensorNames(b)
+	if !reflect.DeepEqual(got, []string{"3", "4", "5", "6"}) || !strings.Contains(errOut, ".metadata") {
+		t.Errorf("without .metadata: tensors %q, stderr %q", got, errOut)
+	}
+	code, out, errOut := runCLI("diff", "--json", a, b)
+	if code != 0 {
+		t.Fatalf("diff: exit %d: %s", code, errOut)
+	}
+	var res diffResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Counts["same"] != 4 || len(res.Tensors) != 4 || res.Tensors[0].Name != "3" || !strings.Contains(errOut, "archive's number") {
+		t.Errorf("diff with .metadata on one side only: %+v, stderr %q", res, errOut)
+	}
+	if err := os.WriteFile(filepath.Join(b, ".metadata"), md, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut = runCLI("diff", "--json", a, b); code != 0 {
+		t.Fatalf("diff: exit %d: %s", code, errOut)
+	}
+	res = diffResult{}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Counts["same"] != 4 || res.Tensors[0].Name != "ids" || errOut != "" {
+		t.Errorf("diff with .metadata on both sides: %+v, stderr %q", res, errOut)
 	}
 }

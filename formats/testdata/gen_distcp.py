@@ -1,4 +1,4 @@
-"""Regenerates dcp_shard.distcp and dcp_shard.json.
+"""Regenerates dcp_shard.distcp, dcp_shard.metadata and dcp_shard.json.
 
 Run with a Python that has torch 2.x (the committed files were made with the
 CI virtualenv's torch):
@@ -34,6 +34,7 @@ state = {
 d = tempfile.mkdtemp()
 dcp.save(state, storage_writer=dcp.FileSystemWriter(d))
 shutil.copy(os.path.join(d, "__0_0.distcp"), "dcp_shard.distcp")
+shutil.copy(os.path.join(d, ".metadata"), "dcp_shard.metadata")
 md = dcp.FileSystemReader(d).read_metadata()
 items = sorted(md.storage_data.items(), key=lambda kv: kv[1].offset)
 out = {}

@@ -4,7 +4,8 @@
   .metadata.tmp written, fsynced and renamed to .metadata.
 - The .distcp file's tensors: ckptfs reads it as the sequence of torch.save
   archives it is, so each tensor is chunked, compressed and deduplicated as a
-  tensor (the same chunks as in a safetensors file of the same weights).
+  tensor (the same chunks as in a safetensors file of the same weights), and
+  `ckptfs tensors` / `diff` name them by .metadata's keys.
 - HuggingFaceStorageWriter / HuggingFaceStorageReader: DCP writing sharded
   safetensors plus model.safetensors.index.json. (FileSystemReader cannot read
   FileSystemWriter's SerializationFormat.SAFETENSORS in torch 2.15: it always
@@ -105,7 +106,7 @@ def test_dcp_tensor_index(ckptfs, ckptfs_bin, run_dir, record):
     assert p.returncode == 0, p.stderr
     listing = json.loads(p.stdout)
     assert listing["format"] == "distcp", listing["format"]
-    assert len(listing["tensors"]) == len(tensors), [t["name"] for t in listing["tensors"]]
+    assert sorted(t["name"] for t in listing["tensors"]) == sorted(tensors), [t["name"] for t in listing["tensors"]]
     data = shard.read_bytes()
     md = FileSystemReader(str(ckpt)).read_metadata()
     for idx, info in md.storage_data.items():
@@ -116,7 +117,7 @@ def test_dcp_tensor_index(ckptfs, ckptfs_bin, run_dir, record):
                   if info.offset <= t["offset"] and t["offset"] + t["length"] <= info.offset + info.length]
         assert len(inside) == 1, (idx.fqn, info, inside)
         t = inside[0]
-        assert t["shape"] == list(want.shape), (idx.fqn, t)
+        assert t["name"] == idx.fqn and t["shape"] == list(want.shape), (idx.fqn, t)
         assert data[t["offset"]:t["offset"] + t["length"]] == raw_bytes(want), f"{idx.fqn}: {t} holds other bytes"
 
     before = ckptfs.stats()["unique_bytes"]
@@ -126,6 +127,11 @@ def test_dcp_tensor_index(ckptfs, ckptfs_bin, run_dir, record):
     record("DCP shard then safetensors of the same tensors: added unique bytes / export size",
            f"{added} / {export.stat().st_size}")
     assert added <= 0.02 * export.stat().st_size, f"the export added {added} of its {export.stat().st_size} bytes"
+    # ckptfs diff pairs the shard's tensors with the export's by name.
+    d = subprocess.run([str(ckptfs_bin), "diff", "--json", str(ckpt), str(export)], capture_output=True, text=True, timeout=300)
+    assert d.returncode == 0 and d.stderr == "", d.stderr
+    counts = json.loads(d.stdout)["counts"]
+    assert counts.get("same") == len(tensors) and not any(counts.get(k) for k in ("changed", "added", "removed")), counts
 
 
 def test_dcp_huggingface(run_dir, dist_mode):

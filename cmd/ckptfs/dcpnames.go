@@ -1,0 +1,126 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/ckptfs/ckptfs/formats"
+	"github.com/ckptfs/ckptfs/fusefs"
+)
+
+// maxDCPMetadata bounds the .metadata file tensors and diff read to name a
+// distcp file's tensors (a model of 10⁵ tensors over 1,000 ranks writes a
+// few tens of MB).
+const maxDCPMetadata = 256 << 20
+
+// dcpNamer names the tensors of torch.distributed.checkpoint shards by the
+// state-dict keys their checkpoint's .metadata gives them. A distcp index
+// numbers them by archive ("0", "1", ...: formats names them so because a
+// shard is committed before .metadata is written); tensors and diff show
+// the keys instead, read when they run. It keeps each directory's
+// .metadata, read once, and the first error: a caller that names several
+// files names all of them or none, so that a diff never pairs keys with
+// numbers.
+type dcpNamer struct {
+	dirs map[string]dcpDir
+	err  error
+}
+
+type dcpDir struct {
+	items []formats.DCPItem
+	err   error
+}
+
+func newDCPNamer() *dcpNamer { return &dcpNamer{dirs: map[string]dcpDir{}} }
+
+// names returns the keys of v's tensors, in the order of v.Index.Tensors,
+// when v is a distcp file (nil otherwise). Without a .metadata beside it,
+// or with one that does not describe its archives, it returns nil and
+// keeps the error in d.err.
+func (d *dcpNamer) names(v *fileView) []string {
+	if v.Index == nil || v.Index.Format != "distcp" {
+		return nil
+	}
+	dir := filepath.Dir(v.Path)
+	md, ok := d.dirs[dir]
+	if !ok {
+		md.items, md.err = readDCPMetadata(filepath.Join(dir, ".metadata"))
+		d.dirs[dir] = md
+	}
+	if md.err != nil {
+		d.fail(md.err)
+		return nil
+	}
+	base := filepath.Base(v.Path)
+	names := make([]string, len(v.Index.Tensors))
+	for i, t := range v.Index.Tensors {
+		for _, it := range md.items {
+			if it.File == base && it.Offset <= t.Offset && t.Offset+t.Length <= it.Offset+it.Length {
+				names[i] = dcpTensorName(it)
+				break
+			}
+		}
+		if names[i] == "" {
+			d.fail(fmt.Errorf("%s: its .metadata names no item holding tensor %s at offset %d (the .metadata of another save?)", v.Path, t.Name, t.Offset))
+			return nil
+		}
+	}
+	return names
+}
+
+func (d *dcpNamer) fail(err error) {
+	if d.err == nil {
+		d.err = err
+	}
+}
+
+// nameTensors renames ts by names (nil: keep them).
+func nameTensors(ts []fusefs.TensorEntry, names []string) {
+	for i, n := range names {
+		if n != "" {
+			ts[i].Name = n
+		}
+	}
+}
+
+// dcpTensorName is an item's key, with a shard's offset in the whole
+// tensor when it is not the first shard: "layers.0.weight@512,0".
+func dcpTensorName(it formats.DCPItem) string {
+	for _, o := range it.ShardOffset {
+		if o != 0 {
+			s := make([]string, len(it.ShardOffset))
+			for i, o := range it.ShardOffset {
+				s[i] = strconv.FormatInt(o, 10)
+			}
+			return it.FQN + "@" + strings.Join(s, ",")
+		}
+	}
+	return it.FQN
+}
+
+func readDCPMetadata(path string) ([]formats.DCPItem, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if st.Size() > maxDCPMetadata {
+		return nil, fmt.Errorf("%s: %d bytes, over the %d read to name tensors", path, st.Size(), maxDCPMetadata)
+	}
+	b := make([]byte, st.Size())
+	if _, err := f.ReadAt(b, 0); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	items, err := formats.ParseDCPMetadata(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return items, nil
+}
