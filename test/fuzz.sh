@@ -10,7 +10,7 @@ secs=${1:-6}
 min_execs=200 # the slowest target (FuzzDeltaDecode) ran 687 in 6 s on a loaded machine; before -fuzzminimizetime, FuzzParseTorch ran 43 in 60 s
 targets=(
 	"formats FuzzParseSafetensors" "formats FuzzParseTorch" "formats FuzzParseGGUF"
-	"formats FuzzParseNPY" "formats FuzzParseTrees" "formats FuzzChunker"
+	"formats FuzzParseNPY" "formats FuzzParseTrees" "formats FuzzChunker" "formats FuzzDCPMetadata"
 	"cas/object FuzzDecodePayload" "cas/object FuzzByteGroupRoundTrip" "cas/object FuzzDeltaDecode"
 )
 # Every Fuzz function must be listed above.
