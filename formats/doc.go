@@ -15,7 +15,12 @@
 //     FUSE write path.
 //
 // Formats: safetensors; torch.save zip files (data.pkl plus data/<key>
-// storage records); GGUF v2/v3; .npy; .npz (stored members). Tree models and
+// storage records); "distcp": torch.save archives one after another, as
+// torch.distributed.checkpoint's FileSystemWriter writes a rank's shard
+// (each archive a whole zip with offsets from its own first byte; tensor k
+// of archive i named "i", or "i.<name>" inside a dict, since the keys are
+// only in the .metadata written after the shards: ParseDCPMetadata reads
+// them for the CLI); GGUF v2/v3; .npy; .npz (stored members). Tree models and
 // pickles are part formats (issue #29): XGBoost JSON and UBJ
 // ("xgboost-json", "xgboost-ubj"), LightGBM text models ("lightgbm"), and
 // pickles ("pickle": pickle.dump of any object, sklearn models included, and
