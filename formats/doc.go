@@ -17,8 +17,9 @@
 // Formats: safetensors; torch.save zip files (data.pkl plus data/<key>
 // storage records); "distcp": torch.save archives one after another, as
 // torch.distributed.checkpoint's FileSystemWriter writes a rank's shard
-// (each archive a whole zip with offsets from its own first byte; tensor k
-// of archive i named "i", or "i.<name>" inside a dict, since the keys are
+// (each archive a whole zip with offsets from its own first byte; the
+// tensors numbered "0", "1", ... in the shard's order, counting only the
+// archives that hold tensors, "k.<name>" inside a dict, since the keys are
 // only in the .metadata written after the shards: ParseDCPMetadata reads
 // them for the CLI); GGUF v2/v3; .npy; .npz (stored members). Tree models and
 // pickles are part formats (issue #29): XGBoost JSON and UBJ

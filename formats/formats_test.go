@@ -195,7 +195,7 @@ func fixtureSamples(t testing.TB) []sample {
 		{"fixture-npy", read("np_array.npy"), fmtNPY, map[string]wantTensor{"": {dtype: "f32", shape: []int64{10, 20}, bytes: weights}}},
 		{"fixture-npy-fortran", read("np_fortran.npy"), fmtNPY, map[string]wantTensor{"": {dtype: "i32", shape: []int64{3, 4}, len: 48}}},
 		// torch.distributed.checkpoint's shard of one process (gen_distcp.py):
-		// archives 0-2 hold non-tensor values, 3-6 one tensor each.
+		// archives 0-2 hold non-tensor values, 3-6 one tensor each (named 0-3).
 		{"fixture-distcp", read("dcp_shard.distcp"), fmtDistcp, torchWant("dcp_shard.json")},
 	}
 }

@@ -2,6 +2,7 @@ package formats
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -95,11 +96,12 @@ var pickleArgs = func() (t [256]uint8) {
 // argument fits inside it. It can resume after errShort when more bytes
 // arrive.
 type pickleScan struct {
-	pos   int  // offset of the next opcode
-	ops   int  // opcodes seen
-	marks int  // open MARKs
-	end   int  // offset just past STOP, once found
-	done  bool // STOP seen
+	maxOps int  // opcodes allowed; 0: maxPickleOps
+	pos    int  // offset of the next opcode
+	ops    int  // opcodes seen
+	marks  int  // open MARKs
+	end    int  // offset just past STOP, once found
+	done   bool // STOP seen
 }
 
 // scan continues over b (the pickle's bytes so far, from its start). It
@@ -199,8 +201,8 @@ func (s *pickleScan) scan(b []byte) error {
 			s.done, s.end = true, p
 		}
 		s.pos = p + n
-		if s.ops++; s.ops > maxPickleOps {
-			return fmt.Errorf("pickle: more than %d opcodes", maxPickleOps)
+		if s.ops++; s.ops > cmp.Or(s.maxOps, maxPickleOps) {
+			return fmt.Errorf("pickle: more than %d opcodes", cmp.Or(s.maxOps, maxPickleOps))
 		}
 	}
 	return nil

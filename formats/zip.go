@@ -380,15 +380,23 @@ func parseDistcp(r io.ReaderAt, size int64, starts []int64) (*Index, error) {
 }
 
 // archiveTensors names the tensors of a sequence of archives, lists[i]
-// being archive i's: "i" for the bare tensor an archive holds (what
-// torch.distributed.checkpoint saves), "i.<name>" for a named one. The
-// numbering is the order the writer saved its items in, which
-// FileSystemWriter keeps from one save to the next of the same state, so a
-// tensor keeps its name across steps.
+// being archive i's: "k" for the bare tensor the k'th archive that holds
+// tensors holds (what torch.distributed.checkpoint saves), "k.<name>" for
+// a named one. The numbering is the order the writer saved its items in,
+// which FileSystemWriter keeps from one save to the next of the same state,
+// so a tensor keeps its name across steps (delta bases and log pair
+// tensors by name). Archives without tensors (DCP's non-tensor values,
+// which it writes first) are not counted: a value added to the state
+// between two saves renames nothing.
 func archiveTensors(lists [][]Tensor) []Tensor {
 	var out []Tensor
-	for i, ts := range lists {
-		p := strconv.Itoa(i)
+	k := 0
+	for _, ts := range lists {
+		if len(ts) == 0 {
+			continue
+		}
+		p := strconv.Itoa(k)
+		k++
 		for _, t := range ts {
 			if t.Name == "" {
 				t.Name = p

@@ -60,7 +60,7 @@ func runDiff(ctx context.Context, c command, args []string, stdout, stderr io.Wr
 		return err
 	}
 	if namer.err != nil {
-		fmt.Fprintf(stderr, "ckptfs diff: tensors of torch.distributed.checkpoint shards compared by their archive's number: %v\n", namer.err)
+		fmt.Fprintf(stderr, "ckptfs diff: tensors of torch.distributed.checkpoint shards compared by their number in the shard: %v\n", namer.err)
 	} else {
 		nameTensors(a.Index.Tensors, a.dcpNames)
 		nameTensors(b.Index.Tensors, b.dcpNames)
@@ -105,7 +105,7 @@ func checkComparable(a, b *fileView) error {
 	case ca && cb:
 		return nil
 	case !ca && !cb:
-		return fmt.Errorf("neither %s nor %s is a checkpoint (no tensors in a format ckptfs parses: safetensors, torch.save, GGUF, npy, npz; no trees in an XGBoost, LightGBM or pickled model): compare them with cmp or diff", a.Path, b.Path)
+		return fmt.Errorf("neither %s nor %s is a checkpoint (no tensors in a format ckptfs parses: safetensors, torch.save, torch.distributed.checkpoint shards, GGUF, npy, npz; no trees in an XGBoost, LightGBM or pickled model): compare them with cmp or diff", a.Path, b.Path)
 	case !ca:
 		return fmt.Errorf("%s is not a checkpoint (no tensors in a format ckptfs parses), so it cannot be compared with %s tensor by tensor", a.Path, b.Path)
 	default:

@@ -26,7 +26,7 @@ func runTensors(ctx context.Context, c command, args []string, stdout, stderr io
 	namer := newDCPNamer()
 	nameTensors(v.Index.Tensors, namer.names(v))
 	if namer.err != nil {
-		fmt.Fprintf(stderr, "ckptfs tensors: tensors named by their archive's number: %v\n", namer.err)
+		fmt.Fprintf(stderr, "ckptfs tensors: tensors named by their number in the shard: %v\n", namer.err)
 	}
 	if *asJSON {
 		tensors := v.Index.Tensors

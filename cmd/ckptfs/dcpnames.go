@@ -1,9 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -18,9 +20,11 @@ const maxDCPMetadata = 256 << 20
 
 // dcpNamer names the tensors of torch.distributed.checkpoint shards by the
 // state-dict keys their checkpoint's .metadata gives them. A distcp index
-// numbers them by archive ("0", "1", ...: formats names them so because a
-// shard is committed before .metadata is written); tensors and diff show
-// the keys instead, read when they run. It keeps each directory's
+// numbers them in the shard's order ("0", "1", ...: formats names them so
+// because a shard is committed before .metadata is written); tensors and
+// diff show the keys instead, read when they run. Only files named
+// *.distcp are named so: torch.save called twice into one .pt file makes a
+// distcp file too, with no .metadata to look for. It keeps each directory's
 // .metadata, read once, and the first error: a caller that names several
 // files names all of them or none, so that a diff never pairs keys with
 // numbers.
@@ -41,7 +45,7 @@ func newDCPNamer() *dcpNamer { return &dcpNamer{dirs: map[string]dcpDir{}} }
 // or with one that does not describe its archives, it returns nil and
 // keeps the error in d.err.
 func (d *dcpNamer) names(v *fileView) []string {
-	if v.Index == nil || v.Index.Format != "distcp" {
+	if v.Index == nil || v.Index.Format != "distcp" || !strings.HasSuffix(v.Path, ".distcp") {
 		return nil
 	}
 	dir := filepath.Dir(v.Path)
@@ -54,13 +58,18 @@ func (d *dcpNamer) names(v *fileView) []string {
 		d.fail(md.err)
 		return nil
 	}
+	// The items are sorted by file and offset: the one holding a tensor is
+	// the last of its file that starts at or before it.
 	base := filepath.Base(v.Path)
+	lo, _ := slices.BinarySearchFunc(md.items, base, func(it formats.DCPItem, f string) int { return strings.Compare(it.File, f) })
+	hi, _ := slices.BinarySearchFunc(md.items, base+"\x00", func(it formats.DCPItem, f string) int { return strings.Compare(it.File, f) })
+	items := md.items[lo:hi]
 	names := make([]string, len(v.Index.Tensors))
 	for i, t := range v.Index.Tensors {
-		for _, it := range md.items {
-			if it.File == base && it.Offset <= t.Offset && t.Offset+t.Length <= it.Offset+it.Length {
+		j, _ := slices.BinarySearchFunc(items, t.Offset+1, func(it formats.DCPItem, off int64) int { return cmp.Compare(it.Offset, off) })
+		if j > 0 {
+			if it := items[j-1]; t.Offset+t.Length <= it.Offset+it.Length {
 				names[i] = dcpTensorName(it)
-				break
 			}
 		}
 		if names[i] == "" {

@@ -150,7 +150,7 @@ func (m *mountRoots) of(path string, dev uint64) (string, bool) {
 // format is not one ckptfs parses. It reads the file (through the mount, for
 // one in a mount): only the parts a parser looks at.
 func whyNotParsed(path string) error {
-	unknown := errors.New("not a checkpoint format ckptfs parses (safetensors, torch, GGUF, npy, npz; XGBoost JSON/UBJ, LightGBM text and pickled models)")
+	unknown := errors.New("not a checkpoint format ckptfs parses (safetensors, torch, torch.distributed.checkpoint shards, GGUF, npy, npz; XGBoost JSON/UBJ, LightGBM text and pickled models)")
 	f, err := os.Open(path)
 	if err != nil {
 		return unknown
@@ -167,6 +167,6 @@ func whyNotParsed(path string) error {
 	case ix.Format == "":
 		return unknown
 	default:
-		return fmt.Errorf("a %s file whose layout ckptfs could not follow as it was written (a compressed zip member?), so it has no tensor index", ix.Format)
+		return fmt.Errorf("a %s file without a tensor index: ckptfs could not follow its layout as it was written (a compressed zip member?), or an older ckptfs that did not parse %s files committed it (a copy indexes it: cp it, then mv the copy over it)", ix.Format, ix.Format)
 	}
 }

@@ -9,7 +9,7 @@ torch.distributed.checkpoint saves one process's state into __0_0.distcp:
 each item torch.save()d into the same stream, one zip archive after
 another (non-tensor values first), and .metadata records each item's
 offset and length. dcp_shard.json maps the name ckptfs gives each tensor
-("<archive number>") to its dtype, shape and bytes as hex, taken from
+("<number among the archives holding tensors>") to its dtype, shape and bytes as hex, taken from
 .metadata's offsets, so the test does not need torch.
 """
 import json
@@ -38,8 +38,10 @@ shutil.copy(os.path.join(d, ".metadata"), "dcp_shard.metadata")
 md = dcp.FileSystemReader(d).read_metadata()
 items = sorted(md.storage_data.items(), key=lambda kv: kv[1].offset)
 out = {}
-for k, (idx, info) in enumerate(items):
+k = -1  # ckptfs numbers the archives that hold tensors
+for idx, info in items:
     if idx.fqn in state and torch.is_tensor(state[idx.fqn]):
+        k += 1
         t = state[idx.fqn].contiguous()
         out[str(k)] = {"fqn": idx.fqn, "dtype": str(t.dtype), "shape": list(t.shape),
                        "hex": t.reshape(-1).view(torch.uint8).numpy().tobytes().hex()}
