@@ -399,3 +399,33 @@ func TestDCPMetadataNamesArchives(t *testing.T) {
 		}
 	}
 }
+
+// TestDistcpNumbersTensorArchives: a non-tensor value added before the
+// tensors (DCP writes those first) renames no tensor: only archives that
+// hold tensors are numbered.
+func TestDistcpNumbersTensorArchives(t *testing.T) {
+	f4 := f32s(3, 4)
+	w := ptTensor{"w", "0", "FloatStorage", "", 4, 0, []int64{4}, []int64{1}}
+	value := torchWith([]byte("\x80\x02K\x05.")) // torch.save(5)
+	var pk pkw
+	bare := torchWith(pk.op(0x80, 2).tensor(w).op('.').Bytes(), zipMember{"0", f4}) // torch.save(tensor)
+	dict := torchWith(stateDictPickle([]ptTensor{w}), zipMember{"0", f4})
+	var got [][]string
+	for _, data := range [][]byte{
+		slices.Concat(value, bare, dict),
+		slices.Concat(value, value, bare, value, dict),
+	} {
+		ix, err := Parse(bytes.NewReader(data), int64(len(data)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, cix := chunk(data, 4096, 0)
+		if !reflect.DeepEqual(ix, cix) {
+			t.Fatalf("Parse and the Chunker disagree:\n%+v\n%+v", ix, cix)
+		}
+		got = append(got, names(ix.Tensors))
+	}
+	if want := []string{"0", "1.w"}; !reflect.DeepEqual(got[0], want) || !reflect.DeepEqual(got[1], want) {
+		t.Fatalf("tensor names %q and %q, want %q in both", got[0], got[1], want)
+	}
+}
