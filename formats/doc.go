@@ -21,7 +21,9 @@
 // tensors numbered "0", "1", ... in the shard's order, counting only the
 // archives that hold tensors, "k.<name>" inside a dict, since the keys are
 // only in the .metadata written after the shards: ParseDCPMetadata reads
-// them for the CLI); GGUF v2/v3; .npy; .npz (stored members). Tree models and
+// them for the CLI); GGUF v2/v3; .npy; .npz (stored members). OCDBT data
+// files (orbax-checkpoint's) and other files of zstd frames are cut at
+// every frame and node but keep an unknown index (zstdframes.go). Tree models and
 // pickles are part formats (issue #29): XGBoost JSON and UBJ
 // ("xgboost-json", "xgboost-ubj"), LightGBM text models ("lightgbm"), and
 // pickles ("pickle": pickle.dump of any object, sklearn models included, and

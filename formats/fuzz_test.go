@@ -113,6 +113,10 @@ func treeSeeds(f *testing.F) [][]byte {
 	for _, tc := range treeCases {
 		out = append(out, tc.build(7, 3))
 	}
+	// An OCDBT data file: small frames, a zarr3 shard index, a node.
+	vs := ocdbtValues(f, 11, 3, 2<<10)
+	ocdbt, _, _ := buildOCDBTFile(vs, []int{0, 1, 2}, func(i int) []byte { return randBytes(uint64(i), 20) }, 2, 1)
+	out = append(out, ocdbt)
 	for _, name := range []string{"trees_xgb.json", "trees_xgb.ubj", "trees_lgb.txt", "trees_sklearn.pkl", "trees_sklearn.joblib"} {
 		data, err := os.ReadFile("testdata/" + name)
 		if err != nil {
@@ -124,7 +128,7 @@ func treeSeeds(f *testing.F) [][]byte {
 }
 
 // FuzzParseTrees fuzzes the part formats' scanners (XGBoost JSON and UBJ,
-// LightGBM text, pickles) through Parse, and checks the Chunker on the same
+// LightGBM text, pickles, zstd frames) through Parse, and checks the Chunker on the same
 // bytes cuts alike however writes split them and agrees with Parse.
 func FuzzParseTrees(f *testing.F) {
 	for _, d := range treeSeeds(f) {

@@ -97,6 +97,8 @@ func sniffParts(b []byte) (partScanner, string) {
 		return &lgbTrees{atLine: true}, fmtLightGBM
 	case len(b) >= 3 && b[0] == 0x80 && b[1] >= 2 && b[1] <= 5:
 		return &pickleParts{}, fmtPickle
+	case sniffZstdFrames(b):
+		return &zstdFrames{}, fmtZstdFrames
 	}
 	return nil, ""
 }

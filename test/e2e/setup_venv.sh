@@ -34,6 +34,6 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 PIP_PROGRESS_BAR=off
 rm -f "$stamp"
 "$venv/bin/python" -m pip install --quiet \
 	-r "$here/requirements.txt" -c "$here/constraints.txt"
-"$venv/bin/python" -c 'import torch, safetensors, transformers, numpy, pytest, psutil, xgboost, sklearn, lightgbm'
+"$venv/bin/python" -c 'import torch, safetensors, transformers, numpy, pytest, psutil, xgboost, sklearn, lightgbm, jax, orbax.checkpoint'
 echo "$want" > "$stamp"
 echo "e2e venv: ready in $((SECONDS - start)) s"
