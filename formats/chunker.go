@@ -643,7 +643,10 @@ func (c *Chunker) index() *Index {
 			return unknownIndex(c.off)
 		}
 		ix.Tensors = ts
-		if len(c.zip.archives) > 0 {
+		if c.zip.narchives > 0 {
+			if c.zip.ntensors+len(ts) > maxSeqTensors {
+				return unknownIndex(c.off)
+			}
 			ix.Format, ix.Tensors = fmtDistcp, archiveTensors(append(c.zip.archives, ts))
 		}
 	}

@@ -17,20 +17,23 @@ type zipStream struct {
 	// (see stepZipNext). Offsets the archive's own records hold (local
 	// header offsets, the central directory's) are relative to base.
 	base int64
-	// archives are the tensors of the archives before the current one, one
-	// list each, named as torchTensors names them.
-	archives       [][]Tensor
-	prefix         string // torch archive prefix, with the trailing "/"
-	entries        int
-	scan           pickleScan
-	tp             *torchPickle
-	recs           map[string]recInfo // torch storage key -> record data range
-	ents           []zipEntry         // local entries seen, in order
-	names          map[string]bool
-	cdSeen         int   // central directory entries checked
-	zip64          bool  // a zip64 end record was seen, at zip64Off
-	zip64Off       int64 // relative to base
-	cdStart, cdEnd int64 // central directory range, relative to base
+	// archives are the tensors of the archives before the current one that
+	// hold any, one list each, named as torchTensors names them; narchives
+	// counts all those archives, ntensors the tensors in archives.
+	archives            [][]Tensor
+	narchives, ntensors int
+	prefix              string // torch archive prefix, with the trailing "/"
+	entries             int
+	scan                pickleScan
+	tp                  *torchPickle
+	recs                map[string]recInfo // torch storage key -> record data range
+	ents                []zipEntry         // local entries seen, in order
+	names               map[string]bool
+	cdSeen              int   // central directory entries checked
+	zip64               bool  // a zip64 end record was seen, at zip64Off
+	zip64Loc            bool  // and then its locator
+	zip64Off            int64 // relative to base
+	cdStart, cdEnd      int64 // central directory range, relative to base
 	// current entry
 	name    string
 	hasDesc bool  // sizes follow the data in a data descriptor
@@ -387,8 +390,10 @@ func stepZipCentral(c *Chunker, b []byte, eof bool) {
 			c.wait(12, stepZipCentral)
 			return
 		}
+		// 44 bytes of fields, no extensible data (what every writer
+		// leaves; Parse's walk back from the end needs the length).
 		size := binary.LittleEndian.Uint64(b[4:])
-		if size < 44 || size > 1<<16 {
+		if size != 44 || z.zip64 {
 			c.fail()
 			return
 		}
@@ -408,10 +413,11 @@ func stepZipCentral(c *Chunker, b []byte, eof bool) {
 			c.wait(20, stepZipCentral)
 			return
 		}
-		if !z.zip64 || binary.LittleEndian.Uint64(b[8:]) != uint64(z.zip64Off) {
+		if !z.zip64 || z.zip64Loc || binary.LittleEndian.Uint64(b[8:]) != uint64(z.zip64Off) {
 			c.fail()
 			return
 		}
+		z.zip64Loc = true
 		c.claimRun(20, KindMeta, next)
 	case zipEOCDSig:
 		if len(b) < 22 {
@@ -420,7 +426,7 @@ func stepZipCentral(c *Chunker, b []byte, eof bool) {
 		}
 		n = 22 + le16(20)
 		count, size, off := le16(10), le32(12), le32(16)
-		if z.cdSeen != len(z.ents) || count != len(z.ents)&0xFFFF && !(count == 0xFFFF && z.zip64) ||
+		if z.cdSeen != len(z.ents) || z.zip64 != z.zip64Loc || count != len(z.ents)&0xFFFF && !(count == 0xFFFF && z.zip64) ||
 			le16(8) != count || size != uint64(z.cdEnd-z.cdStart) && !(size == 0xFFFFFFFF && z.zip64) ||
 			off != uint64(z.cdStart) && !(off == 0xFFFFFFFF && z.zip64) ||
 			c.format == fmtTorch && z.tp == nil {
@@ -449,15 +455,19 @@ func stepZipNext(c *Chunker, b []byte, eof bool) {
 		c.claimRest(KindOther, true)
 		return
 	}
-	if len(b) < 4 || string(b[:4]) != zipLocalSig || len(z.archives) >= maxArchives-1 {
+	if len(b) < 4 || string(b[:4]) != zipLocalSig || z.narchives >= maxArchives-1 {
 		c.fail() // trailing bytes
 		return
 	}
 	ts, err := torchTensors(z.tp, z.recs)
-	if err != nil {
+	if err != nil || z.ntensors+len(ts) > maxSeqTensors {
 		c.fail()
 		return
 	}
-	c.zip = zipStream{base: c.done, archives: append(z.archives, ts)}
+	next := zipStream{base: c.done, archives: z.archives, narchives: z.narchives + 1, ntensors: z.ntensors + len(ts)}
+	if len(ts) > 0 {
+		next.archives = append(next.archives, ts)
+	}
+	c.zip = next
 	c.wait(30, stepZipLocal)
 }

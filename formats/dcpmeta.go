@@ -52,13 +52,13 @@ func ParseDCPMetadata(b []byte) (items []DCPItem, err error) {
 		if err == errShort {
 			err = errors.New("no STOP")
 		}
-		return nil, fmt.Errorf("dcp metadata: pickle: %w", err)
+		return nil, fmt.Errorf("%w: dcp metadata: pickle: %v", ErrFormat, err)
 	}
 	u := pickle.NewUnpickler(bytes.NewReader(b[:s.end]))
 	u.FindClass = findDCPClass
 	defer func() {
 		if r := recover(); r != nil { // gopickle panics on some malformed input
-			items, err = nil, fmt.Errorf("dcp metadata: pickle: %v", r)
+			items, err = nil, fmt.Errorf("%w: dcp metadata: pickle: %v", ErrFormat, r)
 		}
 	}()
 	obj, err := u.Load()
@@ -67,28 +67,28 @@ func ParseDCPMetadata(b []byte) (items []DCPItem, err error) {
 		if len(msg) > 200 {
 			msg = msg[:200] + "..."
 		}
-		return nil, errors.New("dcp metadata: pickle: " + msg)
+		return nil, fmt.Errorf("%w: dcp metadata: pickle: %s", ErrFormat, msg)
 	}
 	md, ok := obj.(*dcpObject)
 	if !ok || md.class != "Metadata" {
-		return nil, errors.New("dcp metadata: not a torch.distributed.checkpoint Metadata")
+		return nil, fmt.Errorf("%w: dcp metadata: not a torch.distributed.checkpoint Metadata", ErrFormat)
 	}
 	sd, ok := md.fields["storage_data"].(*types.Dict)
 	if !ok {
-		return nil, errors.New("dcp metadata: no storage_data")
+		return nil, fmt.Errorf("%w: dcp metadata: no storage_data", ErrFormat)
 	}
 	for _, e := range *sd {
 		k, kok := e.Key.(*dcpObject)
 		v, vok := e.Value.(*dcpObject)
 		if !kok || !vok || k.class != "MetadataIndex" || v.class != "_StorageInfo" {
-			return nil, errors.New("dcp metadata: storage_data holds something other than MetadataIndex -> _StorageInfo")
+			return nil, fmt.Errorf("%w: dcp metadata: storage_data holds something other than MetadataIndex -> _StorageInfo", ErrFormat)
 		}
 		fqn, ok1 := k.fields["fqn"].(string)
 		file, ok2 := v.fields["relative_path"].(string)
 		off, ok3 := pyInt(v.fields["offset"])
 		n, ok4 := pyInt(v.fields["length"])
 		if !ok1 || !ok2 || !ok3 || !ok4 || off < 0 || n < 0 {
-			return nil, fmt.Errorf("dcp metadata: item %q: missing or bad fqn, relative_path, offset or length", fqn)
+			return nil, fmt.Errorf("%w: dcp metadata: item %q: missing or bad fqn, relative_path, offset or length", ErrFormat, fqn)
 		}
 		it := DCPItem{FQN: fqn, File: file, Offset: off, Length: n}
 		if so, ok := pyInts(k.fields["offset"]); ok {
@@ -123,7 +123,10 @@ func (c *dcpClass) Call(args ...any) (any, error) { return c.PyNew() }
 
 func (o *dcpObject) PySetState(state any) error {
 	if t, ok := state.(*types.Tuple); ok && t.Len() == 2 {
-		state = t.Get(0) // (dict, slot state)
+		state = t.Get(0) // (dict, slot state): a dataclass with slots has no dict
+		if state == nil {
+			state = t.Get(1)
+		}
 	}
 	if d, ok := state.(*types.Dict); ok {
 		for _, e := range *d {

@@ -102,8 +102,9 @@ type Segment struct {
 // Index is what a parser learned about a file.
 type Index struct {
 	// Format is "safetensors", "torch", "distcp" (torch.save archives one
-	// after another, as torch.distributed.checkpoint writes them; tensor k
-	// of archive i is named "i", or "i.<name>" inside a state dict), "gguf",
+	// after another, as torch.distributed.checkpoint writes them; the
+	// tensors are numbered "0", "1", ... counting only the archives that
+	// hold tensors, "k.<name>" for one of several in an archive), "gguf",
 	// "npy", "npz", a part format
 	// ("xgboost-json", "xgboost-ubj", "lightgbm", "pickle"; see
 	// IsPartFormat), or "" when the format is unknown (or, from a Chunker,
@@ -150,7 +151,10 @@ func Parse(r io.ReaderAt, size int64) (*Index, error) {
 	case "zip":
 		ix, err = parseZip(r, size)
 	default:
-		if sc, _ := sniffParts(head[:n]); sc != nil {
+		if sc, format := sniffParts(head[:n]); sc != nil {
+			if format == fmtZstdFrames {
+				return unknownIndex(size), nil // cut by frames, indexed as unknown
+			}
 			return parseParts(r, size)
 		}
 		return unknownIndex(size), nil

@@ -169,7 +169,7 @@ func fixtureSamples(t testing.TB) []sample {
 		for k, v := range j {
 			b, _ := hex.DecodeString(v.Hex)
 			m[k] = wantTensor{dtype: map[string]string{"torch.float32": "f32", "torch.float16": "f16",
-				"torch.bfloat16": "bf16", "torch.int64": "i64", "torch.bool": "bool", "torch.float64": "f64"}[v.DType],
+				"torch.bfloat16": "bf16", "torch.int64": "i64", "torch.bool": "bool", "torch.float64": "f64", "torch.int32": "i32"}[v.DType],
 				shape: v.Shape, bytes: b}
 		}
 		return m
@@ -195,7 +195,8 @@ func fixtureSamples(t testing.TB) []sample {
 		{"fixture-npy", read("np_array.npy"), fmtNPY, map[string]wantTensor{"": {dtype: "f32", shape: []int64{10, 20}, bytes: weights}}},
 		{"fixture-npy-fortran", read("np_fortran.npy"), fmtNPY, map[string]wantTensor{"": {dtype: "i32", shape: []int64{3, 4}, len: 48}}},
 		// torch.distributed.checkpoint's shard of one process (gen_distcp.py):
-		// archives 0-2 hold non-tensor values, 3-6 one tensor each (named 0-3).
+		// archives 0-2 hold non-tensor values, 3 a tuple of two tensors (named
+		// 0.0 and 0.1), 4-7 one tensor each (named 1-4).
 		{"fixture-distcp", read("dcp_shard.distcp"), fmtDistcp, torchWant("dcp_shard.json")},
 	}
 }
@@ -375,8 +376,8 @@ func TestDCPMetadataNamesArchives(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(items) != 7 { // 3 non-tensor values, 4 tensors
-		t.Fatalf("%d items, want 7: %+v", len(items), items)
+	if len(items) != 8 { // 3 non-tensor values, a tuple, 4 tensors
+		t.Fatalf("%d items, want 8: %+v", len(items), items)
 	}
 	ix, err := Parse(bytes.NewReader(data), int64(len(data)))
 	if err != nil {
@@ -389,7 +390,9 @@ func TestDCPMetadataNamesArchives(t *testing.T) {
 				in = append(in, it)
 			}
 		}
-		if len(in) != 1 || in[0].FQN != want[tn.Name].FQN || len(in[0].ShardOffset) != len(tn.Shape) {
+		// A tensor item has its shard's offset, one number per dimension;
+		// the tuple, saved as bytes, none.
+		if len(in) != 1 || in[0].FQN != want[tn.Name].FQN || in[0].ShardOffset != nil && len(in[0].ShardOffset) != len(tn.Shape) {
 			t.Errorf("tensor %q [%d,+%d) lies in items %+v, want one: %q", tn.Name, tn.Offset, tn.Length, in, want[tn.Name].FQN)
 		}
 	}

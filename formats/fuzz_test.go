@@ -161,6 +161,9 @@ func FuzzDCPMetadata(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		items, err := ParseDCPMetadata(data)
 		if err != nil {
+			if !errors.Is(err, ErrFormat) {
+				t.Fatalf("error %v does not wrap ErrFormat", err)
+			}
 			return
 		}
 		for _, it := range items {

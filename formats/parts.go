@@ -5,7 +5,8 @@ import (
 	"io"
 )
 
-// Tree models and pickles (issue #29) are cut by parts: a scanner follows the
+// Tree models and pickles (issue #29), and files of zstd frames (OCDBT data
+// files; zstdframes.go), are cut by parts: a scanner follows the
 // file's syntax byte by byte as it streams past (no buffering, no lookahead
 // beyond a token of a few bytes) and tells the Chunker where a part (a tree,
 // a pickled array's buffer) begins and ends. Bytes between those points are

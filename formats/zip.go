@@ -30,8 +30,14 @@ const (
 const maxZipEntries = 1 << 20
 
 // maxArchives caps the torch.save archives in one distcp file (one per item
-// of a rank's shard: a tensor, or a non-tensor value).
-const maxArchives = 1 << 20
+// of a rank's shard: a tensor, or a non-tensor value), and maxSeqTensors
+// the tensors of all of them: a data.pkl names a tensor in two bytes (a
+// memo reference), and each costs its Tensor in the index (~44x the bytes
+// of such a file before the cap).
+const (
+	maxArchives   = 1 << 20
+	maxSeqTensors = 1 << 20
+)
 
 // zipKind classifies a zip by its first entry's name: fmtTorch, fmtNPZ or "".
 func zipKind(first string) (kind, prefix string) {
@@ -53,9 +59,9 @@ type recInfo struct {
 // parseZip parses a torch zip, a sequence of torch zips (distcp) or an npz;
 // other zips are unknown.
 func parseZip(r io.ReaderAt, size int64) (*Index, error) {
-	starts, err := archiveStarts(r, size)
-	if err != nil {
-		return nil, err
+	starts, walkErr := archiveStarts(r, size)
+	if walkErr != nil && !errors.Is(walkErr, ErrFormat) {
+		return nil, walkErr // reading failed
 	}
 	if len(starts) > 1 {
 		return parseDistcp(r, size, starts)
@@ -74,10 +80,10 @@ func parseZip(r io.ReaderAt, size int64) (*Index, error) {
 	if kind == "" {
 		return unknownIndex(size), nil
 	}
-	if starts == nil {
-		// archive/zip finds an end record followed by other bytes too; the
-		// Chunker accepts only the end of the file after it.
-		return nil, errorf(kind, "the archive's end record does not end the file")
+	if walkErr != nil {
+		// archive/zip finds an end record followed by other bytes too, and
+		// numbers it cannot account for; the Chunker accepts neither.
+		return nil, errorf(kind, "%v", walkErr)
 	}
 	recs := make(map[string]recInfo, len(zr.File))
 	for _, f := range zr.File {
@@ -244,19 +250,23 @@ func readNPYHeaderAt(r io.ReaderAt, off, n int64) (npyHeader, error) {
 
 // archiveStarts finds where each archive of a sequence of zips starts
 // (distcp; see stepZipNext), walking back from the file's end one end
-// record at a time: an archive's end record gives its central directory's
-// size and offset from the archive's first byte, so the archive starts at
-// the directory's end less both. It returns the starts in file order when
-// the walk ends at offset 0, and nil when it does not (no end record ends
-// the file, or one does not account for the bytes before its archive).
+// record at a time: an archive's end records give its central directory's
+// size and offset from the archive's first byte (and a zip64 locator the
+// zip64 end record's), so the archive starts that far before them. It
+// returns the starts in file order when the walk ends at offset 0, or an
+// error wrapping ErrFormat that says why it does not (no end record ends
+// the file, or one does not account for the bytes before it).
 func archiveStarts(r io.ReaderAt, size int64) ([]int64, error) {
 	var starts []int64
 	for end := size; end > 0; {
 		if len(starts) >= maxArchives {
-			return nil, nil
+			return nil, errorf("zip", "more than %d archives", maxArchives)
 		}
-		start, ok, err := archiveStart(r, end)
-		if err != nil || !ok || start >= end {
+		start, err := archiveStart(r, end)
+		if err != nil {
+			if len(starts) > 0 {
+				return nil, fmt.Errorf("the archive that ends at %d (%d after it): %w", end, len(starts), err)
+			}
 			return nil, err
 		}
 		starts = append(starts, start)
@@ -266,66 +276,101 @@ func archiveStarts(r io.ReaderAt, size int64) ([]int64, error) {
 	return starts, nil
 }
 
-// archiveStart returns where the zip that ends at end starts, from its end
-// record (and its zip64 end record, where the end record defers to one).
-// ok is false when no consistent end record ends there.
-func archiveStart(r io.ReaderAt, end int64) (start int64, ok bool, err error) {
-	// torch.save writes no archive comment: try an end record that ends
-	// the file first, then one followed by a comment.
-	var eocd int64 = -1
-	var rec []byte
-	if end >= 22 {
-		b, err := readRange(r, end-22, 22)
-		if err != nil {
-			return 0, false, err
-		}
-		if string(b[:4]) == zipEOCDSig && binary.LittleEndian.Uint16(b[20:]) == 0 {
-			eocd, rec = end-22, b
-		}
+// archiveStart returns where the zip that ends at end starts. It tries, in
+// this order, what its end record may follow (as the Chunker accepts it):
+// a zip64 end record of 56 bytes and a locator naming the record's offset
+// in the archive; the central directory itself (the end record's own
+// numbers, unless they defer to zip64). A candidate counts only if a local
+// header starts the archive and the central directory starts where the
+// numbers say: a locator's signature inside an entry's comment is not
+// taken for one.
+func archiveStart(r io.ReaderAt, end int64) (int64, error) {
+	eocd, rec, err := findEndRecord(r, end)
+	if err != nil {
+		return 0, err
 	}
-	if eocd < 0 {
-		n := min(end, 22+0xFFFF)
-		b, err := readRange(r, end-n, n)
+	check := func(start int64, cdOff, cdSize uint64) (bool, error) {
+		if start < 0 || cdOff > uint64(end-start) || cdSize > uint64(end-start)-cdOff {
+			return false, nil
+		}
+		b, err := readRange(r, start, 4)
+		if err != nil || string(b) != zipLocalSig {
+			return false, err
+		}
+		if cdSize == 0 {
+			return true, nil
+		}
+		b, err = readRange(r, start+int64(cdOff), 4)
+		return err == nil && string(b) == zipCentralSig, err
+	}
+	if eocd >= 20 {
+		loc, err := readRange(r, eocd-20, 20)
 		if err != nil {
-			return 0, false, err
+			return 0, err
 		}
-		for i := len(b) - 22; i >= 0; i-- {
-			if string(b[i:i+4]) == zipEOCDSig && i+22+int(binary.LittleEndian.Uint16(b[i+20:])) == len(b) {
-				eocd, rec = end-n+int64(i), b[i:i+22]
-				break
+		if string(loc[:4]) == zip64LocSig {
+			z, at, err := findZip64Record(r, eocd-20)
+			if err != nil {
+				return 0, err
 			}
-		}
-		if eocd < 0 {
-			return 0, false, nil
+			if z != nil {
+				cdSize, cdOff := binary.LittleEndian.Uint64(z[40:]), binary.LittleEndian.Uint64(z[48:])
+				if l := binary.LittleEndian.Uint64(loc[8:]); l <= uint64(at) {
+					start := at - int64(l)
+					if ok, err := check(start, cdOff, cdSize); ok || err != nil {
+						return start, err
+					}
+				}
+			}
 		}
 	}
 	cdSize, cdOff := uint64(binary.LittleEndian.Uint32(rec[12:])), uint64(binary.LittleEndian.Uint32(rec[16:]))
-	cdEnd := eocd
-	if eocd >= 20+56 {
-		loc, err := readRange(r, eocd-20, 20)
+	if cdSize != 0xFFFFFFFF && cdOff != 0xFFFFFFFF && cdSize+cdOff <= uint64(eocd) {
+		start := eocd - int64(cdSize+cdOff)
+		if ok, err := check(start, cdOff, cdSize); ok || err != nil {
+			return start, err
+		}
+	}
+	return 0, errorf("zip", "the end record at %d does not say where its archive starts", eocd)
+}
+
+// findEndRecord finds the end record that ends at end, its comment
+// included: at end-22 first (torch.save writes no comment), then in the
+// last 1 KiB, then in the last 64 KiB (the longest comment).
+func findEndRecord(r io.ReaderAt, end int64) (int64, []byte, error) {
+	for _, w := range []int64{22, 22 + 1<<10, 22 + 0xFFFF} {
+		n := min(end, w)
+		if n < 22 {
+			break
+		}
+		b, err := readRange(r, end-n, n)
 		if err != nil {
-			return 0, false, err
+			return 0, nil, err
 		}
-		if string(loc[:4]) == zip64LocSig {
-			z, err := readRange(r, eocd-20-56, 56)
-			if err != nil {
-				return 0, false, err
-			}
-			if string(z[:4]) != zip64EOCDSig || binary.LittleEndian.Uint64(z[4:]) != 44 {
-				return 0, false, nil
-			}
-			cdEnd = eocd - 20 - 56
-			cdSize, cdOff = binary.LittleEndian.Uint64(z[40:]), binary.LittleEndian.Uint64(z[48:])
-			if cdSize > uint64(cdEnd) || cdOff > uint64(cdEnd)-cdSize ||
-				binary.LittleEndian.Uint64(loc[8:]) != cdSize+cdOff {
-				return 0, false, nil
+		for i := len(b) - 22; i >= 0; i-- {
+			if string(b[i:i+4]) == zipEOCDSig && i+22+int(binary.LittleEndian.Uint16(b[i+20:])) == len(b) {
+				return end - n + int64(i), b[i : i+22], nil
 			}
 		}
+		if n == end {
+			break
+		}
 	}
-	if cdSize > uint64(cdEnd) || cdOff > uint64(cdEnd)-cdSize {
-		return 0, false, nil
+	return 0, nil, errorf("zip", "no end record ends at %d", end)
+}
+
+// findZip64Record finds the zip64 end record that ends at end (56 bytes:
+// no extensible data, as every writer leaves it and the Chunker accepts)
+// and where it starts; nil if there is none.
+func findZip64Record(r io.ReaderAt, end int64) ([]byte, int64, error) {
+	if end < 56 {
+		return nil, 0, nil
 	}
-	return cdEnd - int64(cdSize) - int64(cdOff), true, nil
+	b, err := readRange(r, end-56, 56)
+	if err != nil || string(b[:4]) != zip64EOCDSig || binary.LittleEndian.Uint64(b[4:]) != 44 {
+		return nil, 0, err
+	}
+	return b, end - 56, nil
 }
 
 // parseDistcp indexes a sequence of torch.save zips that starts at each of
@@ -333,6 +378,7 @@ func archiveStart(r io.ReaderAt, end int64) (start int64, ok bool, err error) {
 func parseDistcp(r io.ReaderAt, size int64, starts []int64) (*Index, error) {
 	lists := make([][]Tensor, 0, len(starts))
 	var data []rangeSeg
+	ntensors := 0
 	for i, start := range starts {
 		end := size
 		if i+1 < len(starts) {
@@ -347,7 +393,10 @@ func parseDistcp(r io.ReaderAt, size int64, starts []int64) (*Index, error) {
 			return nil, errorf(fmtDistcp, "archive %d at offset %d has %d entries", i, start, len(zr.File))
 		}
 		kind, prefix := zipKind(zr.File[0].Name)
-		if kind != fmtTorch {
+		switch {
+		case kind != fmtTorch && i == 0:
+			return unknownIndex(size), nil // zips one after another, as cat makes them
+		case kind != fmtTorch:
 			return nil, errorf(fmtDistcp, "archive %d at offset %d is not a torch.save archive", i, start)
 		}
 		recs := make(map[string]recInfo, len(zr.File))
@@ -368,6 +417,9 @@ func parseDistcp(r io.ReaderAt, size int64, starts []int64) (*Index, error) {
 		ts, d, err := torchArchive(r, zr.File, prefix, recs)
 		if err != nil {
 			return nil, fmt.Errorf("archive %d at offset %d: %w", i, start, err)
+		}
+		if ntensors += len(ts); ntensors > maxSeqTensors {
+			return nil, errorf(fmtDistcp, "more than %d tensors", maxSeqTensors)
 		}
 		lists = append(lists, ts)
 		data = append(data, d...)

@@ -22,13 +22,26 @@ import "encoding/binary"
 // a 4-byte magic and a little-endian 64-bit length that covers the whole
 // node. Bytes that are neither (a zarr3 shard's index, raw values written
 // without compression) are searched for the next magic; there the cut goes
-// just after the magic, whose four bytes are the same for every frame, so a
-// value's chunks are alike whatever precedes it. A plain .zst file (one
-// frame, or frames written by a parallel compressor) is read the same way.
+// just after the magic (the scan cannot cut behind itself), whose four
+// bytes are the same for every frame, so the chunks of a value after
+// unknown bytes are alike whatever those bytes are. A value keeps its
+// chunks as long as what precedes it stays of the same kind: in zarr3 every
+// value follows its predecessor's shard index, except the first of a file
+// and one after a node (tensorstore writes nodes after a batch's values),
+// which are cut before their magic and so lose their first chunk when they
+// move. A plain .zst file (one frame, or frames written by a parallel
+// compressor) is read the same way.
+//
+// Forced cuts are rationed to one per KiB of the file so far (after a first
+// 16): a file of empty 9-byte frames must not make a chunk of each (a
+// chunk costs an index row and a manifest entry). Real data files, whose
+// values are over 1 KiB (smaller ones sit in the b-tree), never run short.
 //
 // The scan only adds cuts: the file's index stays unknown (Format ""), with
-// no parts. Listing frames would name them "frame.N" in files whose names
-// change with every save, which log and diff would pair by nothing.
+// no parts, and Parse does not read such a file at all. Listing frames
+// would name them "frame.N" in files whose names change with every save,
+// which log and diff would pair by nothing. Appends to such a file copy it
+// (CutsByContent is false: a content-only chunker cannot resume the scan).
 
 // fmtZstdFrames is the Chunker's format while it scans such a file; its
 // Index says unknown.
@@ -45,6 +58,12 @@ const zstdMaxBlock = 128 << 10
 
 // maxOCDBTNode bounds the length an OCDBT node may claim.
 const maxOCDBTNode = 1 << 40
+
+// zfCutBytes and zfCutBurst ration forced cuts (see above).
+const (
+	zfCutBytes = 1 << 10
+	zfCutBurst = 16
+)
 
 type zfState uint8
 
@@ -68,7 +87,17 @@ type zstdFrames struct {
 	skip     int64
 	then     zfState // after a skip: zfBlock, or zfSeg at a segment's end
 	checksum bool    // the frame ends in a 4-byte checksum
-	last     bool    // the block being skipped is the frame's last
+	cuts     int64   // forced cuts made
+}
+
+// cut makes a forced cut after the first i bytes of b, if the ration
+// allows one there.
+func (s *zstdFrames) cut(i int) (int, cutRule, bool) {
+	if s.cuts >= (s.pos+int64(i))/zfCutBytes+zfCutBurst {
+		return 0, cutNone, false
+	}
+	s.cuts++
+	return s.advance(i), cutAlways, true
 }
 
 func sniffZstdFrames(b []byte) bool {
@@ -92,7 +121,9 @@ func (s *zstdFrames) scan(b []byte) (int, cutRule, error) {
 			}
 			s.st = s.then
 			if s.then == zfSeg { // a segment ends: cut
-				return s.advance(i), cutAlways, nil
+				if n, rule, ok := s.cut(i); ok {
+					return n, rule, nil
+				}
 			}
 		case zfSeg:
 			if s.hdrN == 0 && b[i] == 0 {
@@ -121,7 +152,9 @@ func (s *zstdFrames) scan(b []byte) (int, cutRule, error) {
 			binary.BigEndian.PutUint32(m[:], s.win)
 			if s.begin(m) {
 				// A cut after the magic (see above).
-				return s.advance(i), cutAlways, nil
+				if n, rule, ok := s.cut(i); ok {
+					return n, rule, nil
+				}
 			}
 		case zfFHD:
 			fhd := b[i]
@@ -154,15 +187,14 @@ func (s *zstdFrames) scan(b []byte) (int, cutRule, error) {
 			s.hdrN = 0
 			typ, size := h>>1&3, int64(h>>3)
 			if typ == 3 || size > zstdMaxBlock {
-				s.st, s.win = zfOther, h
+				s.st, s.win = zfOther, h>>16|h>>8&0xff<<8|h&0xff<<16 // its bytes in file order
 				continue
 			}
 			if typ == 1 { // RLE: one byte repeated
 				size = 1
 			}
-			s.last = h&1 != 0
 			s.st, s.skip, s.then = zfSkip, size, zfBlock
-			if s.last {
+			if h&1 != 0 { // the frame's last block
 				if s.checksum {
 					s.skip += 4
 				}
@@ -178,7 +210,7 @@ func (s *zstdFrames) scan(b []byte) (int, cutRule, error) {
 			n := binary.LittleEndian.Uint64(s.hdr[:8])
 			s.hdrN = 0
 			if n < 12 || n > maxOCDBTNode {
-				s.st, s.win = zfOther, uint32(n)
+				s.st, s.win = zfOther, binary.BigEndian.Uint32(s.hdr[4:8])
 				continue
 			}
 			s.st, s.skip, s.then = zfSkip, int64(n)-12, zfSeg

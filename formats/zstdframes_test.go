@@ -222,3 +222,38 @@ func addedBytes(a []byte, ca []int64, b []byte, cb []int64) int64 {
 	}
 	return added
 }
+
+// TestZstdFramesResync: a block header that is not one, whose bytes and the
+// next form a frame's magic, is searched like any unknown bytes: the cut
+// goes after that magic.
+func TestZstdFramesResync(t *testing.T) {
+	frame := ocdbtValues(t, 5, 1, 64<<10)[0]
+	// magic, a descriptor with a window byte and nothing else, the window
+	// byte, then "28 b5 2f" (a raw block of 390,821 bytes: too large) and
+	// "fd": the magic of the frame that follows.
+	data := slices.Concat(zstdMagic[:], []byte{0x00, 0x58}, frame)
+	cuts, ix := chunk(data, 1<<20, 0)
+	checkCuts(t, data, cuts, ix, 1<<20)
+	if !slices.Contains(cuts, 10) {
+		t.Fatalf("cuts %v: none after the magic at 6", cuts[:min(len(cuts), 8)])
+	}
+	c1, _ := chunk(data, 1<<20, 1)
+	if !reflect.DeepEqual(cuts, c1) {
+		t.Fatal("1-byte writes cut differently")
+	}
+}
+
+// TestZstdFramesRation: 8 MiB of empty 9-byte frames make about one cut a
+// KiB, not one a frame.
+func TestZstdFramesRation(t *testing.T) {
+	empty := []byte{0x28, 0xb5, 0x2f, 0xfd, 0x20, 0x00, 0x01, 0x00, 0x00} // single segment, size 0, one empty last raw block
+	data := bytes.Repeat(empty, (8<<20)/len(empty))
+	cuts, ix := chunk(data, 1<<20, 0)
+	checkCuts(t, data, cuts, ix, 1<<20)
+	if max := len(data)/zfCutBytes + zfCutBurst + len(data)/(8<<10) + 1; len(cuts) > max {
+		t.Fatalf("%d cuts in %d bytes of empty frames, want at most %d", len(cuts), len(data), max)
+	}
+	if len(cuts) < len(data)/zfCutBytes/2 {
+		t.Fatalf("%d cuts in %d bytes: the frames were not followed", len(cuts), len(data))
+	}
+}

@@ -117,11 +117,11 @@ func TestDCPNames(t *testing.T) {
 		}
 		return names, errOut
 	}
-	if got, _ := tensorNames(a); !reflect.DeepEqual(got, []string{"layer.weight", "layer.bias", "norm.weight", "ids"}) {
+	if got, _ := tensorNames(a); !reflect.DeepEqual(got, []string{"bufs.0", "bufs.1", "layer.weight", "layer.bias", "norm.weight", "ids"}) {
 		t.Errorf("with .metadata: tensors %q", got)
 	}
 	got, errOut := tensorNames(b)
-	if !reflect.DeepEqual(got, []string{"0", "1", "2", "3"}) || !strings.Contains(errOut, ".metadata") {
+	if !reflect.DeepEqual(got, []string{"0.0", "0.1", "1", "2", "3", "4"}) || !strings.Contains(errOut, ".metadata") {
 		t.Errorf("without .metadata: tensors %q, stderr %q", got, errOut)
 	}
 	code, out, errOut := runCLI("diff", "--json", a, b)
@@ -132,7 +132,7 @@ func TestDCPNames(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatal(err)
 	}
-	if res.Counts["same"] != 4 || len(res.Tensors) != 4 || res.Tensors[0].Name != "0" || !strings.Contains(errOut, "number in the shard") {
+	if res.Counts["same"] != 6 || len(res.Tensors) != 6 || res.Tensors[0].Name != "0.0" || !strings.Contains(errOut, "number in the shard") {
 		t.Errorf("diff with .metadata on one side only: %+v, stderr %q", res, errOut)
 	}
 	if err := os.WriteFile(filepath.Join(b, ".metadata"), md, 0o644); err != nil {
@@ -145,7 +145,26 @@ func TestDCPNames(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatal(err)
 	}
-	if res.Counts["same"] != 4 || res.Tensors[0].Name != "ids" || errOut != "" {
+	if res.Counts["same"] != 6 || res.Tensors[0].Name != "bufs.0" || errOut != "" {
 		t.Errorf("diff with .metadata on both sides: %+v, stderr %q", res, errOut)
+	}
+
+	// A shard of one item is one torch.save archive, named all the same.
+	c := filepath.Join(t.TempDir(), "step-3")
+	if err := os.MkdirAll(c, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for src, dst := range map[string]string{"dcp_single.distcp": "__0_0.distcp", "dcp_single.metadata": ".metadata"} {
+		b, err := os.ReadFile("../../formats/testdata/" + src)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(c, dst), b, 0o644)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, errOut = runCLI("tensors", filepath.Join(c, "__0_0.distcp"))
+	if code != 0 || !strings.Contains(out, "only ") || errOut != "" {
+		t.Errorf("a one-item shard: exit %d, %q, stderr %q", code, out, errOut)
 	}
 }

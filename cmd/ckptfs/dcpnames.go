@@ -45,7 +45,18 @@ func newDCPNamer() *dcpNamer { return &dcpNamer{dirs: map[string]dcpDir{}} }
 // or with one that does not describe its archives, it returns nil and
 // keeps the error in d.err.
 func (d *dcpNamer) names(v *fileView) []string {
-	if v.Index == nil || v.Index.Format != "distcp" || !strings.HasSuffix(v.Path, ".distcp") {
+	if v.Index == nil || !strings.HasSuffix(v.Path, ".distcp") {
+		return nil
+	}
+	// A shard of one item is one torch.save archive: format torch, its
+	// tensor named "" (or by its path in what was saved).
+	var inItem func(name string) string
+	switch v.Index.Format {
+	case "distcp": // "k", or "k.<path>" for one of several tensors of item k
+		inItem = func(name string) string { _, rest, _ := strings.Cut(name, "."); return rest }
+	case "torch":
+		inItem = func(name string) string { return name }
+	default:
 		return nil
 	}
 	dir := filepath.Dir(v.Path)
@@ -69,7 +80,12 @@ func (d *dcpNamer) names(v *fileView) []string {
 		j, _ := slices.BinarySearchFunc(items, t.Offset+1, func(it formats.DCPItem, off int64) int { return cmp.Compare(it.Offset, off) })
 		if j > 0 {
 			if it := items[j-1]; t.Offset+t.Length <= it.Offset+it.Length {
+				// An item saved as several tensors (DCP saves a tuple of
+				// tensors as one item) keeps each one's path in it.
 				names[i] = dcpTensorName(it)
+				if p := inItem(t.Name); p != "" {
+					names[i] += "." + p
+				}
 			}
 		}
 		if names[i] == "" {

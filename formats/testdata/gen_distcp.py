@@ -1,4 +1,4 @@
-"""Regenerates dcp_shard.distcp, dcp_shard.metadata and dcp_shard.json.
+"""Regenerates dcp_shard.distcp, dcp_shard.metadata, dcp_shard.json and dcp_single.*.
 
 Run with a Python that has torch 2.x (the committed files were made with the
 CI virtualenv's torch):
@@ -30,6 +30,9 @@ state = {
     "ids": torch.arange(24, dtype=torch.int64),
     "step": 1234,  # a non-tensor value: saved as bytes
     "config": {"lr": 0.1, "name": "run"},
+    # A tuple is a leaf to DCP: one item, saved as bytes (torch.save of the
+    # tuple), so one archive of two tensors.
+    "bufs": (torch.arange(6, dtype=torch.int32), torch.ones(3, dtype=torch.float64)),
 }
 d = tempfile.mkdtemp()
 dcp.save(state, storage_writer=dcp.FileSystemWriter(d))
@@ -40,11 +43,26 @@ items = sorted(md.storage_data.items(), key=lambda kv: kv[1].offset)
 out = {}
 k = -1  # ckptfs numbers the archives that hold tensors
 for idx, info in items:
-    if idx.fqn in state and torch.is_tensor(state[idx.fqn]):
+    v = state.get(idx.fqn)
+    if torch.is_tensor(v):
         k += 1
-        t = state[idx.fqn].contiguous()
-        out[str(k)] = {"fqn": idx.fqn, "dtype": str(t.dtype), "shape": list(t.shape),
-                       "hex": t.reshape(-1).view(torch.uint8).numpy().tobytes().hex()}
+        named = {str(k): v}
+    elif isinstance(v, tuple):
+        k += 1
+        named = {f"{k}.{j}": t for j, t in enumerate(v)}
+    else:
+        continue
+    for name, t in named.items():
+        t = t.contiguous()
+        out[name] = {"fqn": idx.fqn, "dtype": str(t.dtype), "shape": list(t.shape),
+                     "hex": t.reshape(-1).view(torch.uint8).numpy().tobytes().hex()}
 with open("dcp_shard.json", "w") as f:
     json.dump(out, f, indent=1, sort_keys=True)
+shutil.rmtree(d)
+
+# A shard of one item is one torch.save archive (format torch): dcp_single.*.
+d = tempfile.mkdtemp()
+dcp.save({"only": torch.randn(4, 4)}, storage_writer=dcp.FileSystemWriter(d))
+shutil.copy(os.path.join(d, "__0_0.distcp"), "dcp_single.distcp")
+shutil.copy(os.path.join(d, ".metadata"), "dcp_single.metadata")
 shutil.rmtree(d)
