@@ -472,8 +472,24 @@ func (r *chunkResult) Bytes(buf []byte) ([]byte, fuse.Status) {
 	return out, fuse.OK
 }
 
-// Slices makes go-fuse write the slices with writev.
-func (r *chunkResult) Slices() ([][]byte, fuse.Status) { return r.vecs, fuse.OK }
+// maxReplyVecs bounds the slices of one READ's reply. The kernel's writev
+// takes at most 1,024 (UIO_MAXIOV), go-fuse's header among them, and go-fuse
+// answers nothing when /dev/fuse refuses a reply: the reader hung in D
+// state, unkillable with O_DIRECT, and the mount could not be unmounted.
+// A READ spans that many chunks only where a file was cut into chunks of
+// about 1 KiB or less (a run of tiny zstd frames, pickle frames, or a store
+// made with a tiny chunk size).
+const maxReplyVecs = 256
+
+// Slices makes go-fuse write the slices with writev, or, past
+// maxReplyVecs, their bytes copied into one.
+func (r *chunkResult) Slices() ([][]byte, fuse.Status) {
+	if len(r.vecs) <= maxReplyVecs {
+		return r.vecs, fuse.OK
+	}
+	b, st := r.Bytes(make([]byte, 0, r.Size()))
+	return [][]byte{b}, st
+}
 
 func (r *chunkResult) Done() {
 	for _, c := range r.chunks {
