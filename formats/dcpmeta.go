@@ -1,13 +1,11 @@
 package formats
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"sort"
 	"strings"
 
-	"github.com/nlpodyssey/gopickle/pickle"
 	"github.com/nlpodyssey/gopickle/types"
 )
 
@@ -46,7 +44,7 @@ const maxDCPOps = 1 << 23
 
 // ParseDCPMetadata interprets a torch.distributed.checkpoint .metadata
 // file and returns its items, sorted by file and offset.
-func ParseDCPMetadata(b []byte) (items []DCPItem, err error) {
+func ParseDCPMetadata(b []byte) ([]DCPItem, error) {
 	s := pickleScan{maxOps: maxDCPOps}
 	if err := s.scan(b); err != nil {
 		if err == errShort {
@@ -54,26 +52,16 @@ func ParseDCPMetadata(b []byte) (items []DCPItem, err error) {
 		}
 		return nil, fmt.Errorf("%w: dcp metadata: pickle: %v", ErrFormat, err)
 	}
-	u := pickle.NewUnpickler(bytes.NewReader(b[:s.end]))
-	u.FindClass = findDCPClass
-	defer func() {
-		if r := recover(); r != nil { // gopickle panics on some malformed input
-			items, err = nil, fmt.Errorf("%w: dcp metadata: pickle: %v", ErrFormat, r)
-		}
-	}()
-	obj, err := u.Load()
+	obj, err := unpickle(b[:s.end], findDCPClass, nil)
 	if err != nil {
-		msg := err.Error()
-		if len(msg) > 200 {
-			msg = msg[:200] + "..."
-		}
-		return nil, fmt.Errorf("%w: dcp metadata: pickle: %s", ErrFormat, msg)
+		return nil, fmt.Errorf("%w: dcp metadata: %v", ErrFormat, err)
 	}
 	md, ok := obj.(*dcpObject)
 	if !ok || md.class != "Metadata" {
 		return nil, fmt.Errorf("%w: dcp metadata: not a torch.distributed.checkpoint Metadata", ErrFormat)
 	}
 	sd, ok := md.fields["storage_data"].(*types.Dict)
+	var items []DCPItem
 	if !ok {
 		return nil, fmt.Errorf("%w: dcp metadata: no storage_data", ErrFormat)
 	}

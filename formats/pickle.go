@@ -451,24 +451,9 @@ func loadTorchPickle(pkl []byte) (tp *torchPickle, err error) {
 		return nil, fmt.Errorf("pickle: %d bytes after STOP", len(pkl)-s.end)
 	}
 	tp = &torchPickle{storages: make(map[string]*storageRef)}
-	u := pickle.NewUnpickler(bytes.NewReader(pkl))
-	u.FindClass = findClass
-	u.PersistentLoad = tp.persistentLoad
-	defer func() {
-		// gopickle panics on some malformed input (odd DICT item counts,
-		// unhashable set or dict keys); report those as errors.
-		if r := recover(); r != nil {
-			tp, err = nil, fmt.Errorf("pickle: %v", r)
-		}
-	}()
-	obj, err := u.Load()
+	obj, err := unpickle(pkl, findClass, tp.persistentLoad)
 	if err != nil {
-		// gopickle's messages may print whole objects: keep them short.
-		msg := err.Error()
-		if len(msg) > 200 {
-			msg = msg[:200] + "..."
-		}
-		return nil, errors.New("pickle: " + msg)
+		return nil, err
 	}
 	w := walker{budget: 4*len(pkl) + 1024, onPath: make(map[any]bool)}
 	if err := w.walk(obj, nil, 0); err != nil {
@@ -487,6 +472,31 @@ func loadTorchPickle(pkl []byte) (tp *torchPickle, err error) {
 		}
 	}
 	return tp, nil
+}
+
+// unpickle runs gopickle's VM over a scanned pickle with the given hooks
+// (persistentLoad may be nil).
+func unpickle(pkl []byte, find func(module, name string) (any, error), persistentLoad func(any) (any, error)) (obj any, err error) {
+	u := pickle.NewUnpickler(bytes.NewReader(pkl))
+	u.FindClass = find
+	u.PersistentLoad = persistentLoad
+	defer func() {
+		// gopickle panics on some malformed input (odd DICT item counts,
+		// unhashable set or dict keys); report those as errors.
+		if r := recover(); r != nil {
+			obj, err = nil, fmt.Errorf("pickle: %v", r)
+		}
+	}()
+	obj, err = u.Load()
+	if err != nil {
+		// gopickle's messages may print whole objects: keep them short.
+		msg := err.Error()
+		if len(msg) > 200 {
+			msg = msg[:200] + "..."
+		}
+		return nil, errors.New("pickle: " + msg)
+	}
+	return obj, nil
 }
 
 // persistentLoad maps ('storage', class, key, location, numel) to a storageRef.

@@ -298,16 +298,7 @@ func TestPartFormats(t *testing.T) {
 			if e, ok := edges[tc.format]; ok && (!isCut[e[0]] || !isCut[e[1]]) {
 				t.Fatalf("no cut at the tree list's start %d (%v) or end %d (%v)", e[0], isCut[e[0]], e[1], isCut[e[1]])
 			}
-			for _, feed := range []int{1, 7, 4093} {
-				c2, ix2 := chunk(data, 1<<20, feed)
-				if !reflect.DeepEqual(cuts, c2) || !reflect.DeepEqual(ix, ix2) {
-					t.Fatalf("writes of %d bytes cut differently", feed)
-				}
-			}
-			pix, err := Parse(bytes.NewReader(data), int64(len(data)))
-			if err != nil || !reflect.DeepEqual(ix, pix) {
-				t.Fatalf("Parse: %v\n%+v\nChunker:\n%+v", err, pix, ix)
-			}
+			checkSplitsAndParse(t, data, cuts, ix)
 			// Small chunk limits scale the grouping down with CDC.
 			c3, ix3 := chunk(data, 256, 1000)
 			checkCuts(t, data, c3, ix3, 256)
@@ -315,6 +306,22 @@ func TestPartFormats(t *testing.T) {
 				t.Fatalf("maxChunk 256: format %q", ix3.Format)
 			}
 		})
+	}
+}
+
+// checkSplitsAndParse checks that writes of 1, 7 and 4093 bytes cut data
+// as whole writes did (cuts, ix; maxChunk 1 MiB) and that Parse agrees.
+func checkSplitsAndParse(t *testing.T, data []byte, cuts []int64, ix *Index) {
+	t.Helper()
+	for _, feed := range []int{1, 7, 4093} {
+		c2, ix2 := chunk(data, 1<<20, feed)
+		if !reflect.DeepEqual(cuts, c2) || !reflect.DeepEqual(ix, ix2) {
+			t.Fatalf("writes of %d bytes cut differently", feed)
+		}
+	}
+	pix, err := Parse(bytes.NewReader(data), int64(len(data)))
+	if err != nil || !reflect.DeepEqual(ix, pix) {
+		t.Fatalf("Parse: %v\n%+v\nChunker:\n%+v", err, pix, ix)
 	}
 }
 

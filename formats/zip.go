@@ -85,25 +85,35 @@ func parseZip(r io.ReaderAt, size int64) (*Index, error) {
 		// numbers it cannot account for; the Chunker accepts neither.
 		return nil, errorf(kind, "%v", walkErr)
 	}
-	recs := make(map[string]recInfo, len(zr.File))
-	for _, f := range zr.File {
-		if _, dup := recs[f.Name]; dup {
-			return nil, errorf(kind, "duplicate entry %q", f.Name)
-		}
-		off, err := f.DataOffset()
-		if err != nil {
-			return nil, errorf(kind, "entry %q: %v", f.Name, err)
-		}
-		if f.CompressedSize64 > uint64(size) || off < 0 || off > size-int64(f.CompressedSize64) {
-			return nil, errorf(kind, "entry %q leaves the file", f.Name)
-		}
-		stored := f.Method == zip.Store && f.CompressedSize64 == f.UncompressedSize64
-		recs[f.Name] = recInfo{off, int64(f.CompressedSize64), stored}
+	recs, err := zipRecords(zr.File, 0, size)
+	if err != nil {
+		return nil, errorf(kind, "%v", err)
 	}
 	if kind == fmtTorch {
 		return torchIndex(r, size, zr.File, prefix, recs)
 	}
 	return npzIndex(r, size, zr.File, recs)
+}
+
+// zipRecords gives each entry of a zip of size bytes that starts at base in
+// the file its data range in the file.
+func zipRecords(files []*zip.File, base, size int64) (map[string]recInfo, error) {
+	recs := make(map[string]recInfo, len(files))
+	for _, f := range files {
+		if _, dup := recs[f.Name]; dup {
+			return nil, fmt.Errorf("duplicate entry %q", f.Name)
+		}
+		off, err := f.DataOffset()
+		if err != nil {
+			return nil, fmt.Errorf("entry %q: %v", f.Name, err)
+		}
+		if f.CompressedSize64 > uint64(size) || off < 0 || off > size-int64(f.CompressedSize64) {
+			return nil, fmt.Errorf("entry %q leaves the file", f.Name)
+		}
+		stored := f.Method == zip.Store && f.CompressedSize64 == f.UncompressedSize64
+		recs[f.Name] = recInfo{base + off, int64(f.CompressedSize64), stored}
+	}
+	return recs, nil
 }
 
 // torchIndex indexes a torch.save zip.
@@ -399,20 +409,9 @@ func parseDistcp(r io.ReaderAt, size int64, starts []int64) (*Index, error) {
 		case kind != fmtTorch:
 			return nil, errorf(fmtDistcp, "archive %d at offset %d is not a torch.save archive", i, start)
 		}
-		recs := make(map[string]recInfo, len(zr.File))
-		for _, f := range zr.File {
-			if _, dup := recs[f.Name]; dup {
-				return nil, errorf(fmtDistcp, "archive %d: duplicate entry %q", i, f.Name)
-			}
-			off, err := f.DataOffset()
-			if err != nil {
-				return nil, errorf(fmtDistcp, "archive %d: entry %q: %v", i, f.Name, err)
-			}
-			if f.CompressedSize64 > uint64(n) || off < 0 || off > n-int64(f.CompressedSize64) {
-				return nil, errorf(fmtDistcp, "archive %d: entry %q leaves the archive", i, f.Name)
-			}
-			stored := f.Method == zip.Store && f.CompressedSize64 == f.UncompressedSize64
-			recs[f.Name] = recInfo{start + off, int64(f.CompressedSize64), stored}
+		recs, err := zipRecords(zr.File, start, n)
+		if err != nil {
+			return nil, errorf(fmtDistcp, "archive %d at offset %d: %v", i, start, err)
 		}
 		ts, d, err := torchArchive(r, zr.File, prefix, recs)
 		if err != nil {

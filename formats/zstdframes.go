@@ -130,10 +130,8 @@ func (s *zstdFrames) scan(b []byte) (int, cutRule, error) {
 				s.st = zfZero
 				continue
 			}
-			s.hdr[s.hdrN] = b[i]
-			s.hdrN++
 			i++
-			if s.hdrN < 4 {
+			if !s.gather(b[i-1], 4) {
 				continue
 			}
 			if !s.begin([4]byte(s.hdr[:4])) {
@@ -177,10 +175,8 @@ func (s *zstdFrames) scan(b []byte) (int, cutRule, error) {
 			}
 			s.st, s.skip, s.then, s.hdrN = zfSkip, n, zfBlock, 0
 		case zfBlock:
-			s.hdr[s.hdrN] = b[i]
-			s.hdrN++
 			i++
-			if s.hdrN < 3 {
+			if !s.gather(b[i-1], 3) {
 				continue
 			}
 			h := uint32(s.hdr[0]) | uint32(s.hdr[1])<<8 | uint32(s.hdr[2])<<16
@@ -201,10 +197,8 @@ func (s *zstdFrames) scan(b []byte) (int, cutRule, error) {
 				s.then = zfSeg
 			}
 		case zfNodeLen:
-			s.hdr[s.hdrN] = b[i]
-			s.hdrN++
 			i++
-			if s.hdrN < 8 {
+			if !s.gather(b[i-1], 8) {
 				continue
 			}
 			n := binary.LittleEndian.Uint64(s.hdr[:8])
@@ -217,6 +211,14 @@ func (s *zstdFrames) scan(b []byte) (int, cutRule, error) {
 		}
 	}
 	return s.advance(len(b)), cutNone, nil
+}
+
+// gather adds c to the header being read and reports whether it now holds
+// n bytes.
+func (s *zstdFrames) gather(c byte, n int) bool {
+	s.hdr[s.hdrN] = c
+	s.hdrN++
+	return s.hdrN == n
 }
 
 // begin starts the segment whose magic is m, if it is one.

@@ -129,16 +129,7 @@ func TestZstdFrames(t *testing.T) {
 					t.Fatalf("value %d [%d,%d): no cut at %d or at its end", k, off, end, start)
 				}
 			}
-			for _, feed := range []int{1, 7, 4093} {
-				c2, ix2 := chunk(a, 1<<20, feed)
-				if !reflect.DeepEqual(cuts, c2) || !reflect.DeepEqual(ix, ix2) {
-					t.Fatalf("writes of %d bytes cut differently", feed)
-				}
-			}
-			pix, err := Parse(bytes.NewReader(a), int64(len(a)))
-			if err != nil || !reflect.DeepEqual(ix, pix) {
-				t.Fatalf("Parse: %v\n%+v\nChunker:\n%+v", err, pix, ix)
-			}
+			checkSplitsAndParse(t, a, cuts, ix)
 
 			b, _, other := buildOCDBTFile(values, shuffled, tc.tail, tc.nodeEvery, 2)
 			cb, _ := chunk(b, 1<<20, 0)

@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -132,16 +133,12 @@ func readDCPMetadata(path string) ([]formats.DCPItem, error) {
 		return nil, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
+	b, err := io.ReadAll(io.LimitReader(f, maxDCPMetadata+1))
 	if err != nil {
-		return nil, err
-	}
-	if st.Size() > maxDCPMetadata {
-		return nil, fmt.Errorf("%s: %d bytes, over the %d read to name tensors", path, st.Size(), maxDCPMetadata)
-	}
-	b := make([]byte, st.Size())
-	if _, err := f.ReadAt(b, 0); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(b) > maxDCPMetadata {
+		return nil, fmt.Errorf("%s: over the %d bytes read to name tensors", path, maxDCPMetadata)
 	}
 	items, err := formats.ParseDCPMetadata(b)
 	if err != nil {
